@@ -1,0 +1,76 @@
+"""What an engine is: a capability declaration plus a builder of callable kernels.
+
+Thesis ch. 5 (Yin-Yang/XLVM): each engine describes which ops, dtypes and layouts it can run;
+the selector maps each node to an engine that declares it. A `Kernel` is called with the node's
+non-constant inputs (constants are bound when it is built) and returns one array per output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from woodpecker.ir.graph import Node
+
+Kernel = Callable[..., Sequence[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a kernel builder may need beyond the node: thread count and the model's opset."""
+
+    threads: int = 2
+    opset: int = 17
+
+
+class Engine:
+    name = ""
+    ops: frozenset[str] = frozenset()
+    dtypes: frozenset[str] = frozenset()
+    layouts: frozenset[str] = frozenset({""})
+
+    def available(self) -> bool:
+        return True
+
+    def supports(self, node: Node) -> bool:
+        """The declared capability, refined by `accepts` for op variants."""
+        if node.op not in self.ops:
+            return False
+        for v in list(node.inputs) + list(node.outputs):
+            if v is not None and (v.dtype is None or v.dtype.name not in self.dtypes):
+                return False
+            if v is not None and v.layout not in self.layouts:
+                return False
+        return self.accepts(node)
+
+    def accepts(self, node: Node) -> bool:
+        return True
+
+    def build(self, node: Node, ctx: BuildContext) -> Kernel:
+        raise NotImplementedError
+
+
+def runtime_positions(node: Node) -> list[int]:
+    """Positions of the inputs that arrive at run time (present and not constant)."""
+    return [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
+
+
+def full_inputs(node: Node) -> Callable[[Sequence[np.ndarray]], list[np.ndarray | None]]:
+    """A function merging run-time inputs with the node's bound constants, in input order."""
+    template = [None if v is None else v.data for v in node.inputs]
+    slots = runtime_positions(node)
+
+    def merge(args: Sequence[np.ndarray]) -> list[np.ndarray | None]:
+        out = list(template)
+        for i, a in zip(slots, args):
+            out[i] = a
+        return out
+
+    return merge
+
+
+FLOAT = frozenset({"float32"})
+NUMERIC = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                     "uint16", "uint32", "uint64", "bool"})

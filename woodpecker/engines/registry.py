@@ -1,0 +1,70 @@
+"""Engine registry: which engines exist, which are installed, and the fixed per-op preference
+used until tuning-based selection (WPK §2.5) replaces it."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Iterable
+
+from woodpecker.engines.base import Engine
+from woodpecker.errors import EngineError
+from woodpecker.ir.graph import Node
+
+ENGINE_NAMES = ("torch", "onnxruntime", "numpy")
+# Data-movement ops cost nothing in numpy (views); compute ops go to the fastest library first.
+_MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather",
+             "Concat", "Split", "Shape", "Identity", "Dropout", "Constant", "ConstantOfShape",
+             "Cast", "Expand", "Where", "Equal", "Pad"}
+
+
+@lru_cache(maxsize=None)
+def get_engine(name: str) -> Engine:
+    if name == "numpy":
+        from woodpecker.engines.numpy_ref import NumpyEngine
+        engine: Engine = NumpyEngine()
+    elif name == "torch":
+        from woodpecker.engines.torch_engine import TorchEngine
+        engine = TorchEngine()
+    elif name == "onnxruntime":
+        from woodpecker.engines.ort_engine import OrtEngine
+        engine = OrtEngine()
+    else:
+        raise EngineError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
+    if not engine.available():
+        raise EngineError(f"engine {name!r} is not installed")
+    return engine
+
+
+def parse_engines(spec: "str | Iterable[str] | None") -> list[str]:
+    """Engine names from `torch,numpy` (None = every installed engine)."""
+    if spec is None:
+        names = []
+        for n in ENGINE_NAMES:
+            try:
+                get_engine(n)
+                names.append(n)
+            except EngineError:
+                pass
+        return names
+    names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    if not names:
+        raise EngineError("no engine given")
+    for n in names:
+        get_engine(n)
+    return names
+
+
+def preference(node: Node) -> tuple[str, ...]:
+    if node.op in _MOVEMENT:
+        return ("numpy", "torch", "onnxruntime")
+    return ("torch", "onnxruntime", "numpy")
+
+
+def choose(node: Node, allowed: list[str]) -> str:
+    """The first engine in the op's preference that is allowed and declares the node."""
+    for name in preference(node):
+        if name in allowed and get_engine(name).supports(node):
+            return name
+    raise EngineError(f"no engine among {','.join(allowed)} can run {node.op} node "
+                      f"{node.name!r}; allow more engines (e.g. --engines {','.join(allowed)},"
+                      "numpy)")

@@ -1,0 +1,25 @@
+"""Errors a user can cause. The CLI prints each as one line and exits non-zero."""
+
+
+class WoodpeckerError(Exception):
+    """Base of every error caused by user input (model, inputs, plan, options)."""
+
+
+class ModelError(WoodpeckerError):
+    """The model file is malformed or cannot be imported."""
+
+
+class UnsupportedOpError(ModelError):
+    """The model uses op types (or variants) that Woodpecker does not implement."""
+
+
+class InputError(WoodpeckerError):
+    """Inputs given at run time do not match the model: name, shape or dtype."""
+
+
+class PlanError(WoodpeckerError):
+    """A saved plan is missing, corrupt, edited, or from an incompatible version."""
+
+
+class EngineError(WoodpeckerError):
+    """A requested engine is unknown, not installed, or cannot run a node."""

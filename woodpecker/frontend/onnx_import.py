@@ -1,0 +1,242 @@
+"""ONNX → IR. Checks the model, lists every unsupported op at once, specialises dynamic
+dimensions to the shapes the user gives, and infers static shapes with Woodpecker's own op rules
+(cross-checked against ONNX shape inference, so a disagreement is caught at import)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+import onnx
+from onnx import numpy_helper, shape_inference
+
+from woodpecker.errors import ModelError, UnsupportedOpError
+from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.ir.types import onnx_type_name, to_numpy_dtype
+from woodpecker.ops import OPS, SUPPORTED, run_reference
+
+MIN_OPSET = 13
+# Shape subgraphs are evaluated during inference only while their results stay this small.
+_KNOWN_LIMIT = 1 << 16
+
+
+def load_model_proto(model: "str | os.PathLike | bytes | onnx.ModelProto") -> onnx.ModelProto:
+    """Read and validate an ONNX model; any problem becomes one `ModelError` line."""
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    else:
+        where = "model bytes" if isinstance(model, bytes) else str(model)
+        try:
+            if isinstance(model, bytes):
+                proto = onnx.load_from_string(model)
+            else:
+                if not os.path.isfile(model):
+                    raise ModelError(f"model file not found: {model}")
+                proto = onnx.load(os.fspath(model))
+        except ModelError:
+            raise
+        except Exception as e:  # protobuf raises several types for garbage input
+            raise ModelError(f"{where} is not a valid ONNX model ({type(e).__name__})") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelError("the ONNX model has an empty graph (is the file an ONNX model?)")
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as e:
+        raise ModelError(f"invalid ONNX model: {_first_line(e)}") from None
+    return proto
+
+
+def _first_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+    """Import an ONNX model into a `Graph` with static shapes."""
+    proto = load_model_proto(model)
+    _check_opset(proto)
+    _check_ops(proto)
+    proto = _specialise(proto, dict(input_shapes or {}))
+    graph = _build(proto)
+    _infer_shapes(graph)
+    _cross_check(proto, graph)
+    return graph
+
+
+def _check_opset(proto: onnx.ModelProto) -> None:
+    for o in proto.opset_import:
+        if o.domain in ("", "ai.onnx") and o.version < MIN_OPSET:
+            raise UnsupportedOpError(f"opset {o.version} is not supported (need {MIN_OPSET} or "
+                                     "newer; convert with onnx.version_converter)")
+
+
+def _check_ops(proto: onnx.ModelProto) -> None:
+    first: dict[str, str] = {}
+    for i, n in enumerate(proto.graph.node):
+        key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+        if key not in SUPPORTED:
+            first.setdefault(key, n.name or f"#{i}")
+    if first:
+        listing = ", ".join(f"{op} (first node {name!r})" for op, name in first.items())
+        raise UnsupportedOpError(f"unsupported ops: {listing}")
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list:
+    t = vi.type
+    if not t.HasField("tensor_type"):
+        raise UnsupportedOpError(f"graph value {vi.name!r} is not a tensor "
+                                 f"({t.WhichOneof('value')}); only tensors are supported")
+    if not t.tensor_type.HasField("shape"):
+        return [None]
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in t.tensor_type.shape.dim]
+
+
+def _specialise(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """Fix every input dimension; a dynamic one must be given by the user."""
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [vi for vi in proto.graph.input if vi.name not in inits]
+    unknown = set(shapes) - {vi.name for vi in inputs}
+    if unknown:
+        names = ", ".join(vi.name for vi in inputs)
+        raise ModelError(f"--input-shape names unknown input(s) {sorted(unknown)}; inputs: {names}")
+    for vi in inputs:
+        dims = _dims(vi)
+        given = shapes.get(vi.name)
+        if given is None:
+            dynamic = [d for d in dims if not isinstance(d, int)]
+            if dynamic or dims == [None]:
+                raise ModelError(f"input {vi.name!r} has dynamic dimensions {dims}; give its "
+                                 f"shape, e.g. --input-shape {vi.name}=1x3x224x224")
+            continue
+        if dims != [None] and (len(dims) != len(given) or any(
+                isinstance(d, int) and d != g for d, g in zip(dims, given))):
+            raise ModelError(f"input {vi.name!r}: given shape {'x'.join(map(str, given))} does "
+                             f"not match the model's {dims}")
+        shape = vi.type.tensor_type.shape
+        shape.ClearField("dim")
+        for g in given:
+            shape.dim.add().dim_value = int(g)
+    return proto
+
+
+def _dtype(elem_type: int, what: str) -> np.dtype:
+    dt = to_numpy_dtype(elem_type)
+    if dt is None:
+        raise UnsupportedOpError(f"{what} has element type {onnx_type_name(elem_type)}, which "
+                                 "is not supported")
+    return dt
+
+
+def _attr(a: onnx.AttributeProto, node_name: str) -> Any:
+    if a.type == onnx.AttributeProto.TENSOR:
+        t = a.t
+        _dtype(t.data_type, f"attribute {a.name!r} of node {node_name!r}")
+        return numpy_helper.to_array(t)
+    if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
+                  onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TENSORS):
+        raise UnsupportedOpError(f"node {node_name!r}: attribute {a.name!r} of type "
+                                 f"{onnx.AttributeProto.AttributeType.Name(a.type)}")
+    value = onnx.helper.get_attribute_value(a)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list):
+        return [v.decode() if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+def _constant_value(node: Node) -> None:
+    """Normalise Constant's value_* attributes into one `value` array."""
+    a = node.attrs
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                       ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in a:
+            a["value"] = np.array(a.pop(key), dtype=dtype)
+    if "value" not in a:
+        raise UnsupportedOpError(f"Constant node {node.name!r}: only tensor/float/int values "
+                                 "are supported")
+
+
+def _build(proto: onnx.ModelProto) -> Graph:
+    g = proto.graph
+    graph = Graph(g.name or "model")
+    graph.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    for init in g.initializer:
+        data = numpy_helper.to_array(init)
+        _dtype(init.data_type, f"initializer {init.name!r}")
+        graph.value(init.name, data.shape, data.dtype, data)
+    for vi in g.input:
+        if vi.name in graph.values:
+            continue  # an initializer listed as input: a constant (IR < 4 convention)
+        dt = _dtype(vi.type.tensor_type.elem_type, f"input {vi.name!r}")
+        graph.inputs.append(graph.value(vi.name, tuple(_dims(vi)), dt))
+    names: set[str] = set()
+    for i, n in enumerate(g.node):
+        name = n.name or f"{n.op_type}_{i}"
+        while name in names:
+            name = f"{name}_{i}"
+        names.add(name)
+        attrs = {a.name: _attr(a, name) for a in n.attribute}
+        ins = [graph.value(x) if x else None for x in n.input]
+        outs = [graph.value(x) for x in n.output]
+        node = graph.add_node(n.op_type, ins, outs, attrs, name)
+        if n.op_type == "Constant":
+            _constant_value(node)
+    for vi in g.output:
+        if vi.name not in graph.values:
+            raise ModelError(f"graph output {vi.name!r} is produced by no node")
+        _dtype(vi.type.tensor_type.elem_type, f"output {vi.name!r}")
+        graph.outputs.append(graph.values[vi.name])
+    for v in graph.values.values():
+        if v.producer is None and v.data is None and v not in graph.inputs:
+            raise ModelError(f"value {v.name!r} is read but never produced")
+    return graph
+
+
+def _infer_shapes(graph: Graph) -> None:
+    """Shapes and dtypes for every value, in order; small shape subgraphs are evaluated so that
+    Reshape/Slice/Expand targets computed from `Shape` become known."""
+    known: dict[str, np.ndarray] = {}
+
+    def data_of(v: Value) -> np.ndarray | None:
+        return v.data if v.data is not None else known.get(v.name)
+
+    unsupported: dict[str, str] = {}
+    for node in graph.nodes:
+        reason = OPS[node.op].check(node)
+        if reason:
+            unsupported.setdefault(reason, node.name)
+    if unsupported:
+        listing = ", ".join(f"{r} (first node {n!r})" for r, n in unsupported.items())
+        raise UnsupportedOpError(f"unsupported op variants: {listing}")
+    for node in graph.nodes:
+        results = OPS[node.op].infer(node, data_of)
+        for v, (shape, dtype) in zip(node.outputs, results):
+            v.shape, v.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+        ins = [data_of(v) if v is not None else None for v in node.inputs]
+        small = all(int(np.prod(v.shape)) <= _KNOWN_LIMIT for v in node.outputs)
+        if node.op == "Shape" or (small and all(
+                d is not None for v, d in zip(node.inputs, ins) if v is not None)):
+            if node.op == "Shape":
+                ins = [np.empty(node.inputs[0].shape, dtype=np.uint8)]
+            for v, d in zip(node.outputs, run_reference(node, ins)):
+                known[v.name] = d
+
+
+def _cross_check(proto: onnx.ModelProto, graph: Graph) -> None:
+    try:
+        inferred = shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"ONNX shape inference failed: {_first_line(e)}") from None
+    g = inferred.graph
+    for vi in list(g.value_info) + list(g.output):
+        v = graph.values.get(vi.name)
+        dims = _dims(vi) if vi.type.HasField("tensor_type") else [None]
+        if v is None or v.shape is None or dims == [None] or not all(
+                isinstance(d, int) for d in dims):
+            continue
+        if tuple(dims) != v.shape:
+            raise ModelError(f"value {vi.name!r}: Woodpecker infers shape {v.shape} but ONNX "
+                             f"shape inference gives {tuple(dims)}")

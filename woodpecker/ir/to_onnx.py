@@ -1,0 +1,96 @@
+"""IR nodes → ONNX: a node (or a group of nodes) as a small standalone ONNX model.
+
+Used by the onnxruntime engine (WPK §2.5: library kernels run in place of our own) and by
+tests. Fused nodes are expanded back into their standard ONNX ops; resolved `_` attributes are
+dropped, since the original attributes and constant inputs are still on the node.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from woodpecker.ir.graph import Node, Value
+from woodpecker.ir.types import to_onnx_type
+from woodpecker.ops.fused import BASE_INPUTS
+
+
+def _attrs(attrs: dict) -> dict:
+    out = {}
+    for k, v in attrs.items():
+        if k.startswith("_") or k == "epilogue":
+            continue
+        out[k] = numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v
+    return out
+
+
+def node_protos(node: Node, fresh) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """ONNX nodes (and extra initializers) computing `node`."""
+    name = lambda v: "" if v is None else v.name  # noqa: E731
+    if node.op not in BASE_INPUTS:
+        return [helper.make_node(node.op, [name(v) for v in node.inputs],
+                                 [v.name for v in node.outputs], name=node.name,
+                                 **_attrs(node.attrs))], []
+    base, n_base = BASE_INPUTS[node.op]
+    ins = [name(v) for v in node.inputs[:n_base]]
+    while ins and ins[-1] == "":
+        ins.pop()
+    cur = fresh(node.name)
+    protos = [helper.make_node(base, ins, [cur], name=node.name, **_attrs(node.attrs))]
+    inits: list[onnx.TensorProto] = []
+    operands = iter(node.inputs[n_base:])
+    steps = node.attrs["epilogue"]
+    for i, step in enumerate(steps):
+        out = node.outputs[0].name if i == len(steps) - 1 else fresh(node.name)
+        kind = step["op"]
+        if kind == "Add":
+            protos.append(helper.make_node("Add", [cur, next(operands).name], [out]))
+        elif kind == "Clip":
+            bounds = []
+            for key in ("min", "max"):
+                if step.get(key) is None:
+                    bounds.append("")
+                    continue
+                t = numpy_helper.from_array(np.array(step[key], dtype=node.outputs[0].dtype),
+                                            fresh(key))
+                inits.append(t)
+                bounds.append(t.name)
+            protos.append(helper.make_node("Clip", [cur] + bounds, [out]))
+        else:
+            protos.append(helper.make_node(kind, [cur], [out],
+                                           **{k: v for k, v in step.items() if k != "op"}))
+        cur = out
+    if not steps:
+        protos[0].output[0] = node.outputs[0].name
+    return protos, inits
+
+
+def value_info(v: Value) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(v.name, to_onnx_type(v.dtype), list(v.shape))
+
+
+def nodes_model(nodes: Iterable[Node], inputs: list[Value], outputs: list[Value],
+                opset: int) -> onnx.ModelProto:
+    """A model computing `outputs` from `inputs` with `nodes`; constants become initializers."""
+    nodes = list(nodes)
+    counter = iter(range(1 << 30))
+    fresh = lambda hint: f"{hint}__x{next(counter)}"  # noqa: E731
+    protos: list[onnx.NodeProto] = []
+    inits: dict[str, onnx.TensorProto] = {}
+    for n in nodes:
+        ps, extra = node_protos(n, fresh)
+        protos += ps
+        for t in extra:
+            inits[t.name] = t
+        for v in n.inputs:
+            if v is not None and v.data is not None and v.name not in inits:
+                inits[v.name] = numpy_helper.from_array(np.asarray(v.data), v.name)
+    graph = helper.make_graph(protos, "woodpecker_group", [value_info(v) for v in inputs],
+                              [value_info(v) for v in outputs], list(inits.values()))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="woodpecker")
+    model.ir_version = min(model.ir_version, 10)
+    return model

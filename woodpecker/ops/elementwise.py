@@ -1,0 +1,138 @@
+"""Element-wise ops: broadcasting binaries, activations, Clip, Where, Cast.
+
+Integer Div truncates toward zero and Pow keeps the base's type, as the ONNX spec says.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import erf as _erf
+
+from woodpecker.ir.graph import Node
+from woodpecker.ir.types import to_numpy_dtype
+from woodpecker.errors import UnsupportedOpError
+from woodpecker.ops.registry import (DataOf, broadcast, dtype_of, is_float, op, output_numel,
+                                     same_as_input, shape_of, where)
+
+
+def _broadcast_rule(out_dtype=None):
+    def infer(node: Node, data_of: DataOf):
+        shapes = [shape_of(node, i) for i in range(len(node.inputs))]
+        dt = out_dtype if out_dtype is not None else dtype_of(node, 0)
+        return [(broadcast(node, *shapes), np.dtype(dt))]
+    return infer
+
+
+def _div(attrs, a, b):
+    if np.issubdtype(a.dtype, np.integer):
+        if np.issubdtype(a.dtype, np.signedinteger):
+            q = np.abs(a) // np.abs(b)
+            return np.where((a < 0) ^ (b < 0), -q, q).astype(a.dtype)
+        return a // b
+    return a / b
+
+
+def _pow(attrs, a, b):
+    if np.issubdtype(a.dtype, np.integer) and np.issubdtype(b.dtype, np.integer):
+        return np.power(a, b).astype(a.dtype)
+    return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+
+
+def _wrapping(fn):
+    """Integer arithmetic wraps around like C; numpy does too, but warns on scalars."""
+    def ref(attrs, a, b):
+        with np.errstate(over="ignore"):
+            return fn(a, b).astype(np.result_type(a.dtype, a.dtype))
+    return ref
+
+
+op("Add", _broadcast_rule(), output_numel)(_wrapping(np.add))
+op("Sub", _broadcast_rule(), output_numel)(_wrapping(np.subtract))
+op("Mul", _broadcast_rule(), output_numel)(_wrapping(np.multiply))
+op("Div", _broadcast_rule(), output_numel)(_div)
+op("Pow", _broadcast_rule(), output_numel)(_pow)
+op("Equal", _broadcast_rule(np.bool_), output_numel)(lambda attrs, a, b: np.equal(a, b))
+
+
+def _float_unary(fn):
+    def ref(attrs, x):
+        return fn(attrs, x).astype(x.dtype, copy=False)
+    return ref
+
+
+def _float_only(node: Node) -> str | None:
+    if not is_float(dtype_of(node, 0)):
+        return f"{node.op} on {dtype_of(node, 0)} tensors"
+    return None
+
+
+def _unary(name: str, fn, check=_float_only) -> None:
+    op(name, same_as_input, output_numel, check)(_float_unary(fn))
+
+
+def _sigmoid(attrs, x):
+    return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+
+
+def _gelu(attrs, x):
+    x64 = x.astype(np.float64)
+    if attrs.get("approximate", "none") == "tanh":
+        return 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))
+    return 0.5 * x64 * (1 + _erf(x64 / np.sqrt(2)))
+
+
+def hard_sigmoid(x, alpha=0.2, beta=0.5):
+    return np.clip(alpha * x + beta, 0, 1)
+
+
+_unary("Sqrt", lambda a, x: np.sqrt(x))
+_unary("Erf", lambda a, x: _erf(x))
+_unary("Sigmoid", _sigmoid)
+_unary("Tanh", lambda a, x: np.tanh(x))
+_unary("Gelu", _gelu)
+_unary("HardSigmoid", lambda a, x: hard_sigmoid(x, a.get("alpha", 0.2), a.get("beta", 0.5)))
+_unary("HardSwish", lambda a, x: x * hard_sigmoid(x, 1 / 6, 0.5))
+op("Relu", same_as_input, output_numel)(lambda attrs, x: np.maximum(x, x.dtype.type(0)))
+
+
+def _clip(attrs, x, lo=None, hi=None):
+    out = x
+    if lo is not None:
+        out = np.maximum(out, lo)
+    if hi is not None:
+        out = np.minimum(out, hi)
+    return np.asarray(out, dtype=x.dtype)
+
+
+op("Clip", same_as_input, output_numel)(_clip)
+
+
+def _where_infer(node: Node, data_of: DataOf):
+    shapes = [shape_of(node, i) for i in range(3)]
+    return [(broadcast(node, *shapes), dtype_of(node, 1))]
+
+
+op("Where", _where_infer, output_numel)(lambda attrs, c, a, b: np.where(c, a, b))
+
+
+def _cast_target(node: Node) -> np.dtype:
+    to = node.attr("to")
+    dt = to_numpy_dtype(to)
+    if dt is None:
+        from onnx import TensorProto
+        raise UnsupportedOpError(f"{where(node)}: Cast to {TensorProto.DataType.Name(to)} is not "
+                                 "supported")
+    return dt
+
+
+def _cast_infer(node: Node, data_of: DataOf):
+    return [(shape_of(node, 0), _cast_target(node))]
+
+
+def _cast(attrs, x):
+    to = to_numpy_dtype(attrs["to"])
+    with np.errstate(invalid="ignore", over="ignore"):
+        return x.astype(to)
+
+
+op("Cast", _cast_infer, output_numel)(_cast)

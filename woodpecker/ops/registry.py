@@ -1,0 +1,130 @@
+"""Every op is defined once: shape rule, numpy reference, cost figures, variant check.
+
+Engines implement ops; they never redefine what an op computes. The numpy reference is the
+ground truth that the numpy engine runs and that tuned kernels are checked against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from woodpecker.errors import ModelError
+from woodpecker.ir.graph import Node, Value
+
+# A shape rule reads the node (attributes, input Values) and a `data_of(value)` lookup that
+# returns a value's data when it is known at compile time (constants and shape subgraphs).
+DataOf = Callable[[Value], "np.ndarray | None"]
+Infer = Callable[[Node, DataOf], "list[tuple[tuple[int, ...], np.dtype]]"]
+Reference = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    infer: Infer
+    reference: Reference
+    flops: Callable[[Node], int]
+    check: Callable[[Node], "str | None"]
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _no_flops(node: Node) -> int:
+    return 0
+
+
+def _always_ok(node: Node) -> None:
+    return None
+
+
+def op(name: str, infer: Infer, flops: Callable[[Node], int] = _no_flops,
+       check: Callable[[Node], "str | None"] = _always_ok) -> Callable[[Reference], Reference]:
+    """Register `reference` (called as `reference(attrs, *inputs)`) as the op `name`."""
+
+    def register(reference: Reference) -> Reference:
+        if name in OPS:
+            raise RuntimeError(f"op {name} defined twice")
+        OPS[name] = OpDef(name, infer, reference, flops, check)
+        return reference
+
+    return register
+
+
+def run_reference(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+    """Evaluate `node` with its numpy reference; always returns one array per node output."""
+    out = OPS[node.op].reference(node.attrs, *inputs)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    return [np.asarray(o) for o in outs[: len(node.outputs)]]
+
+
+# -- helpers shared by shape rules -----------------------------------------------------------------
+def where(node: Node) -> str:
+    return f"{node.op} node {node.name!r}"
+
+
+def shape_of(node: Node, i: int) -> tuple[int, ...]:
+    v = node.input(i)
+    if v is None or v.shape is None:
+        raise ModelError(f"{where(node)}: input {i} has no known shape")
+    return v.shape
+
+
+def dtype_of(node: Node, i: int) -> np.dtype:
+    v = node.input(i)
+    if v is None or v.dtype is None:
+        raise ModelError(f"{where(node)}: input {i} has no known type")
+    return v.dtype
+
+
+def required_data(node: Node, i: int, data_of: DataOf, what: str) -> np.ndarray:
+    """Data of input `i`, which must be known at compile time (static shapes)."""
+    v = node.input(i)
+    d = data_of(v) if v is not None else None
+    if d is None:
+        raise ModelError(f"{where(node)}: {what} (input {i}) is computed at run time; "
+                         "Woodpecker needs it static — give static input shapes")
+    return d
+
+
+def optional_data(node: Node, i: int, data_of: DataOf) -> np.ndarray | None:
+    v = node.input(i)
+    if v is None:
+        return None
+    d = data_of(v)
+    if d is None:
+        raise ModelError(f"{where(node)}: input {i} must be a compile-time constant")
+    return d
+
+
+def broadcast(node: Node, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ModelError(f"{where(node)}: shapes {', '.join(map(str, shapes))} do not "
+                         "broadcast") from None
+
+
+def same_as_input(node: Node, data_of: DataOf) -> list[tuple[tuple[int, ...], np.dtype]]:
+    return [(shape_of(node, 0), dtype_of(node, 0))]
+
+
+def numel(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def output_numel(node: Node) -> int:
+    return sum(numel(v.shape) for v in node.outputs if v.shape is not None)
+
+
+def norm_axis(node: Node, axis: int, rank: int) -> int:
+    if not -max(rank, 1) <= axis < max(rank, 1):
+        raise ModelError(f"{where(node)}: axis {axis} out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return np.issubdtype(dtype, np.floating)

@@ -1,0 +1,26 @@
+"""Graph rewrites that keep the math. `optimize` runs the default pipeline in order."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from woodpecker.ir.graph import Graph
+from woodpecker.passes.constant_fold import fold_constants
+from woodpecker.passes.dce import eliminate_dead_code
+from woodpecker.passes.fold_batchnorm import fold_batchnorm
+from woodpecker.passes.fuse_epilogue import fuse_epilogues
+from woodpecker.passes.remove_identity import remove_identities
+
+PASSES: dict[str, Callable[[Graph], int]] = {
+    "fold_constants": fold_constants,
+    "remove_identities": remove_identities,
+    "fold_batchnorm": fold_batchnorm,
+    "fuse_epilogues": fuse_epilogues,
+    "dce": eliminate_dead_code,
+}
+DEFAULT = tuple(PASSES)
+
+
+def optimize(graph: Graph, passes: tuple[str, ...] = DEFAULT) -> dict[str, int]:
+    """Run `passes` in order; returns how many rewrites each made."""
+    return {name: PASSES[name](graph) for name in passes}

@@ -1,0 +1,38 @@
+"""Constant folding: a node whose inputs are all known at compile time is evaluated once with
+its numpy reference (WPK §2.1). `Shape` of a static value is known, so whole shape subgraphs
+(Shape→Gather→Concat→Reshape) fold away. Identity relied on: f(constants) is a constant."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from woodpecker.ir.graph import Graph
+from woodpecker.ops import run_reference
+
+# Folding must not blow up the plan: an output may be at most this many elements larger than
+# its inputs (Expand/ConstantOfShape of a big shape stay nodes).
+_GROWTH_LIMIT = 1 << 16
+
+
+def fold_constants(graph: Graph) -> int:
+    folded = 0
+    for node in list(graph.nodes):
+        ins = [v for v in node.inputs if v is not None]
+        if node.op == "Shape":
+            args = [np.empty(node.inputs[0].shape, dtype=np.uint8)]
+        elif all(v.is_const for v in ins):
+            args = [None if v is None else v.data for v in node.inputs]
+        else:
+            continue
+        size_in = sum(v.data.size for v in ins if v.is_const)
+        size_out = sum(int(np.prod(v.shape)) for v in node.outputs)
+        if size_out > size_in + _GROWTH_LIMIT:
+            continue
+        results = run_reference(node, args)
+        graph.remove_node(node)
+        for v, data in zip(node.outputs, results):
+            v.data = np.ascontiguousarray(data)
+            v.shape, v.dtype = tuple(v.data.shape), v.data.dtype
+        folded += 1
+    graph.dce()
+    return folded

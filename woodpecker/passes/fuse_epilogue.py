@@ -1,0 +1,78 @@
+"""Epilogue fusion: Conv/Gemm/MatMul followed by a chain of bias/residual Adds and activations
+becomes one Fused* node that an engine runs in one call (WPK §2.1 operator fusion).
+
+Identity relied on: the chain computes act(...(base(x) + r1)...) element by element on the base
+output, so it can be applied in place right after the base op. An Add is absorbed only when its
+other operand broadcasts into the running result without growing it; every absorbed
+intermediate must have exactly one reader and not be a graph output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS
+
+_FUSED = {base: fused for fused, (base, _) in BASE_INPUTS.items()}
+
+
+def _step(graph: Graph, node: Node, y: Value) -> tuple[dict, Value | None] | None:
+    """The epilogue step `node` would add on top of `y`, with its operand, or None."""
+    if node.op == "Add":
+        a, b = node.inputs
+        other = b if a is y else a
+        if other is y or other.dtype != y.dtype:
+            return None
+        if np.broadcast_shapes(y.shape, other.shape) != y.shape:
+            return None
+        return {"op": "Add"}, other
+    if node.op not in ACTIVATIONS or node.inputs[0] is not y:
+        return None
+    step = {"op": node.op}
+    if node.op == "Clip":
+        for i, key in ((1, "min"), (2, "max")):
+            v = node.input(i)
+            if v is not None and not v.is_const:
+                return None
+            step[key] = None if v is None else float(v.data)
+    else:
+        step.update({k: v for k, v in node.attrs.items() if not k.startswith("_")})
+    return step, None
+
+
+def fuse_epilogues(graph: Graph) -> int:
+    fused = 0
+    for base in list(graph.nodes):
+        if base.op not in _FUSED or base not in graph.nodes:
+            continue
+        y = base.outputs[0]
+        steps: list[dict] = []
+        operands: list[Value] = []
+        absorbed: list[Node] = []
+        while len(y.consumers) == 1 and not graph.is_output(y):
+            nxt = y.consumers[0]
+            found = _step(graph, nxt, y)
+            if found is None:
+                break
+            step, operand = found
+            steps.append(step)
+            if operand is not None:
+                operands.append(operand)
+            absorbed.append(nxt)
+            y = nxt.outputs[0]
+        if not steps:
+            continue
+        n_base = BASE_INPUTS[_FUSED[base.op]][1]
+        ins = list(base.inputs) + [None] * (n_base - len(base.inputs)) + operands
+        attrs = dict(base.attrs, epilogue=steps)
+        index = graph.nodes.index(absorbed[-1])
+        out = y
+        for n in [base] + absorbed:
+            graph.remove_node(n)
+        graph.add_node(_FUSED[base.op], ins, [out], attrs, name=base.name, index=index - len(absorbed))
+        fused += 1
+    if fused:
+        graph.toposort()
+        graph.dce()
+    return fused

@@ -1,0 +1,87 @@
+"""CompiledModel: a plan with its kernels built, ready to run; validates inputs first."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from woodpecker.engines.base import BuildContext
+from woodpecker.engines.registry import get_engine
+from woodpecker.errors import InputError
+from woodpecker.ops import OPS
+from woodpecker.runtime.executor import Executor
+from woodpecker.runtime.plan import Plan, load_plan, save_plan
+
+
+def _fmt(shape) -> str:
+    return "x".join(map(str, shape)) if len(shape) else "scalar"
+
+
+class CompiledModel:
+    """Run with `model.run({name: array})` → `{name: array}` or `model(*arrays)`."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        g = plan.graph
+        ctx = BuildContext(plan.target.threads, g.opset)
+        kernels = [get_engine(e).build(n, ctx) for n, e in zip(g.nodes, plan.engines)]
+        self._executor = Executor(g, kernels)
+        self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
+        self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]
+
+    @property
+    def graph(self):
+        return self.plan.graph
+
+    def _validate(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
+        expected = {name: (shape, dtype) for name, shape, dtype in self.inputs}
+        listing = ", ".join(f"{n}[{_fmt(s)} {d}]" for n, s, d in self.inputs)
+        for name in feeds:
+            if name not in expected:
+                raise InputError(f"unknown input {name!r}; the model's inputs are: {listing}")
+        out = {}
+        for name, (shape, dtype) in expected.items():
+            if name not in feeds:
+                raise InputError(f"missing input {name!r}; the model's inputs are: {listing}")
+            a = np.asarray(feeds[name])
+            if a.dtype != dtype:
+                raise InputError(f"input {name!r} has dtype {a.dtype}, expected {dtype}")
+            if tuple(a.shape) != tuple(shape):
+                raise InputError(f"input {name!r} has shape {_fmt(a.shape)}, expected "
+                                 f"{_fmt(shape)}")
+            out[name] = a
+        return out
+
+    def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
+        return self._executor.run(self._validate(feeds))
+
+    def __call__(self, *arrays: Any):
+        """Positional inputs in model order; one output is returned bare, several as a tuple."""
+        if len(arrays) != len(self.inputs):
+            raise InputError(f"expected {len(self.inputs)} inputs, got {len(arrays)}")
+        result = self.run({name: a for (name, _, _), a in zip(self.inputs, arrays)})
+        outs = tuple(result[name] for name, _, _ in self.outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def save(self, directory: "str | os.PathLike") -> None:
+        save_plan(self.plan, directory)
+
+    def node_table(self) -> list[dict]:
+        """Per node: name, op, engine, input/output shapes and FLOPs (for `inspect`)."""
+        rows = []
+        for n, e in zip(self.graph.nodes, self.plan.engines):
+            rows.append({
+                "name": n.name, "op": n.op, "engine": e,
+                "inputs": [None if v is None else list(v.shape) for v in n.inputs],
+                "outputs": [list(v.shape) for v in n.outputs],
+                "flops": int(OPS[n.op].flops(n)),
+                "epilogue": [s["op"] for s in n.attrs.get("epilogue", [])],
+            })
+        return rows
+
+
+def load(directory: "str | os.PathLike") -> CompiledModel:
+    """Load a saved plan; never re-tunes or re-optimises."""
+    return CompiledModel(load_plan(directory))

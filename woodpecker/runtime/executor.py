@@ -1,0 +1,53 @@
+"""The executor: runs kernels in plan order over a flat slot table, dropping every intermediate
+right after its last reader so peak memory follows the schedule."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from woodpecker.engines.base import Kernel, runtime_positions
+from woodpecker.ir.graph import Graph
+
+
+class Executor:
+    def __init__(self, graph: Graph, kernels: Sequence[Kernel]) -> None:
+        slot: dict[str, int] = {}
+
+        def index(name: str) -> int:
+            return slot.setdefault(name, len(slot))
+
+        for v in graph.inputs:
+            index(v.name)
+        last_use: dict[str, int] = {}
+        for i, node in enumerate(graph.nodes):
+            for p in runtime_positions(node):
+                last_use[node.inputs[p].name] = i
+        outputs = {v.name for v in graph.outputs}
+        steps = []
+        for i, (node, kernel) in enumerate(zip(graph.nodes, kernels)):
+            ins = tuple(index(node.inputs[p].name) for p in runtime_positions(node))
+            outs = tuple(index(v.name) for v in node.outputs)
+            free = tuple(index(n) for n, last in last_use.items()
+                         if last == i and n not in outputs)
+            free += tuple(index(v.name) for v in node.outputs
+                          if v.name not in last_use and v.name not in outputs)
+            steps.append((kernel, ins, outs, free))
+        self._steps = steps
+        self._n_slots = len(slot)
+        self._input_slots = [(v.name, slot[v.name]) for v in graph.inputs]
+        self._outputs = [(v.name, slot.get(v.name), v.data) for v in graph.outputs]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env: list = [None] * self._n_slots
+        for name, s in self._input_slots:
+            env[s] = feeds[name]
+        for kernel, ins, outs, free in self._steps:
+            results = kernel(*[env[s] for s in ins])
+            for s, r in zip(outs, results):
+                env[s] = r
+            for s in free:
+                env[s] = None
+        return {name: (data if data is not None else env[s])
+                for name, s, data in self._outputs}

@@ -1,0 +1,196 @@
+"""Plans are data: a folder with `plan.json` (versioned, validated on load) and `weights.npz`
+(loaded with allow_pickle=False, checked by sha256). Nothing here executes stored code.
+
+Files are written to temporary names and moved into place, so an interrupted save never leaves
+a half-written plan where a good one was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from woodpecker.errors import PlanError
+from woodpecker.ir.graph import Graph
+from woodpecker.ops import OPS
+from woodpecker.target import Target
+from woodpecker.version import __version__
+
+SCHEMA_VERSION = 1
+PLAN_FILE, WEIGHTS_FILE = "plan.json", "weights.npz"
+
+
+@dataclass
+class Plan:
+    graph: Graph
+    engines: list[str]
+    target: Target
+    meta: dict[str, Any]
+
+
+# -- attribute encoding (JSON has no arrays or tuples) ---------------------------------------------
+def _encode(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return {"__ndarray__": {"dtype": v.dtype.name, "shape": list(v.shape),
+                                "data": v.reshape(-1).tolist()}}
+    if isinstance(v, (list, tuple)):
+        return [_encode(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _encode(x) for k, x in v.items()}
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _decode(v: Any) -> Any:
+    if isinstance(v, dict):
+        if "__ndarray__" in v:
+            a = v["__ndarray__"]
+            return np.array(a["data"], dtype=np.dtype(a["dtype"])).reshape(a["shape"])
+        return {k: _decode(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_decode(x) for x in v]
+    return v
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _spec(v) -> dict:
+    return {"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name}
+
+
+def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise PlanError(f"cannot save plan: {d} exists and is not a directory")
+    d.mkdir(parents=True, exist_ok=True)
+    g = plan.graph
+    weights = g.constants()
+    tmp_w = d / (WEIGHTS_FILE + ".tmp")
+    with open(tmp_w, "wb") as f:
+        np.savez(f, **{f"w{i}": np.ascontiguousarray(v.data) for i, v in enumerate(weights)})
+    values = {}
+    for n in g.nodes:
+        for v in n.outputs:
+            values[v.name] = {"shape": list(v.shape), "dtype": v.dtype.name}
+    doc = {
+        "format": "woodpecker-plan",
+        "schema_version": SCHEMA_VERSION,
+        "woodpecker_version": __version__,
+        "target": plan.target.to_json(),
+        "model": {"name": g.name, "opset": g.opset, **plan.meta},
+        "inputs": [_spec(v) for v in g.inputs],
+        "outputs": [_spec(v) for v in g.outputs],
+        "weights": {"file": WEIGHTS_FILE, "sha256": _sha256(tmp_w),
+                    "tensors": [dict(_spec(v), key=f"w{i}") for i, v in enumerate(weights)]},
+        "values": values,
+        "nodes": [{"name": n.name, "op": n.op, "engine": e,
+                   "inputs": [None if v is None else v.name for v in n.inputs],
+                   "outputs": [v.name for v in n.outputs], "attrs": _encode(n.attrs)}
+                  for n, e in zip(g.nodes, plan.engines)],
+        "order": [n.name for n in g.nodes],
+    }
+    tmp_p = d / (PLAN_FILE + ".tmp")
+    tmp_p.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp_w, d / WEIGHTS_FILE)
+    os.replace(tmp_p, d / PLAN_FILE)
+    return d
+
+
+def read_plan_json(directory: "str | os.PathLike") -> dict:
+    path = Path(directory) / PLAN_FILE
+    if not path.is_file():
+        raise PlanError(f"{directory} is not a Woodpecker plan (no {PLAN_FILE})")
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PlanError(f"{path} is not valid JSON (truncated or edited?): {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != "woodpecker-plan":
+        raise PlanError(f"{path} is not a Woodpecker plan (missing format tag)")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise PlanError(f"{path} has schema version {doc.get('schema_version')!r}; this "
+                        f"Woodpecker {__version__} reads version {SCHEMA_VERSION}")
+    return doc
+
+
+def load_plan(directory: "str | os.PathLike") -> Plan:
+    doc = read_plan_json(directory)
+    try:
+        return _build(Path(directory), doc)
+    except PlanError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise PlanError(f"{Path(directory) / PLAN_FILE} is corrupt: {type(e).__name__} {e}") \
+            from None
+
+
+def _load_weights(d: Path, doc: dict) -> dict[str, np.ndarray]:
+    wdoc = doc["weights"]
+    path = d / wdoc["file"]
+    if not path.is_file():
+        raise PlanError(f"plan weights file missing: {path}")
+    if _sha256(path) != wdoc["sha256"]:
+        raise PlanError(f"{path} does not match plan.json (sha256 differs): plan was edited or "
+                        "the weights file corrupted")
+    out = {}
+    with np.load(path, allow_pickle=False) as z:
+        for t in wdoc["tensors"]:
+            if t["key"] not in z:
+                raise PlanError(f"weight {t['name']!r} missing from {path}")
+            a = z[t["key"]]
+            if list(a.shape) != list(t["shape"]) or a.dtype.name != t["dtype"]:
+                raise PlanError(f"weight {t['name']!r}: stored {a.dtype.name}{list(a.shape)}, "
+                                f"plan says {t['dtype']}{t['shape']}")
+            out[t["name"]] = a
+    return out
+
+
+def _build(d: Path, doc: dict) -> Plan:
+    weights = _load_weights(d, doc)
+    g = Graph(doc["model"]["name"])
+    g.opset = int(doc["model"]["opset"])
+    for s in doc["inputs"]:
+        g.inputs.append(g.value(s["name"], s["shape"], s["dtype"]))
+    for name, data in weights.items():
+        g.value(name, data.shape, data.dtype, data)
+    for name, s in doc["values"].items():
+        if name not in g.values:
+            g.value(name, s["shape"], s["dtype"])
+    defined = {v.name for v in g.inputs} | set(weights)
+    engines = []
+    names = [n["name"] for n in doc["nodes"]]
+    if names != doc["order"]:
+        raise PlanError("plan.json: node list and execution order disagree")
+    for n in doc["nodes"]:
+        if n["op"] not in OPS:
+            raise PlanError(f"plan.json: node {n['name']!r} has unknown op {n['op']!r}")
+        for x in n["inputs"]:
+            if x is not None and x not in defined:
+                raise PlanError(f"plan.json: node {n['name']!r} reads {x!r} before it is "
+                                "produced or a weight that does not exist")
+        for x in n["outputs"]:
+            if x not in doc["values"]:
+                raise PlanError(f"plan.json: node {n['name']!r} output {x!r} has no shape")
+        ins = [None if x is None else g.values[x] for x in n["inputs"]]
+        outs = [g.values[x] for x in n["outputs"]]
+        g.add_node(n["op"], ins, outs, _decode(n["attrs"]), name=n["name"])
+        defined.update(n["outputs"])
+        engines.append(str(n["engine"]))
+    for s in doc["outputs"]:
+        if s["name"] not in defined:
+            raise PlanError(f"plan.json: output {s['name']!r} is never produced")
+        g.outputs.append(g.values[s["name"]])
+    meta = {k: v for k, v in doc["model"].items() if k not in ("name", "opset")}
+    return Plan(g, engines, Target.from_json(doc["target"]), meta)

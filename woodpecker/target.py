@@ -1,0 +1,62 @@
+"""Target: the machine a plan is compiled for (kind, thread count, CPU and its vector ISA)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+
+from woodpecker.errors import WoodpeckerError
+
+_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile")
+
+
+def _cpu_info() -> tuple[str, list[str]]:
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and ":" in line:
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and ":" in line:
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    return name, [f for f in _ISA_FLAGS if f in flags]
+
+
+def default_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str = "cpu"
+    threads: int = field(default_factory=default_threads)
+    arch: str = field(default_factory=platform.machine)
+    cpu: str = ""
+    isa: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, spec: "str | Target | None", threads: int | None = None) -> "Target":
+        if isinstance(spec, Target):
+            return spec
+        kind = (spec or "cpu").strip().lower()
+        if kind != "cpu":
+            raise WoodpeckerError(f"unknown target {spec!r}; this build supports: cpu")
+        cpu, isa = _cpu_info()
+        n = threads if threads is not None else default_threads()
+        if n < 1:
+            raise WoodpeckerError(f"threads must be at least 1, got {n}")
+        return cls("cpu", n, platform.machine(), cpu, tuple(isa))
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["isa"] = list(self.isa)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Target":
+        return cls(d["kind"], int(d["threads"]), d.get("arch", ""), d.get("cpu", ""),
+                   tuple(d.get("isa", ())))
