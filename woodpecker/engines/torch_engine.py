@@ -283,8 +283,8 @@ for _name, _fn in {
 
 @builder("Clip")
 def _clip(node: Node, consts: list):
-    lo = None if consts[1:2] == [None] or len(consts) < 2 else float(consts[1])
-    hi = None if len(consts) < 3 or consts[2] is None else float(consts[2])
+    lo, hi = (None if i >= len(consts) or consts[i] is None else float(consts[i].reshape(-1)[0])
+              for i in (1, 2))
     return _args(node, consts, lambda x, *r: x.clamp(lo, hi))
 
 

@@ -25,7 +25,9 @@ def export_module(module: Any, example_inputs: Any, input_names=None, output_nam
         example_inputs = (example_inputs,)
     module = module.eval()
     buf = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad():
+    # Grad stays enabled: under no_grad nn.TransformerEncoder takes a fused fast path
+    # (aten::_transformer_encoder_layer_fwd) that has no ONNX export.
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(module, tuple(example_inputs), buf, dynamo=False,

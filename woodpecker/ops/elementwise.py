@@ -1,6 +1,6 @@
 """Element-wise ops: broadcasting binaries, activations, Clip, Where, Cast.
 
-Integer Div truncates toward zero and Pow keeps the base's type, as the ONNX spec says.
+Integer Div truncates toward zero, Mod follows its `fmod` attribute, and Pow keeps the base's type, as the ONNX spec says.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from scipy.special import erf as _erf
 from woodpecker.ir.graph import Node
 from woodpecker.ir.types import to_numpy_dtype
 from woodpecker.errors import UnsupportedOpError
-from woodpecker.ops.registry import (DataOf, broadcast, dtype_of, is_float, op, output_numel,
+from woodpecker.ops.registry import (DataOf, broadcast, dtype_of, op, output_numel,
                                      same_as_input, shape_of, where)
 
 
@@ -51,6 +51,13 @@ op("Sub", _broadcast_rule(), output_numel)(_wrapping(np.subtract))
 op("Mul", _broadcast_rule(), output_numel)(_wrapping(np.multiply))
 op("Div", _broadcast_rule(), output_numel)(_div)
 op("Pow", _broadcast_rule(), output_numel)(_pow)
+def _mod(attrs, a, b):
+    """fmod=1: sign of the dividend (C fmod); fmod=0: sign of the divisor (Python %)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)).astype(a.dtype)
+
+
+op("Mod", _broadcast_rule(), output_numel)(_mod)
 op("Equal", _broadcast_rule(np.bool_), output_numel)(lambda attrs, a, b: np.equal(a, b))
 
 
@@ -60,14 +67,9 @@ def _float_unary(fn):
     return ref
 
 
-def _float_only(node: Node) -> str | None:
-    if not is_float(dtype_of(node, 0)):
-        return f"{node.op} on {dtype_of(node, 0)} tensors"
-    return None
-
-
-def _unary(name: str, fn, check=_float_only) -> None:
-    op(name, same_as_input, output_numel, check)(_float_unary(fn))
+def _unary(name: str, fn) -> None:
+    """A float activation (ONNX's type constraints keep these ops to float tensors)."""
+    op(name, same_as_input, output_numel)(_float_unary(fn))
 
 
 def _sigmoid(attrs, x):

@@ -35,7 +35,7 @@ def _step(graph: Graph, node: Node, y: Value) -> tuple[dict, Value | None] | Non
             v = node.input(i)
             if v is not None and not v.is_const:
                 return None
-            step[key] = None if v is None else float(v.data)
+            step[key] = None if v is None else float(v.data.reshape(-1)[0])
     else:
         step.update({k: v for k, v in node.attrs.items() if not k.startswith("_")})
     return step, None

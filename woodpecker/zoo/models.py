@@ -1,0 +1,125 @@
+"""Zoo model builders and the cached ONNX export."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from woodpecker.errors import WoodpeckerError
+
+ZOO_VERSION = 1  # bump when a builder changes, so cached exports are not reused
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    input_shape: tuple[int, ...]
+    build: Callable[[], object]
+    description: str
+
+
+def _tv(name: str, **kw) -> Callable[[], object]:
+    def build():
+        import torchvision.models as tvm
+
+        return getattr(tvm, name)(weights=None, **kw)
+    return build
+
+
+def _transformer():
+    import torch
+
+    layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=2, dim_feedforward=512,
+                                             dropout=0.1, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+
+
+MODELS: dict[str, ZooModel] = {m.name: m for m in [
+    ZooModel("resnet18", (1, 3, 224, 224), _tv("resnet18"), "torchvision ResNet-18"),
+    ZooModel("mobilenet_v2", (1, 3, 224, 224), _tv("mobilenet_v2"), "torchvision MobileNetV2"),
+    ZooModel("squeezenet1_1", (1, 3, 224, 224), _tv("squeezenet1_1"),
+             "torchvision SqueezeNet 1.1"),
+    ZooModel("inception_v3", (1, 3, 299, 299),
+             _tv("inception_v3", aux_logits=False, init_weights=True),
+             "torchvision Inception v3, 299x299, no aux logits"),
+    ZooModel("shufflenet_v2_x1_0", (1, 3, 224, 224), _tv("shufflenet_v2_x1_0"),
+             "torchvision ShuffleNetV2 x1.0"),
+    ZooModel("mnasnet1_0", (1, 3, 224, 224), _tv("mnasnet1_0"), "torchvision MNASNet 1.0"),
+    ZooModel("transformer_encoder", (1, 128, 128), _transformer,
+             "nn.TransformerEncoder: d_model 128, 2 heads, 2 layers, FF 512, seq 128"),
+]}
+
+
+def _get(name: str) -> ZooModel:
+    if name not in MODELS:
+        raise WoodpeckerError(f"unknown zoo model {name!r}; available: {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def build_module(name: str, seed: int = 0):
+    """The eval-mode torch module with seeded random weights and batch-norm statistics."""
+    import torch
+
+    spec = _get(name)
+    torch.manual_seed(seed)
+    module = spec.build().eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                c = m.num_features
+                m.running_mean.copy_(0.1 * torch.randn(c, generator=gen))
+                m.running_var.copy_(0.5 + torch.rand(c, generator=gen))
+                m.weight.copy_(1.0 + 0.1 * torch.randn(c, generator=gen))
+                m.bias.copy_(0.1 * torch.randn(c, generator=gen))
+    return module
+
+
+def model_input(name: str, seed: int = 0) -> np.ndarray:
+    """A seeded random input of the model's shape."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(_get(name).input_shape).astype(np.float32)
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("WOODPECKER_CACHE")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("woodpecker"))
+
+
+def export(name: str, output: "str | os.PathLike | None" = None, seed: int = 0) -> Path:
+    """Export zoo model `name` to ONNX (cached); copy to `output` when given."""
+    import onnx
+
+    from woodpecker.frontend.torch_import import export_module
+
+    spec = _get(name)
+    cached = cache_dir() / "zoo" / f"{name}-seed{seed}-v{ZOO_VERSION}.onnx"
+    if not cached.is_file():
+        import torch
+
+        module = build_module(name, seed)
+        x = torch.from_numpy(model_input(name, seed))
+        data = export_module(module, (x,), input_names=["input"], output_names=["output"])
+        proto = onnx.load_from_string(data)
+        for key, value in (("woodpecker.zoo", name), ("woodpecker.zoo.seed", str(seed)),
+                           ("woodpecker.zoo.version", str(ZOO_VERSION))):
+            onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props},
+                                                key: value})
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".tmp{os.getpid()}")
+        onnx.save(proto, tmp)
+        os.replace(tmp, cached)
+    if output is None:
+        return cached
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(cached.read_bytes())
+    return out
