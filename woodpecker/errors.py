@@ -9,6 +9,10 @@ class ModelError(WoodpeckerError):
     """The model file is malformed or cannot be imported."""
 
 
+class DynamicShapeError(ModelError):
+    """A shape depends on a value known only at run time (bind it with `input_values`)."""
+
+
 class UnsupportedOpError(ModelError):
     """The model uses op types (or variants) that Woodpecker does not implement."""
 

@@ -11,7 +11,7 @@ from woodpecker.errors import WoodpeckerError
 _ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile")
 
 
-def _cpu_info() -> tuple[str, list[str]]:
+def cpu_info() -> tuple[str, list[str]]:
     name, flags = platform.processor() or platform.machine(), set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -45,7 +45,7 @@ class Target:
         kind = (spec or "cpu").strip().lower()
         if kind != "cpu":
             raise WoodpeckerError(f"unknown target {spec!r}; this build supports: cpu")
-        cpu, isa = _cpu_info()
+        cpu, isa = cpu_info()
         n = threads if threads is not None else default_threads()
         if n < 1:
             raise WoodpeckerError(f"threads must be at least 1, got {n}")

@@ -34,7 +34,7 @@ class Engine:
     def available(self) -> bool:
         return True
 
-    def supports(self, node: Node) -> bool:
+    def supports(self, node: Node, ctx: BuildContext) -> bool:
         """The declared capability, refined by `accepts` for op variants."""
         if node.op not in self.ops:
             return False
@@ -43,9 +43,10 @@ class Engine:
                 return False
             if v is not None and v.layout not in self.layouts:
                 return False
-        return self.accepts(node)
+        return self.accepts(node, ctx)
 
-    def accepts(self, node: Node) -> bool:
+    def accepts(self, node: Node, ctx: BuildContext) -> bool:
+        """Variant-level capability beyond op and dtype (pads, attributes, library support)."""
         return True
 
     def build(self, node: Node, ctx: BuildContext) -> Kernel:

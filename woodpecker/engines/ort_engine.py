@@ -1,7 +1,14 @@
 """The onnxruntime engine: a node (fused nodes expanded) as a small ONNX model in its own
-session, pinned to the thread count given. ORT fuses the expanded epilogue itself."""
+session, pinned to the thread count given. ORT fuses the expanded epilogue itself.
+
+Capability is asked of ORT itself: ORT lacks kernels for some op/type pairs (Pow with an
+unsigned exponent, say), so `accepts` builds the session and the engine declines the node when
+ORT cannot; the session is kept for `build`.
+"""
 
 from __future__ import annotations
+
+import weakref
 
 from woodpecker.engines.base import NUMERIC, BuildContext, Engine, Kernel, runtime_positions
 from woodpecker.ir.graph import Node
@@ -25,6 +32,9 @@ class OrtEngine(Engine):
     ops = frozenset(OPS)
     dtypes = NUMERIC
 
+    def __init__(self) -> None:
+        self._sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
     def available(self) -> bool:
         try:
             import onnxruntime  # noqa: F401
@@ -32,14 +42,31 @@ class OrtEngine(Engine):
             return False
         return True
 
-    def build(self, node: Node, ctx: BuildContext) -> Kernel:
+    def _session(self, node: Node, ctx: BuildContext):
         import onnxruntime as ort
 
+        key = (ctx.threads, ctx.opset)
+        cached = self._sessions.get(node)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         inputs = [node.inputs[i] for i in runtime_positions(node)]
         model = nodes_model([node], inputs, node.outputs, ctx.opset)
-        sess = ort.InferenceSession(model.SerializeToString(), session_options(ctx.threads),
-                                    providers=["CPUExecutionProvider"])
-        names = [v.name for v in inputs]
+        try:
+            sess = ort.InferenceSession(model.SerializeToString(), session_options(ctx.threads),
+                                        providers=["CPUExecutionProvider"])
+        except Exception:  # noqa: BLE001 - ORT raises its own types for "no kernel"
+            sess = None
+        self._sessions[node] = (key, sess)
+        return sess
+
+    def accepts(self, node: Node, ctx: BuildContext) -> bool:
+        return self._session(node, ctx) is not None
+
+    def build(self, node: Node, ctx: BuildContext) -> Kernel:
+        sess = self._session(node, ctx)
+        if sess is None:
+            raise RuntimeError(f"onnxruntime cannot run {node.op} node {node.name!r}")
+        names = [node.inputs[i].name for i in runtime_positions(node)]
         run = sess.run
 
         def kernel(*args):

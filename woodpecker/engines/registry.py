@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Iterable
 
-from woodpecker.engines.base import Engine
+from woodpecker.engines.base import BuildContext, Engine
 from woodpecker.errors import EngineError
 from woodpecker.ir.graph import Node
 
@@ -60,10 +60,10 @@ def preference(node: Node) -> tuple[str, ...]:
     return ("torch", "onnxruntime", "numpy")
 
 
-def choose(node: Node, allowed: list[str]) -> str:
+def choose(node: Node, allowed: list[str], ctx: BuildContext) -> str:
     """The first engine in the op's preference that is allowed and declares the node."""
     for name in preference(node):
-        if name in allowed and get_engine(name).supports(node):
+        if name in allowed and get_engine(name).supports(node, ctx):
             return name
     raise EngineError(f"no engine among {','.join(allowed)} can run {node.op} node "
                       f"{node.name!r}; allow more engines (e.g. --engines {','.join(allowed)},"

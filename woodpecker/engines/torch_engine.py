@@ -54,7 +54,7 @@ class TorchEngine(Engine):
             return False
         return True
 
-    def accepts(self, node: Node) -> bool:
+    def accepts(self, node: Node, ctx: BuildContext) -> bool:
         if node.op in _COMPUTE and any(v is not None and v.dtype.name != "float32"
                                        for v in node.outputs[:1]):
             return False
@@ -285,6 +285,8 @@ for _name, _fn in {
 def _clip(node: Node, consts: list):
     lo, hi = (None if i >= len(consts) or consts[i] is None else float(consts[i].reshape(-1)[0])
               for i in (1, 2))
+    if lo is None and hi is None:
+        return _args(node, consts, lambda x, *r: x)
     return _args(node, consts, lambda x, *r: x.clamp(lo, hi))
 
 

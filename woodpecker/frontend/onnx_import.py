@@ -52,11 +52,17 @@ def _first_line(e: Exception) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
-    """Import an ONNX model into a `Graph` with static shapes."""
+def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                input_values: Mapping[str, np.ndarray] | None = None) -> Graph:
+    """Import an ONNX model into a `Graph` with static shapes.
+
+    `input_values` binds graph inputs to fixed values (they become constants): a model whose
+    shapes depend on an input's value (a Reshape target fed at run time) is specialised to it.
+    """
     proto = load_model_proto(model)
     _check_opset(proto)
     _check_ops(proto)
+    proto = _bind_values(proto, dict(input_values or {}))
     proto = _specialise(proto, dict(input_shapes or {}))
     graph = _build(proto)
     _infer_shapes(graph)
@@ -91,6 +97,23 @@ def _dims(vi: onnx.ValueInfoProto) -> list:
         return [None]
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
             for d in t.tensor_type.shape.dim]
+
+
+def _bind_values(proto: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    if not values:
+        return proto
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())
+    inputs = {vi.name: vi for vi in proto.graph.input}
+    for name, value in values.items():
+        if name not in inputs:
+            raise ModelError(f"input_values names unknown input {name!r}")
+        value = np.asarray(value)
+        want = to_numpy_dtype(inputs[name].type.tensor_type.elem_type)
+        if value.dtype != want:
+            raise ModelError(f"input_values[{name!r}] has dtype {value.dtype}, expected {want}")
+        proto.graph.initializer.append(numpy_helper.from_array(value, name))
+        proto.graph.input.remove(inputs[name])
+    return proto
 
 
 def _specialise(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from woodpecker.errors import ModelError
+from woodpecker.errors import DynamicShapeError, ModelError
 from woodpecker.ir.graph import Node, Value
 
 # A shape rule reads the node (attributes, input Values) and a `data_of(value)` lookup that
@@ -85,8 +85,9 @@ def required_data(node: Node, i: int, data_of: DataOf, what: str) -> np.ndarray:
     v = node.input(i)
     d = data_of(v) if v is not None else None
     if d is None:
-        raise ModelError(f"{where(node)}: {what} (input {i}) is computed at run time; "
-                         "Woodpecker needs it static — give static input shapes")
+        raise DynamicShapeError(f"{where(node)}: {what} (input {i}) is computed at run time; "
+                                "Woodpecker needs it static (give static input shapes, or bind "
+                                "the input's value with input_values)")
     return d
 
 
@@ -96,7 +97,7 @@ def optional_data(node: Node, i: int, data_of: DataOf) -> np.ndarray | None:
         return None
     d = data_of(v)
     if d is None:
-        raise ModelError(f"{where(node)}: input {i} must be a compile-time constant")
+        raise DynamicShapeError(f"{where(node)}: input {i} must be a compile-time constant")
     return d
 
 

@@ -1,0 +1,47 @@
+"""Which ONNX backend node tests apply to Woodpecker.
+
+Included: every node test whose model uses only supported op types. Of those, a test whose model
+Woodpecker rejects at import with `UnsupportedOpError` (element types numpy cannot hold such as
+float8/int4/bfloat16/string, sequence or optional values, opsets below 13, training-mode
+BatchNormalization and Dropout) is excluded and listed in the summary; every other included test
+must pass.
+"""
+
+from __future__ import annotations
+
+import onnx.backend.test
+from onnx.backend.test.loader import load_model_tests
+
+from woodpecker.errors import UnsupportedOpError
+from woodpecker.frontend.onnx_import import import_onnx
+from woodpecker.ops import SUPPORTED
+
+INCLUDED: list[str] = []
+EXCLUDED: dict[str, str] = {}
+
+
+def _select() -> None:
+    supported = set(SUPPORTED)
+    for case in load_model_tests(kind="node"):
+        ops = {n.op_type for n in case.model.graph.node}
+        if not ops or not ops <= supported:
+            continue
+        try:
+            import_onnx(case.model)
+        except UnsupportedOpError as e:
+            EXCLUDED[case.name] = str(e)
+            continue
+        except Exception:  # noqa: BLE001 - any other failure must show up as a failing test
+            pass
+        INCLUDED.append(case.name)
+
+
+_select()
+
+
+def backend_tests(backend, module_name: str) -> dict:
+    """Test classes for `backend` over the included tests, for a module's globals()."""
+    suite = onnx.backend.test.BackendTest(backend, module_name)
+    for name in INCLUDED:
+        suite.include(rf"^{name}_cpu$")
+    return suite.test_cases

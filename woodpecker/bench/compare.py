@@ -1,0 +1,98 @@
+"""Interleaved latency measurement: every round runs each runtime once, in rotating order, so
+drift on a noisy machine hits all runtimes alike; medians and percentiles are reported."""
+
+from __future__ import annotations
+
+import platform
+import time
+from typing import Callable
+
+import numpy as np
+
+from woodpecker.bench.runners import Runner, make_runner, versions
+from woodpecker.runtime.compiled import CompiledModel
+from woodpecker.target import cpu_info
+
+
+def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup: int,
+                     progress: Callable[[str], None] | None = None) -> dict[str, list[float]]:
+    for name, fn in runners.items():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {n: [] for n in runners}
+    names = list(runners)
+    for r in range(runs):
+        for k in range(len(names)):
+            name = names[(r + k) % len(names)]
+            t0 = time.perf_counter()
+            runners[name]()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+        if progress and (r + 1) % max(1, runs // 10) == 0:
+            progress(f"round {r + 1}/{runs}")
+    return times
+
+
+def _stats(ms: list[float]) -> dict[str, float]:
+    a = np.asarray(ms)
+    return {"median_ms": float(np.median(a)), "p10_ms": float(np.percentile(a, 10)),
+            "p90_ms": float(np.percentile(a, 90)), "runs": len(ms)}
+
+
+def random_feeds(model: CompiledModel, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, shape, dtype in model.inputs:
+        if np.issubdtype(dtype, np.floating):
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feeds[name] = rng.integers(0, 10, shape).astype(dtype)
+    return feeds
+
+
+def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs: int = 50,
+              warmup: int = 5, seed: int = 0, zoo_meta: dict | None = None,
+              progress: Callable[[str], None] | None = None) -> dict:
+    """Woodpecker vs `against` on one random input; diffs are against ONNX Runtime's outputs."""
+    threads = model.plan.target.threads
+    feeds = random_feeds(model, seed)
+    ours = model.run(feeds)
+    ort = make_runner("onnxruntime", onnx_bytes, zoo_meta, threads)
+    ref = ort(feeds)
+    abs_diff, rel_diff = 0.0, 0.0
+    for (name, _, _), r in zip(model.outputs, ref):
+        d = float(np.max(np.abs(ours[name].astype(np.float64) - r))) if r.size else 0.0
+        abs_diff = max(abs_diff, d)
+        rel_diff = max(rel_diff, d / max(float(np.max(np.abs(r))), 1e-30) if r.size else 0.0)
+    runners: dict[str, Runner] = {"woodpecker": model.run}
+    for name in against:
+        runners[name] = ort if name == "onnxruntime" else make_runner(name, onnx_bytes, zoo_meta,
+                                                                        threads)
+    calls = {name: (lambda fn=fn: fn(feeds)) for name, fn in runners.items()}
+    times = time_interleaved(calls, runs, warmup, progress)
+    results = {name: _stats(ms) for name, ms in times.items()}
+    wp = results["woodpecker"]["median_ms"]
+    cpu, isa = cpu_info()
+    return {
+        "model": model.graph.name if not zoo_meta else zoo_meta.get("woodpecker.zoo"),
+        "runs": runs, "warmup": warmup, "threads": threads, "seed": seed,
+        "machine": {"cpu": cpu, "isa": isa, "arch": platform.machine(),
+                    "python": platform.python_version()},
+        "versions": versions(),
+        "engines": sorted(set(model.plan.engines)),
+        "results": results,
+        "speedup_vs": {n: results[n]["median_ms"] / wp for n in results if n != "woodpecker"},
+        "max_abs_diff": abs_diff, "max_rel_diff": rel_diff,
+    }
+
+
+def format_table(result: dict) -> str:
+    lines = [f"model {result['model']}  runs {result['runs']}  threads {result['threads']}  "
+             f"max_rel_diff vs onnxruntime {result['max_rel_diff']:.2e}",
+             f"{'runtime':<12} {'median ms':>10} {'p10 ms':>9} {'p90 ms':>9} {'wp speed-up':>12}"]
+    for name, r in result["results"].items():
+        sp = result["speedup_vs"].get(name)
+        lines.append(f"{name:<12} {r['median_ms']:>10.3f} {r['p10_ms']:>9.3f} {r['p90_ms']:>9.3f} "
+                     f"{'' if sp is None else f'{sp:.3f}x':>12}")
+    return "\n".join(lines)

@@ -1,0 +1,85 @@
+"""One callable per runtime, each pinned to the same thread count, all fed the same input."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from woodpecker.errors import WoodpeckerError
+
+Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
+RUNTIMES = ("onnxruntime", "torch", "openvino")
+
+
+def onnxruntime_runner(onnx_bytes: bytes, threads: int) -> Runner:
+    import onnxruntime as ort
+
+    from woodpecker.engines.ort_engine import session_options
+
+    so = session_options(threads)
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(onnx_bytes, so, providers=["CPUExecutionProvider"])
+    return lambda feeds: sess.run(None, feeds)
+
+
+def torch_runner(zoo_meta: dict | None, threads: int) -> Runner:
+    """The same PyTorch module, run eagerly; needs the zoo metadata to rebuild it."""
+    import torch
+
+    from woodpecker.zoo import build_module
+
+    if not zoo_meta or "woodpecker.zoo" not in zoo_meta:
+        raise WoodpeckerError("torch comparison needs a zoo model (the original PyTorch module "
+                              "is not in an ONNX file)")
+    module = build_module(zoo_meta["woodpecker.zoo"], int(zoo_meta.get("woodpecker.zoo.seed", 0)))
+    torch.set_num_threads(threads)
+
+    def run(feeds):
+        with torch.inference_mode():
+            out = module(*(torch.from_numpy(x) for x in feeds.values()))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        return [o.numpy() for o in outs]
+
+    return run
+
+
+def openvino_runner(onnx_bytes: bytes, threads: int) -> Runner:
+    try:
+        import openvino as ov
+    except ImportError:
+        raise WoodpeckerError("openvino is not installed (pip install -e .[bench])") from None
+    core = ov.Core()
+    model = core.read_model(onnx_bytes) if hasattr(core, "read_model") else None
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads,
+                                                 "PERFORMANCE_HINT": "LATENCY"})
+    request = compiled.create_infer_request()
+
+    def run(feeds):
+        res = request.infer(feeds)
+        return [np.asarray(res[o]) for o in compiled.outputs]
+
+    return run
+
+
+def make_runner(name: str, onnx_bytes: bytes, zoo_meta: dict | None, threads: int) -> Runner:
+    if name == "onnxruntime":
+        return onnxruntime_runner(onnx_bytes, threads)
+    if name == "torch":
+        return torch_runner(zoo_meta, threads)
+    if name == "openvino":
+        return openvino_runner(onnx_bytes, threads)
+    raise WoodpeckerError(f"unknown runtime {name!r} for --against; known: {', '.join(RUNTIMES)}")
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for mod in ("numpy", "onnx", "onnxruntime", "torch", "openvino"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except (ImportError, AttributeError):
+            pass
+    from woodpecker.version import __version__
+
+    out["woodpecker"] = __version__
+    return out

@@ -1,0 +1,224 @@
+"""The `woodpecker` command. Errors a user can cause print one line and exit 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from woodpecker.errors import WoodpeckerError
+
+
+def _shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    from woodpecker.ir.types import parse_shape
+
+    out = {}
+    for item in items or []:
+        name, sep, text = item.rpartition("=")
+        if not sep or not name:
+            raise WoodpeckerError(f"--input-shape {item!r}: expected NAME=1x3x224x224")
+        try:
+            out[name] = parse_shape(text)
+        except ValueError as e:
+            raise WoodpeckerError(f"--input-shape: {e}") from None
+    return out
+
+
+def _is_plan(path: str) -> bool:
+    return Path(path).is_dir()
+
+
+def _load_or_compile(args):
+    import woodpecker
+
+    if _is_plan(args.model):
+        return woodpecker.load(args.model)
+    return woodpecker.compile(args.model, engines=getattr(args, "engines", None),
+                              input_shapes=_shapes(getattr(args, "input_shape", None)),
+                              threads=getattr(args, "threads", None))
+
+
+def _reference_onnx(model, given: str | None, source: str) -> bytes:
+    """The ONNX model a plan was compiled from: given, the source file, or re-exported zoo."""
+    if given:
+        return Path(given).read_bytes()
+    if not _is_plan(source):
+        return Path(source).read_bytes()
+    meta = model.plan.meta.get("metadata", {})
+    if "woodpecker.zoo" in meta:
+        import hashlib
+
+        from woodpecker import zoo
+
+        data = zoo.export(meta["woodpecker.zoo"], seed=int(meta.get("woodpecker.zoo.seed", 0)))
+        data = Path(data).read_bytes()
+        if hashlib.sha256(data).hexdigest() == model.plan.meta.get("source_sha256"):
+            return data
+    raise WoodpeckerError("cannot find the ONNX model this plan came from; pass --onnx FILE")
+
+
+def cmd_zoo(args) -> None:
+    from woodpecker import zoo
+
+    if args.action == "list":
+        for m in zoo.MODELS.values():
+            print(f"{m.name:<22} {'x'.join(map(str, m.input_shape)):<14} {m.description}")
+        return
+    if not args.name:
+        raise WoodpeckerError("zoo export needs a model name (see `woodpecker zoo list`)")
+    out = zoo.export(args.name, args.output or f"{args.name}.onnx", seed=args.seed)
+    print(f"exported {args.name} to {out}")
+
+
+def cmd_compile(args) -> None:
+    import time
+
+    import woodpecker
+
+    t0 = time.perf_counter()
+    model = woodpecker.compile(args.model, engines=args.engines,
+                               input_shapes=_shapes(args.input_shape), threads=args.threads)
+    model.save(args.output)
+    engines = {}
+    for e in model.plan.engines:
+        engines[e] = engines.get(e, 0) + 1
+    print(f"compiled {args.model} -> {args.output}: {len(model.graph.nodes)} nodes "
+          f"({', '.join(f'{k} {v}' for k, v in engines.items())}) in "
+          f"{time.perf_counter() - t0:.1f}s")
+
+
+def cmd_run(args) -> None:
+    model = _load_or_compile(args)
+    feeds = {}
+    for item in args.input or []:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise WoodpeckerError(f"--input {item!r}: expected NAME=FILE.npy")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise WoodpeckerError(f"cannot read input {name!r} from {path}: {e}") from None
+    outputs = model.run(feeds)
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, value in outputs.items():
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        np.save(out_dir / f"{safe}.npy", value)
+        print(f"{name}: {'x'.join(map(str, value.shape))} {value.dtype} -> {out_dir / safe}.npy")
+
+
+def cmd_bench(args) -> None:
+    from woodpecker.bench.compare import benchmark, format_table
+
+    model = _load_or_compile(args)
+    onnx_bytes = _reference_onnx(model, args.onnx, args.model)
+    against = [a.strip() for a in args.against.split(",") if a.strip()]
+    meta = model.plan.meta.get("metadata")
+    result = benchmark(model, onnx_bytes, against, runs=args.runs, warmup=args.warmup,
+                       seed=args.seed, zoo_meta=meta,
+                       progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
+    print(format_table(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.json}")
+
+
+def cmd_inspect(args) -> None:
+    model = _load_or_compile(args)
+    rows = model.node_table()
+    total = sum(r["flops"] for r in rows) or 1
+    print(f"{'#':>3} {'node':<40} {'op':<18} {'engine':<12} {'output':<18} {'MFLOPs':>9}")
+    for i, r in enumerate(rows):
+        op = r["op"] + ("+" + "+".join(r["epilogue"]) if r["epilogue"] else "")
+        out = "x".join(map(str, r["outputs"][0]))
+        print(f"{i:>3} {r['name'][:40]:<40} {op[:18]:<18} {r['engine']:<12} {out[:18]:<18} "
+              f"{r['flops'] / 1e6:>9.2f}")
+    by_engine: dict[str, int] = {}
+    for r in rows:
+        by_engine[r["engine"]] = by_engine.get(r["engine"], 0) + r["flops"]
+    print(f"total {total / 1e9:.3f} GFLOPs; " + ", ".join(
+        f"{e} {f / total:.1%}" for e, f in by_engine.items()))
+    if args.json:
+        doc = {"model": model.graph.name, "nodes": rows, "total_flops": total,
+               "flops_share": {e: f / total for e, f in by_engine.items()}}
+        Path(args.json).write_text(json.dumps(doc, indent=1))
+        print(f"wrote {args.json}")
+
+
+def cmd_ops(args) -> None:
+    from woodpecker.ops import SUPPORTED
+
+    print("\n".join(SUPPORTED))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="woodpecker", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    z = sub.add_parser("zoo", help="list or export built-in models")
+    z.add_argument("action", choices=["list", "export"])
+    z.add_argument("name", nargs="?")
+    z.add_argument("-o", "--output")
+    z.add_argument("--seed", type=int, default=0)
+    z.set_defaults(fn=cmd_zoo)
+
+    def model_opts(q, compile_only=False):
+        q.add_argument("--engines", help="restrict engines, e.g. torch,onnxruntime,numpy")
+        q.add_argument("--input-shape", action="append", metavar="NAME=1x3x224x224",
+                       help="fix a dynamic input's shape (repeatable)")
+        q.add_argument("--threads", type=int, help="threads per engine (default: all cores)")
+
+    c = sub.add_parser("compile", help="optimise a model and save a plan")
+    c.add_argument("model")
+    c.add_argument("-o", "--output", required=True)
+    model_opts(c)
+    c.set_defaults(fn=cmd_compile)
+
+    r = sub.add_parser("run", help="run a plan (or .onnx) on .npy inputs")
+    r.add_argument("model")
+    r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    r.add_argument("--output-dir", default="out")
+    model_opts(r)
+    r.set_defaults(fn=cmd_run)
+
+    b = sub.add_parser("bench", help="latency against other runtimes, interleaved")
+    b.add_argument("model")
+    b.add_argument("--against", default="onnxruntime,torch")
+    b.add_argument("--runs", type=int, default=50)
+    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json")
+    b.add_argument("--onnx", help="the ONNX model a plan came from (default: found)")
+    model_opts(b)
+    b.set_defaults(fn=cmd_bench)
+
+    i = sub.add_parser("inspect", help="nodes, shapes, engine per node, FLOPs")
+    i.add_argument("model")
+    i.add_argument("--json")
+    model_opts(i)
+    i.set_defaults(fn=cmd_inspect)
+
+    o = sub.add_parser("ops", help="the supported ONNX op types")
+    o.set_defaults(fn=cmd_ops)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except WoodpeckerError as e:
+        print(f"woodpecker: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("woodpecker: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
