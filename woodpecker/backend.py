@@ -35,7 +35,7 @@ class WoodpeckerRep(BackendRep):
         if self.model is not None:
             return self.model, feeds
         bound = {k: v for k, v in feeds.items() if np.issubdtype(np.asarray(v).dtype, np.integer)}
-        key = b"".join(k.encode() + np.ascontiguousarray(v).tobytes() for k, v in bound.items())
+        key = b"".join(k.encode() + np.asarray(v).tobytes() for k, v in bound.items())
         if key not in self._specialised:
             self._specialised[key] = wp_compile(self.proto, engines=self.engines, threads=2,
                                                 input_values=bound)

@@ -90,7 +90,7 @@ def _writable(a: np.ndarray) -> np.ndarray:
 
 
 def _to_torch(data: np.ndarray):
-    return _torch().from_numpy(np.ascontiguousarray(data).copy())
+    return _torch().from_numpy(np.array(data, order="C"))
 
 
 def _args(node: Node, consts: list, fn: Callable) -> Callable:

@@ -31,7 +31,7 @@ def fold_constants(graph: Graph) -> int:
         results = run_reference(node, args)
         graph.remove_node(node)
         for v, data in zip(node.outputs, results):
-            v.data = np.ascontiguousarray(data)
+            v.data = np.array(data, order="C")
             v.shape, v.dtype = tuple(v.data.shape), v.data.dtype
         folded += 1
     graph.dce()

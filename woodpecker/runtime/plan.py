@@ -80,7 +80,7 @@ def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
     weights = g.constants()
     tmp_w = d / (WEIGHTS_FILE + ".tmp")
     with open(tmp_w, "wb") as f:
-        np.savez(f, **{f"w{i}": np.ascontiguousarray(v.data) for i, v in enumerate(weights)})
+        np.savez(f, **{f"w{i}": np.array(v.data, order="C") for i, v in enumerate(weights)})
     values = {}
     for n in g.nodes:
         for v in n.outputs:

@@ -1,0 +1,75 @@
+"""Small ONNX models built by hand for tests, and a reference run through onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+F32 = TensorProto.FLOAT
+
+
+def make_model(nodes, inputs, outputs, initializers=None, opset=17) -> onnx.ModelProto:
+    """`inputs`/`outputs`: (name, shape) pairs or ValueInfoProtos; float32 unless given."""
+    def vi(x):
+        if isinstance(x, onnx.ValueInfoProto):
+            return x
+        name, shape = x[:2]
+        elem = x[2] if len(x) > 2 else F32
+        return helper.make_tensor_value_info(name, elem, shape)
+    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in (initializers or {}).items()]
+    graph = helper.make_graph(nodes, "test", [vi(i) for i in inputs], [vi(o) for o in outputs],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    return model
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def rand(*shape, seed=0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def conv_bn_relu_residual() -> onnx.ModelProto:
+    """x → Conv → BN → (+ x) → Relu → Conv(no bias) → Add(bias) → Clip; exercises every pass."""
+    c = 8
+    w1, w2 = rand(c, c, 3, 3, seed=1) * 0.2, rand(c, c, 1, 1, seed=2) * 0.3
+    rng = np.random.default_rng(3)
+    inits = {
+        "w1": w1, "b1": rand(c, seed=4), "w2": w2,
+        "gamma": (1 + 0.1 * rng.standard_normal(c)).astype(np.float32),
+        "beta": rand(c, seed=5), "mean": rand(c, seed=6) * 0.1,
+        "var": (0.5 + rng.random(c)).astype(np.float32),
+        "bias2": rand(1, c, 1, 1, seed=7), "lo": np.array(0.0, np.float32),
+        "hi": np.array(6.0, np.float32), "shape": np.array([1, -1], np.int64),
+    }
+    nodes = [
+        helper.make_node("Identity", ["x"], ["xi"]),
+        helper.make_node("Sigmoid", ["x"], ["dead"]),
+        helper.make_node("Conv", ["xi", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "gamma", "beta", "mean", "var"], ["bn"]),
+        helper.make_node("Add", ["bn", "xi"], ["res"]),
+        helper.make_node("Relu", ["res"], ["r"]),
+        helper.make_node("Dropout", ["r"], ["d"]),
+        helper.make_node("Conv", ["d", "w2"], ["c2"]),
+        helper.make_node("Add", ["c2", "bias2"], ["c2b"]),
+        helper.make_node("Clip", ["c2b", "lo", "hi"], ["clip"]),
+        helper.make_node("Shape", ["clip"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["clip", "target"], ["y"]),
+    ]
+    inits.update({"zero": np.array(0, np.int64), "axes0": np.array([0], np.int64),
+                  "minus1": np.array([-1], np.int64)})
+    del inits["shape"]
+    return make_model(nodes, [("x", [1, c, 6, 6])], [("y", [1, c * 36])], inits)

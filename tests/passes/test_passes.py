@@ -1,0 +1,85 @@
+"""Each pass keeps the math: graph outputs before and after it agree on random inputs (and with
+onnxruntime), and the pass really rewrote something."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import woodpecker
+from tests.helpers import conv_bn_relu_residual, make_model, ort_run, rand
+from woodpecker.passes import DEFAULT
+
+
+def _compile(model, passes, engines="numpy"):
+    return woodpecker.compile(model, engines=engines, passes=passes, threads=1)
+
+
+def _ops(compiled):
+    return [n.op for n in compiled.graph.nodes]
+
+
+@pytest.mark.parametrize("name", DEFAULT)
+def test_each_pass_keeps_outputs(name):
+    model = conv_bn_relu_residual()
+    base = _compile(model, ())
+    after = _compile(model, (name,))
+    assert after.plan.meta["passes"][name] > 0, f"{name} rewrote nothing"
+    for seed in range(3):
+        x = rand(1, 8, 6, 6, seed=seed)
+        np.testing.assert_allclose(after(x), base(x), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(after(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_pipeline_result_shape():
+    c = _compile(conv_bn_relu_residual(), DEFAULT)
+    assert _ops(c) == ["FusedConv", "FusedConv", "Reshape"]
+    first, second = c.graph.nodes[:2]
+    assert [s["op"] for s in first.attrs["epilogue"]] == ["Add", "Relu"]
+    assert [s["op"] for s in second.attrs["epilogue"]] == ["Add", "Clip"]
+
+
+@pytest.mark.parametrize("engines", ["numpy", "torch", "onnxruntime"])
+def test_fused_nodes_on_every_engine(engines):
+    model = conv_bn_relu_residual()
+    c = _compile(model, DEFAULT, engines=engines + ",numpy")
+    assert engines in c.plan.engines
+    x = rand(1, 8, 6, 6, seed=9)
+    np.testing.assert_allclose(c(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_batchnorm_folds_into_gemm(trans_b):
+    w = rand(16, 10, seed=1) if trans_b else rand(10, 16, seed=1)
+    rng = np.random.default_rng(0)
+    inits = {"w": w, "b": rand(16, seed=2), "g": (1 + rng.random(16)).astype(np.float32),
+             "be": rand(16, seed=3), "m": rand(16, seed=4), "v": (0.5 + rng.random(16))
+             .astype(np.float32)}
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y0"], transB=trans_b, alpha=0.5,
+                              beta=2.0),
+             helper.make_node("BatchNormalization", ["y0", "g", "be", "m", "v"], ["y1"]),
+             helper.make_node("Sigmoid", ["y1"], ["y"])]
+    model = make_model(nodes, [("x", [4, 10])], [("y", [4, 16])], inits)
+    c = _compile(model, DEFAULT, engines="torch,numpy")
+    assert _ops(c) == ["FusedGemm"]
+    x = rand(4, 10, seed=5)
+    np.testing.assert_allclose(c(x), ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_graph_output_names_survive_identity_removal():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Identity", ["r"], ["y"])]
+    model = make_model(nodes, [("x", [3])], [("y", [3])])
+    c = _compile(model, DEFAULT)
+    assert _ops(c) == ["Relu"] and c.outputs[0][0] == "y"
+    assert c.run({"x": np.array([-1, 0, 2], np.float32)})["y"].tolist() == [0, 0, 2]
+
+
+def test_folding_does_not_inflate_constants():
+    """A large ConstantOfShape stays a node instead of becoming megabytes of weights."""
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["z"]),
+             helper.make_node("Add", ["x", "z"], ["y"])]
+    model = make_model(nodes, [("x", [1024, 1024])], [("y", [1024, 1024])],
+                       {"s": np.array([1024, 1024], np.int64)})
+    c = _compile(model, DEFAULT)
+    assert "ConstantOfShape" in _ops(c)
