@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import platform
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from woodpecker.target import cpu_info
 
 def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup: int,
                      progress: Callable[[str], None] | None = None) -> dict[str, list[float]]:
-    for name, fn in runners.items():
+    for fn in runners.values():
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {n: [] for n in runners}

@@ -7,8 +7,8 @@ non-constant inputs (constants are bound when it is built) and returns one array
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 

@@ -24,6 +24,9 @@ def session_options(threads: int):
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
+    # Idle ORT threads otherwise spin after each run and steal the cores from whatever runs
+    # next in this process (a torch kernel of the same plan, or another benchmarked runtime).
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
 
 

@@ -3,8 +3,8 @@ used until tuning-based selection (WPK §2.5) replaces it."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Iterable
+from collections.abc import Iterable
+from functools import cache
 
 from woodpecker.engines.base import BuildContext, Engine
 from woodpecker.errors import EngineError
@@ -17,7 +17,7 @@ _MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice",
              "Cast", "Expand", "Where", "Equal", "Pad"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_engine(name: str) -> Engine:
     if name == "numpy":
         from woodpecker.engines.numpy_ref import NumpyEngine

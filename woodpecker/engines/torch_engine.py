@@ -8,7 +8,7 @@ cheap in-place element-wise passes (Woodpecker-DL §2.1 epilogue fusion, library
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -109,7 +109,7 @@ def _args(node: Node, consts: list, fn: Callable) -> Callable:
     return call
 
 
-# -- epilogues ----------------------------------------------------------------------------------------
+# -- epilogues -----------------------------------------------------------------------------
 def _epilogue(node: Node) -> Callable:
     """In-place epilogue on a fresh result `y`; Add steps consume the extra operands."""
     import torch.nn.functional as F
@@ -160,7 +160,7 @@ def _n_base(node: Node) -> int:
     return BASE_INPUTS[node.op][1] if node.op in BASE_INPUTS else len(node.inputs)
 
 
-# -- conv, gemm, matmul -------------------------------------------------------------------------------
+# -- conv, gemm, matmul ---------------------------------------------------------------------
 def _conv_pads(node: Node):
     nd = len(node.inputs[0].shape) - 2
     pads = node.attrs["_pads"]

@@ -5,7 +5,8 @@ dimensions to the shapes the user gives, and infers static shapes with Woodpecke
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import onnx
@@ -82,7 +83,7 @@ def _check_ops(proto: onnx.ModelProto) -> None:
     for i, n in enumerate(proto.graph.node):
         key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
         if key not in SUPPORTED:
-            first.setdefault(key, n.name or f"#{i}")
+            first.setdefault(key, n.name or f"{n.op_type}_{i}")
     if first:
         listing = ", ".join(f"{op} (first node {name!r})" for op, name in first.items())
         raise UnsupportedOpError(f"unsupported ops: {listing}")

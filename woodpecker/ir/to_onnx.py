@@ -7,7 +7,7 @@ dropped, since the original attributes and constant inputs are still on the node
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import onnx

@@ -1,6 +1,7 @@
 """Element-wise ops: broadcasting binaries, activations, Clip, Where, Cast.
 
-Integer Div truncates toward zero, Mod follows its `fmod` attribute, and Pow keeps the base's type, as the ONNX spec says.
+Integer Div truncates toward zero, Mod follows its `fmod` attribute, and Pow keeps the
+base's type, as the ONNX spec says.
 """
 
 from __future__ import annotations
@@ -8,11 +9,19 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import erf as _erf
 
+from woodpecker.errors import UnsupportedOpError
 from woodpecker.ir.graph import Node
 from woodpecker.ir.types import to_numpy_dtype
-from woodpecker.errors import UnsupportedOpError
-from woodpecker.ops.registry import (DataOf, broadcast, dtype_of, op, output_numel,
-                                     same_as_input, shape_of, where)
+from woodpecker.ops.registry import (
+    DataOf,
+    broadcast,
+    dtype_of,
+    op,
+    output_numel,
+    same_as_input,
+    shape_of,
+    where,
+)
 
 
 def _broadcast_rule(out_dtype=None):

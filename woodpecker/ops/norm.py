@@ -7,8 +7,17 @@ import numpy as np
 
 from woodpecker.errors import ModelError
 from woodpecker.ir.graph import Node
-from woodpecker.ops.registry import (DataOf, dtype_of, norm_axis, op, optional_data,
-                                     output_numel, same_as_input, shape_of, where)
+from woodpecker.ops.registry import (
+    DataOf,
+    dtype_of,
+    norm_axis,
+    op,
+    optional_data,
+    output_numel,
+    same_as_input,
+    shape_of,
+    where,
+)
 
 
 def _bn_check(node: Node) -> str | None:

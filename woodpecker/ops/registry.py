@@ -6,8 +6,9 @@ ground truth that the numpy engine runs and that tuned kernels are checked again
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

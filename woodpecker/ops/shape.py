@@ -8,8 +8,19 @@ import numpy as np
 
 from woodpecker.errors import ModelError
 from woodpecker.ir.graph import Node
-from woodpecker.ops.registry import (DataOf, broadcast, dtype_of, norm_axis, numel, op,
-                                     optional_data, required_data, same_as_input, shape_of, where)
+from woodpecker.ops.registry import (
+    DataOf,
+    broadcast,
+    dtype_of,
+    norm_axis,
+    numel,
+    op,
+    optional_data,
+    required_data,
+    same_as_input,
+    shape_of,
+    where,
+)
 
 
 def _ints(a) -> list[int]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from woodpecker.ir.graph import Graph
 from woodpecker.passes.constant_fold import fold_constants

@@ -70,7 +70,8 @@ def fuse_epilogues(graph: Graph) -> int:
         out = y
         for n in [base] + absorbed:
             graph.remove_node(n)
-        graph.add_node(_FUSED[base.op], ins, [out], attrs, name=base.name, index=index - len(absorbed))
+        graph.add_node(_FUSED[base.op], ins, [out], attrs, name=base.name,
+                       index=index - len(absorbed))
         fused += 1
     if fused:
         graph.toposort()

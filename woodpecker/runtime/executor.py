@@ -3,7 +3,7 @@ right after its last reader so peak memory follows the schedule."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

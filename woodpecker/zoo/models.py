@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -100,7 +100,7 @@ def export(name: str, output: "str | os.PathLike | None" = None, seed: int = 0) 
 
     from woodpecker.frontend.torch_import import export_module
 
-    spec = _get(name)
+    _get(name)
     cached = cache_dir() / "zoo" / f"{name}-seed{seed}-v{ZOO_VERSION}.onnx"
     if not cached.is_file():
         import torch

@@ -1,0 +1,101 @@
+"""Plans round-trip; the executor validates inputs; corrupt or edited plans are refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import woodpecker
+from tests.helpers import conv_bn_relu_residual, ort_run, rand
+from woodpecker.errors import InputError, PlanError
+from woodpecker.runtime.plan import PLAN_FILE, WEIGHTS_FILE
+
+
+@pytest.fixture
+def compiled():
+    return woodpecker.compile(conv_bn_relu_residual(), threads=1)
+
+
+@pytest.fixture
+def plan_dir(compiled, tmp_path):
+    d = tmp_path / "m.wpk"
+    compiled.save(d)
+    return d
+
+
+def test_roundtrip(compiled, plan_dir):
+    x = rand(1, 8, 6, 6)
+    loaded = woodpecker.load(plan_dir)
+    np.testing.assert_array_equal(loaded(x), compiled(x))
+    np.testing.assert_allclose(loaded(x), ort_run(conv_bn_relu_residual(), {"x": x})[0],
+                               rtol=1e-4, atol=1e-5)
+    assert loaded.plan.engines == compiled.plan.engines
+    doc = json.loads((plan_dir / PLAN_FILE).read_text())
+    assert doc["schema_version"] == 1 and doc["order"] == [n["name"] for n in doc["nodes"]]
+
+
+def test_no_pickle_in_weights(plan_dir):
+    with np.load(plan_dir / WEIGHTS_FILE, allow_pickle=False) as z:
+        assert all(z[k].dtype != object for k in z.files)
+
+
+@pytest.mark.parametrize("feeds, match", [
+    ({"x": rand(1, 8, 5, 6)}, "has shape 1x8x5x6, expected 1x8x6x6"),
+    ({"x": rand(1, 8, 6, 6).astype(np.float64)}, "dtype float64, expected float32"),
+    ({}, "missing input 'x'"),
+    ({"x": rand(1, 8, 6, 6), "z": rand(1)}, "unknown input 'z'"),
+])
+def test_input_validation(compiled, feeds, match):
+    with pytest.raises(InputError, match=match):
+        compiled.run(feeds)
+
+
+def test_intermediates_are_released(compiled):
+    """Every intermediate slot is freed after its last reader; only outputs survive."""
+    ex = compiled._executor
+    freed = [s for _, _, _, free in ex._steps for s in free]
+    assert len(freed) == len(set(freed))
+    out_slots = {s for _, s, _ in ex._outputs}
+    produced = {s for _, _, outs, _ in ex._steps for s in outs}
+    inputs = {s for _, s in ex._input_slots}
+    assert set(freed) == (produced | inputs) - out_slots
+
+
+def _edit(plan_dir, fn):
+    p = plan_dir / PLAN_FILE
+    doc = json.loads(p.read_text())
+    fn(doc)
+    p.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda d: (d / PLAN_FILE).write_text((d / PLAN_FILE).read_text()[:200]), "not valid JSON"),
+    (lambda d: _edit(d, lambda doc: doc.update(schema_version=99)), "schema version 99"),
+    (lambda d: _edit(d, lambda doc: doc["weights"]["tensors"][0].update(shape=[3])),
+     "stored .* plan says"),
+    (lambda d: _edit(d, lambda doc: doc["nodes"][0].update(op="Bogus")), "unknown op 'Bogus'"),
+    (lambda d: _edit(d, lambda doc: doc["nodes"].reverse()), "disagree"),
+    (lambda d: _edit(d, lambda doc: doc["nodes"][0]["inputs"].__setitem__(0, "ghost")),
+     "reads 'ghost'"),
+    (lambda d: _edit(d, lambda doc: doc.pop("nodes")), "corrupt"),
+    (lambda d: (d / WEIGHTS_FILE).write_bytes(b"PK\x03\x04broken"), "sha256 differs"),
+    (lambda d: (d / PLAN_FILE).unlink(), "not a Woodpecker plan"),
+])
+def test_damaged_plan_refused(plan_dir, damage, match):
+    damage(plan_dir)
+    with pytest.raises(PlanError, match=match):
+        woodpecker.load(plan_dir)
+
+
+def test_failed_save_keeps_previous_plan(compiled, plan_dir, monkeypatch):
+    before = (plan_dir / PLAN_FILE).read_bytes()
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+    monkeypatch.setattr("woodpecker.runtime.plan.json.dumps", boom)
+    with pytest.raises(OSError):
+        compiled.save(plan_dir)
+    assert (plan_dir / PLAN_FILE).read_bytes() == before
+    woodpecker.load(plan_dir)

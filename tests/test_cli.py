@@ -1,0 +1,102 @@
+"""The `woodpecker` command: every subcommand on a small model, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from tests.helpers import conv_bn_relu_residual, rand
+from woodpecker.cli import main
+from woodpecker.ops import SUPPORTED
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    p = tmp_path / "m.onnx"
+    onnx.save(conv_bn_relu_residual(), p)
+    return p
+
+
+def test_ops(capsys):
+    assert main(["ops"]) == 0
+    assert capsys.readouterr().out.split() == SUPPORTED
+
+
+def test_compile_run_inspect(model_file, tmp_path, capsys):
+    plan = tmp_path / "m.wpk"
+    assert main(["compile", str(model_file), "-o", str(plan), "--engines", "torch,numpy"]) == 0
+    x = rand(1, 8, 6, 6)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    assert main(["run", str(plan), "--input", f"x={tmp_path / 'x.npy'}",
+                 "--output-dir", str(out)]) == 0
+    assert np.load(out / "y.npy").shape == (1, 288)
+    assert main(["inspect", str(plan), "--json", str(tmp_path / "i.json")]) == 0
+    doc = json.loads((tmp_path / "i.json").read_text())
+    assert [n["op"] for n in doc["nodes"]] == ["FusedConv", "FusedConv", "Reshape"]
+    assert doc["total_flops"] > 0
+
+
+def test_bench_json(model_file, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["bench", str(model_file), "--against", "onnxruntime", "--runs", "3",
+                 "--warmup", "1", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["runs"] == 3 and set(r["results"]) == {"woodpecker", "onnxruntime"}
+    assert {"median_ms", "p10_ms", "p90_ms"} <= set(r["results"]["woodpecker"])
+    assert r["max_rel_diff"] < 1e-4 and r["versions"]["onnxruntime"]
+
+
+def test_bench_torch_needs_zoo_model(model_file, capsys):
+    assert main(["bench", str(model_file), "--against", "torch", "--runs", "1"]) == 1
+    assert "needs a zoo model" in capsys.readouterr().err
+
+
+def _err(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("woodpecker: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_errors_are_one_line(model_file, tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"garbage" * 100)
+    assert main(["compile", str(bad), "-o", str(tmp_path / "p")]) == 1
+    assert "not a valid ONNX model" in _err(capsys)
+
+    plan = tmp_path / "m.wpk"
+    assert main(["compile", str(model_file), "-o", str(plan)]) == 0
+    capsys.readouterr()
+    for arr, what in ((rand(1, 8, 6, 5), "has shape"), (rand(1, 8, 6, 6).astype(np.int32),
+                                                        "has dtype int32")):
+        np.save(tmp_path / "x.npy", arr)
+        assert main(["run", str(plan), "--input", f"x={tmp_path / 'x.npy'}",
+                     "--output-dir", str(tmp_path / "o")]) == 1
+        assert what in _err(capsys)
+    assert main(["run", str(plan), "--output-dir", str(tmp_path / "o")]) == 1
+    assert "missing input 'x'" in _err(capsys)
+
+    (plan / "plan.json").write_text((plan / "plan.json").read_text()[:100])
+    assert main(["run", str(plan), "--output-dir", str(tmp_path / "o")]) == 1
+    assert "not valid JSON" in _err(capsys)
+
+
+def test_unsupported_op_exit_code(tmp_path):
+    """A real process: one line on stderr, exit status 1, no traceback."""
+    from onnx import helper
+
+    from tests.helpers import make_model
+    m = make_model([helper.make_node("Einsum", ["x", "x"], ["y"], equation="i,i->i")],
+                   [("x", [3])], [("y", [3])])
+    p = tmp_path / "u.onnx"
+    onnx.save(m, p)
+    r = subprocess.run([sys.executable, "-m", "woodpecker.cli", "compile", str(p), "-o",
+                        str(tmp_path / "u.wpk")], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert r.stderr.strip() == "woodpecker: error: unsupported ops: Einsum (first node " \
+                               "'Einsum_0')"

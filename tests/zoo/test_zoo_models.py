@@ -1,0 +1,39 @@
+"""Every zoo model compiles, runs, round-trips through a plan, and matches ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import woodpecker
+from woodpecker import zoo
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", list(zoo.MODELS))
+def test_zoo_model_matches_onnxruntime(name, tmp_path):
+    import onnxruntime as ort
+
+    path = zoo.export(name)
+    x = zoo.model_input(name, seed=1)
+    model = woodpecker.compile(str(path), threads=2)
+    y = model(x)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    ref = ort.InferenceSession(str(path), so).run(None, {"input": x})[0]
+    rel = float(np.max(np.abs(y - ref)) / np.max(np.abs(ref)))
+    assert rel <= 1e-4, f"{name}: max_rel_diff {rel:.2e}"
+    model.save(tmp_path / "plan")
+    np.testing.assert_array_equal(woodpecker.load(tmp_path / "plan")(x), y)
+
+
+def test_zoo_export_is_deterministic(tmp_path):
+    a = zoo.export("squeezenet1_1", tmp_path / "a.onnx")
+    assert a.read_bytes() == zoo.export("squeezenet1_1").read_bytes()
+    np.testing.assert_array_equal(zoo.model_input("resnet18"), zoo.model_input("resnet18"))
+
+
+def test_unknown_zoo_model():
+    with pytest.raises(woodpecker.WoodpeckerError, match="unknown zoo model 'vgg99'"):
+        zoo.export("vgg99")
