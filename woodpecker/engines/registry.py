@@ -55,9 +55,13 @@ def parse_engines(spec: "str | Iterable[str] | None") -> list[str]:
 
 
 def preference(node: Node) -> tuple[str, ...]:
+    """Compute ops go to ONNX Runtime first: measured on the 2-core AVX-512 machine, its MLAS
+    kernels beat torch/oneDNN per node at batch 1 (ResNet-18 31 ms vs 46 ms end to end), and
+    keeping compute in one library avoids one library's idle threads spinning while the other
+    works. torch is the fallback for what ORT declines."""
     if node.op in _MOVEMENT:
         return ("numpy", "torch", "onnxruntime")
-    return ("torch", "onnxruntime", "numpy")
+    return ("onnxruntime", "torch", "numpy")
 
 
 def choose(node: Node, allowed: list[str], ctx: BuildContext) -> str:

@@ -14,6 +14,7 @@ import numpy as np
 
 from woodpecker.engines.base import BuildContext, Engine, Kernel, runtime_positions
 from woodpecker.ir.graph import Node
+from woodpecker.ir.pattern import const_inputs
 from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS
 from woodpecker.ops.shape import slice_index
 
@@ -353,17 +354,11 @@ def _accept_conv(node: Node) -> bool:
     return 1 <= len(node.inputs[0].shape) - 2 <= 3 and _accept_epilogue(node)
 
 
-def _accept_const_inputs(*positions: int) -> Callable[[Node], bool]:
-    def check(node: Node) -> bool:
-        return all(node.input(i) is None or node.inputs[i].data is not None for i in positions)
-    return check
-
-
 _ACCEPTS: dict[str, Callable[[Node], bool]] = {
     "Conv": _accept_conv, "FusedConv": _accept_conv,
     "FusedGemm": _accept_epilogue, "FusedMatMul": _accept_epilogue,
     "MaxPool": _accept_pool, "AveragePool": _accept_pool,
-    "Clip": _accept_const_inputs(1, 2),
+    "Clip": lambda n: const_inputs(n, 1, 2),
     "Dropout": lambda n: len(n.outputs) == 1,
     "LayerNormalization": lambda n: len(n.outputs) == 1,
     "Slice": lambda n: all(st > 0 for _, _, st in n.attrs["_slices"]),

@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.ir.graph import Graph, Node
+from woodpecker.ir.pattern import const_inputs, producer, sole_reader
 
 
 def _bn_scale(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
-    params = bn.inputs[1:5]
-    if any(p is None or not p.is_const for p in params):
+    if not const_inputs(bn, 1, 2, 3, 4):
         return None
-    gamma, beta, mean, var = (p.data.astype(np.float64) for p in params)
+    gamma, beta, mean, var = (p.data.astype(np.float64) for p in bn.inputs[1:5])
     s = gamma / np.sqrt(var + bn.attr("epsilon", 1e-5))
     return s, beta - mean * s
 
@@ -26,13 +26,11 @@ def fold_batchnorm(graph: Graph) -> int:
         if bn.op != "BatchNormalization" or len(bn.outputs) != 1:
             continue
         x = bn.inputs[0]
-        prod = x.producer
-        if prod is None or prod.op not in ("Conv", "Gemm") or len(x.consumers) != 1 \
-                or graph.is_output(x) or not graph.can_bypass(x, bn.outputs[0]):
+        prod = producer(x, "Conv", "Gemm")
+        if prod is None or sole_reader(graph, x) is None or not graph.can_bypass(x, bn.outputs[0]):
             continue
-        w = prod.inputs[1]
-        bias = prod.input(2)
-        if not w.is_const or (bias is not None and not bias.is_const):
+        w, bias = prod.inputs[1], prod.input(2)
+        if not const_inputs(prod, 1, 2):
             continue
         if prod.op == "Gemm" and prod.attr("transA", 0):
             continue

@@ -12,12 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.ir.pattern import const_inputs, sole_reader
 from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS
 
 _FUSED = {base: fused for fused, (base, _) in BASE_INPUTS.items()}
 
 
-def _step(graph: Graph, node: Node, y: Value) -> tuple[dict, Value | None] | None:
+def _step(node: Node, y: Value) -> tuple[dict, Value | None] | None:
     """The epilogue step `node` would add on top of `y`, with its operand, or None."""
     if node.op == "Add":
         a, b = node.inputs
@@ -31,10 +32,10 @@ def _step(graph: Graph, node: Node, y: Value) -> tuple[dict, Value | None] | Non
         return None
     step = {"op": node.op}
     if node.op == "Clip":
+        if not const_inputs(node, 1, 2):
+            return None
         for i, key in ((1, "min"), (2, "max")):
             v = node.input(i)
-            if v is not None and not v.is_const:
-                return None
             step[key] = None if v is None else float(v.data.reshape(-1)[0])
     else:
         step.update({k: v for k, v in node.attrs.items() if not k.startswith("_")})
@@ -50,9 +51,8 @@ def fuse_epilogues(graph: Graph) -> int:
         steps: list[dict] = []
         operands: list[Value] = []
         absorbed: list[Node] = []
-        while len(y.consumers) == 1 and not graph.is_output(y):
-            nxt = y.consumers[0]
-            found = _step(graph, nxt, y)
+        while (nxt := sole_reader(graph, y)) is not None:
+            found = _step(nxt, y)
             if found is None:
                 break
             step, operand = found
