@@ -50,9 +50,8 @@ def openvino_runner(onnx_bytes: bytes, threads: int) -> Runner:
     except ImportError:
         raise WoodpeckerError("openvino is not installed (pip install -e .[bench])") from None
     core = ov.Core()
-    model = core.read_model(onnx_bytes) if hasattr(core, "read_model") else None
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads,
-                                                 "PERFORMANCE_HINT": "LATENCY"})
+    config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"}
+    compiled = core.compile_model(core.read_model(onnx_bytes), "CPU", config)
     request = compiled.create_infer_request()
 
     def run(feeds):

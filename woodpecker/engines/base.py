@@ -58,12 +58,14 @@ def runtime_positions(node: Node) -> list[int]:
     return [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
 
 
-def full_inputs(node: Node) -> Callable[[Sequence[np.ndarray]], list[np.ndarray | None]]:
-    """A function merging run-time inputs with the node's bound constants, in input order."""
-    template = [None if v is None else v.data for v in node.inputs]
+def full_inputs(node: Node, constants: list | None = None) -> Callable[[Sequence], list]:
+    """A function merging run-time inputs with the node's bound constants, in input order.
+    `constants` (one entry per input) replaces the numpy data, e.g. with torch tensors."""
+    template = constants if constants is not None else \
+        [None if v is None else v.data for v in node.inputs]
     slots = runtime_positions(node)
 
-    def merge(args: Sequence[np.ndarray]) -> list[np.ndarray | None]:
+    def merge(args: Sequence) -> list:
         out = list(template)
         for i, a in zip(slots, args):
             out[i] = a
@@ -72,6 +74,5 @@ def full_inputs(node: Node) -> Callable[[Sequence[np.ndarray]], list[np.ndarray 
     return merge
 
 
-FLOAT = frozenset({"float32"})
 NUMERIC = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
                      "uint16", "uint32", "uint64", "bool"})

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from woodpecker.engines.base import BuildContext, Engine, Kernel, runtime_positions
+from woodpecker.engines.base import BuildContext, Engine, Kernel, full_inputs, runtime_positions
 from woodpecker.ir.graph import Node
 from woodpecker.ir.pattern import const_inputs
 from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS
@@ -96,18 +96,10 @@ def _to_torch(data: np.ndarray):
 
 def _args(node: Node, consts: list, fn: Callable) -> Callable:
     """Adapt `fn(*all_inputs)` to the kernel's run-time-only arguments."""
-    slots = runtime_positions(node)
-    if all(consts[i] is None for i in range(len(consts)) if i not in slots):
+    if all(c is None for c in consts):
         return fn
-    template = list(consts)
-
-    def call(*args):
-        full = list(template)
-        for i, a in zip(slots, args):
-            full[i] = a
-        return fn(*full)
-
-    return call
+    merge = full_inputs(node, consts)
+    return lambda *args: fn(*merge(args))
 
 
 # -- epilogues -----------------------------------------------------------------------------
