@@ -1,0 +1,101 @@
+"""Knob spaces: the one interface every searcher sees (Woodpecker-DL §2.2–2.4).
+
+A schedule template exposes named knobs, each with a finite domain, plus named validity
+constraints checked before anything is compiled (a register-blocking tile that needs more
+vector registers than the target has is never built). A configuration assigns one value to
+every knob. Searchers work on index vectors (`encode`/`decode`), so random search, the genetic
+search and RL all operate on any template unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+Config = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    values: tuple
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ValueError(f"knob {self.name!r} has an empty domain")
+        if len(set(self.values)) != len(self.values):
+            raise ValueError(f"knob {self.name!r} repeats a value")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A named predicate over a configuration; `check(config)` is True when it holds."""
+
+    name: str
+    check: Callable[[Config], bool]
+
+
+class KnobSpace:
+    def __init__(self, knobs: list[Knob], constraints: list[Constraint] | None = None) -> None:
+        names = [k.name for k in knobs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate knob names in {names}")
+        self.knobs = list(knobs)
+        self.constraints = list(constraints or [])
+        self._by_name = {k.name: k for k in knobs}
+
+    @property
+    def size(self) -> int:
+        """Number of configurations, valid or not (the raw product of the domains)."""
+        return math.prod(len(k.values) for k in self.knobs)
+
+    def violations(self, config: Config) -> list[str]:
+        """Names of the constraints `config` breaks (unknown or missing knobs included)."""
+        bad = [f"unknown knob {n}" for n in config if n not in self._by_name]
+        for k in self.knobs:
+            if k.name not in config:
+                bad.append(f"missing knob {k.name}")
+            elif config[k.name] not in k.values:
+                bad.append(f"{k.name}={config[k.name]!r} outside its domain")
+        if bad:
+            return bad
+        return [c.name for c in self.constraints if not c.check(config)]
+
+    def is_valid(self, config: Config) -> bool:
+        return not self.violations(config)
+
+    def encode(self, config: Config) -> list[int]:
+        return [k.values.index(config[k.name]) for k in self.knobs]
+
+    def decode(self, index: list[int]) -> Config:
+        return {k.name: k.values[i] for k, i in zip(self.knobs, index)}
+
+    def sample(self, rng: random.Random, tries: int = 10_000) -> Config:
+        """A uniformly random valid configuration (rejection sampling)."""
+        for _ in range(tries):
+            config = {k.name: rng.choice(k.values) for k in self.knobs}
+            if self.is_valid(config):
+                return config
+        raise ValueError(f"no valid configuration found in {tries} samples of a space of "
+                         f"{self.size}")
+
+    def valid_configs(self) -> Iterator[Config]:
+        """Every valid configuration, in index order (for small spaces and tests)."""
+        for values in itertools.product(*(k.values for k in self.knobs)):
+            config = dict(zip((k.name for k in self.knobs), values))
+            if self.is_valid(config):
+                yield config
+
+    @staticmethod
+    def key(config: Config) -> str:
+        """A stable text key for a configuration (records, caches)."""
+        return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+    def describe(self) -> list[dict]:
+        return [{"knob": k.name, "values": list(k.values)} for k in self.knobs] + \
+            [{"constraint": c.name} for c in self.constraints]
