@@ -10,8 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.ops.conv import conv
-from woodpecker.ops.fused import apply_epilogue
 from woodpecker.tune.task import ConvTask
 
 pytest.importorskip("halide")
@@ -27,30 +25,17 @@ TASKS = [
 ]
 
 
-def _reference(task, x, w, b, res):
-    attrs = {"_pads": [task.pads[0], task.pads[1], task.pads[2], task.pads[3]],
-             "strides": list(task.stride), "dilations": list(task.dilation), "group": 1}
-    y = conv(attrs, x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), b)
-    steps = [{"op": s[0], **({"min": s[1], "max": s[2]} if s[0] == "Clip" else {})}
-             for s in task.epilogue]
-    return apply_epilogue(y.transpose(0, 2, 3, 1), steps, res)
-
-
 @settings(max_examples=12, deadline=None)
 @given(st.sampled_from(range(len(TASKS))), st.integers(0, 2**16))
 def test_random_valid_config_is_correct(which, seed):
     task = TASKS[which]
     space = conv_direct.space(task)
     config = space.sample(random.Random(seed))
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((task.n, task.h, task.w, task.c)).astype(np.float32)
-    w = rng.standard_normal((task.kh, task.kw, task.c, task.k)).astype(np.float32)
-    b = rng.standard_normal(task.k).astype(np.float32) if task.has_bias else None
-    res = [rng.standard_normal((task.n, task.out_h, task.out_w, task.k)).astype(np.float32)
-           for s in task.epilogue if s[0] == "Add"]
-    got = conv_direct.build(task, config)(x, w, b, *res)
-    np.testing.assert_allclose(got, _reference(task, x, w, b, res), rtol=1e-4, atol=1e-4,
+    inputs = task.random_inputs(seed)
+    got = conv_direct.build(task, config)(*inputs)
+    np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4,
                                err_msg=str(config))
+    assert task.from_json(task.to_json()) == task
 
 
 def test_register_constraint_prunes_the_space():

@@ -66,7 +66,8 @@ def _activation(hl, e, step):
 
 
 def build(task: ConvTask, config: dict, threads: int = 2) -> Callable[..., np.ndarray]:
-    """Compile `task` with `config`; returns run(x_nhwc, w_hwio, bias|None, *residuals)."""
+    """Compile `task` with `config`; returns run(*arrays) taking `ConvTask.random_inputs`'s
+    order: x (NHWC), w (HWIO), bias when the task has one, then one residual per Add step."""
     hl = halide(threads)
     f32 = hl.Float(32)
     x = hl.ImageParam(f32, 4, "x")
@@ -119,13 +120,9 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> Callable[..., np.nd
     kernel = out.compile_to_callable(params, target)
     shape = (task.n, task.out_h, task.out_w, task.k)
 
-    def run(xa, wa, ba=None, *ra):
+    def run(*arrays):
         y = np.empty(shape, np.float32)
-        bufs = [hl.Buffer(xa), hl.Buffer(wa)]
-        if b is not None:
-            bufs.append(hl.Buffer(ba))
-        bufs += [hl.Buffer(a) for a in ra]
-        kernel(*bufs, hl.Buffer(y))
+        kernel(*(hl.Buffer(a) for a in arrays), hl.Buffer(y))
         return y
 
     return run

@@ -1,0 +1,29 @@
+"""A template whose configurations misbehave on purpose, for fault-injection tests:
+`mode` = ok | crash (segfault) | hang | wrong | raise."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+from woodpecker.tune.space import Knob, KnobSpace
+
+
+def space(task, vector_registers=16):
+    return KnobSpace([Knob("mode", ("ok", "crash", "hang", "wrong", "raise"))])
+
+
+def build(task, config, threads=2):
+    mode = config["mode"]
+    if mode == "raise":
+        raise RuntimeError("Halide: cannot schedule this")
+
+    def run(*inputs):
+        if mode == "crash":
+            ctypes.string_at(0)  # reads address 0: SIGSEGV
+        if mode == "hang":
+            time.sleep(3600)
+        out = task.reference(list(inputs))
+        return out + 1.0 if mode == "wrong" else out
+
+    return run

@@ -1,0 +1,40 @@
+"""Fault injection: candidates that segfault, hang, fail to build or return wrong values are
+reported invalid, and the worker keeps serving the next candidate."""
+
+from __future__ import annotations
+
+import pytest
+
+from woodpecker.tune.measure import Measurer
+from woodpecker.tune.task import ConvTask
+
+TASK = ConvTask(1, 4, 6, 6, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, (("Relu",),))
+FAULTY = "tests.tune.faulty_template"
+
+
+@pytest.fixture
+def measurer():
+    with Measurer(threads=1, timeout_s=10, repeats=2) as m:
+        yield m
+
+
+def test_faults_are_invalid_and_measuring_continues():
+    measurer = Measurer(threads=1, timeout_s=3, repeats=2)
+    results = {}
+    for mode in ("ok", "crash", "ok", "hang", "wrong", "raise", "ok"):
+        m = measurer.measure(FAULTY, TASK, {"mode": mode})
+        results.setdefault(mode, []).append(m)
+    assert all(m.ok and m.cost_s > 0 for m in results["ok"])
+    assert "worker crashed (signal 11)" in results["crash"][0].error
+    assert "timed out" in results["hang"][0].error
+    assert "wrong result" in results["wrong"][0].error
+    assert "build failed: Halide: cannot schedule this" in results["raise"][0].error
+    measurer.close()
+
+
+def test_real_halide_candidate(measurer):
+    pytest.importorskip("halide")
+    config = {"vec": 8, "co_block": 1, "x_block": 3, "parallel": "rows", "pad": "inline",
+              "unroll_kw": False}
+    m = measurer.measure("woodpecker.engines.halide.conv_direct", TASK, config)
+    assert m.ok, m.error

@@ -1,0 +1,95 @@
+"""Measure candidates in an isolated worker process with a time limit (Woodpecker-DL §2.3
+Step 2: compile just in time, run, time). A crash, hang, build error or wrong output makes the
+candidate invalid and the worker is restarted; the search goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from woodpecker.tune.task import ConvTask
+
+
+@dataclass(frozen=True)
+class Measurement:
+    cost_s: float | None
+    error: str | None = None
+    compile_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.cost_s is not None
+
+
+class Measurer:
+    """A worker process pinned to `threads`; `measure` returns within `timeout_s`."""
+
+    def __init__(self, threads: int = 2, timeout_s: float = 60.0, repeats: int = 10,
+                 seed: int = 0) -> None:
+        self.threads, self.timeout_s, self.repeats, self.seed = threads, timeout_s, repeats, seed
+        self._proc: subprocess.Popen | None = None
+        self._stderr = tempfile.TemporaryFile()
+
+    def _start(self) -> subprocess.Popen:
+        if self._proc is None or self._proc.poll() is not None:
+            env = dict(os.environ, HL_NUM_THREADS=str(self.threads),
+                       OMP_NUM_THREADS=str(self.threads))
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "woodpecker.tune.worker", str(self.threads)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
+                text=True, bufsize=1)
+        return self._proc
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def measure(self, template: str, task: ConvTask, config: dict) -> Measurement:
+        proc = self._start()
+        req = {"template": template, "task": task.to_json(), "config": config,
+               "repeats": self.repeats, "seed": self.seed}
+        try:
+            proc.stdin.write(json.dumps(req) + "\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            return self._died(proc)
+        ready, _, _ = select.select([proc.stdout], [], [], self.timeout_s)
+        if not ready:
+            self._kill()
+            return Measurement(None, f"timed out after {self.timeout_s:g}s")
+        line = proc.stdout.readline()
+        if not line:
+            return self._died(proc)
+        reply = json.loads(line)
+        if not reply["ok"]:
+            return Measurement(None, reply["error"])
+        return Measurement(reply["cost_s"], None, reply["compile_s"])
+
+    def _died(self, proc: subprocess.Popen) -> Measurement:
+        code = proc.wait()
+        self._proc = None
+        how = f"signal {-code}" if code < 0 else f"exit status {code}"
+        return Measurement(None, f"worker crashed ({how})")
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._kill()
+            self._proc = None
+        self._stderr.close()
+
+    def __enter__(self) -> "Measurer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

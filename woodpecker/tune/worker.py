@@ -1,0 +1,75 @@
+"""The measurement worker: a separate process that builds and times candidates, so that a
+kernel which crashes, hangs or corrupts memory takes down only this process.
+
+Protocol: one JSON request per line on stdin, one JSON reply per line on stdout (no pickle).
+Request: {"template": module path, "task": ConvTask JSON, "config": {...}, "repeats": int,
+"seed": int}. Reply: {"ok": true, "cost_s", "compile_s", "rel_err"} or {"ok": false, "error"}.
+A candidate is valid only when its output matches the numpy reference (max error relative to
+the reference's largest magnitude ≤ 1e-4).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from woodpecker.tune.task import ConvTask
+
+TOLERANCE = 1e-4
+
+
+def measure_one(req: dict, threads: int, cache: dict) -> dict:
+    task = ConvTask.from_json(req["task"])
+    template = importlib.import_module(req["template"])
+    key = (task.key, req.get("seed", 0))
+    if key not in cache:
+        inputs = task.random_inputs(req.get("seed", 0))
+        cache.clear()
+        cache[key] = (inputs, task.reference(inputs))
+    inputs, ref = cache[key]
+    t0 = time.perf_counter()
+    try:
+        run = template.build(task, req["config"], threads)
+    except Exception as e:  # noqa: BLE001 - a compile error invalidates this candidate only
+        return {"ok": False, "error": f"build failed: {str(e).splitlines()[0][:300]}"}
+    compile_s = time.perf_counter() - t0
+    out = run(*inputs)
+    scale = max(float(np.max(np.abs(ref))), 1e-30)
+    if out.shape != ref.shape:
+        return {"ok": False, "error": f"wrong output shape {out.shape}, expected {ref.shape}"}
+    rel = float(np.max(np.abs(out - ref))) / scale
+    if not rel <= TOLERANCE:
+        return {"ok": False, "error": f"wrong result: relative error {rel:.2e}"}
+    for _ in range(2):
+        run(*inputs)
+    times = []
+    for _ in range(max(1, req.get("repeats", 10))):
+        t = time.perf_counter()
+        run(*inputs)
+        times.append(time.perf_counter() - t)
+    return {"ok": True, "cost_s": statistics.median(times), "compile_s": compile_s,
+            "rel_err": rel}
+
+
+def main() -> int:
+    threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    cache: dict = {}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            reply = measure_one(json.loads(line), threads, cache)
+        except Exception as e:  # noqa: BLE001 - report, keep serving
+            reply = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
