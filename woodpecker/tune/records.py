@@ -1,0 +1,65 @@
+"""The tuning log: append-only JSON lines, one record per measured candidate, reused across
+models and runs (Woodpecker-DL's caching of search results).
+
+Each record is written with one `write` of a whole line, flushed and fsynced, so a kill at any
+moment loses at most the line being written. A torn last line is skipped when reading, and the
+next append starts on a fresh line so it never glues onto the fragment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from woodpecker.tune.space import KnobSpace
+
+
+class TuningLog:
+    def __init__(self, path: "str | os.PathLike") -> None:
+        self.path = Path(path)
+        self.records: list[dict] = []
+        self.skipped_lines = 0
+        if self.path.exists():
+            self._read()
+
+    def _read(self) -> None:
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    self.skipped_lines += 1
+                    continue
+                if isinstance(rec, dict) and {"task", "template", "config"} <= rec.keys():
+                    self.records.append(rec)
+                else:
+                    self.skipped_lines += 1
+
+    def append(self, record: dict) -> None:
+        record = dict(record, time=record.get("time") or time.strftime("%Y-%m-%dT%H:%M:%S"))
+        line = json.dumps(record, sort_keys=True) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a+b") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    line = "\n" + line
+            f.write(line.encode())
+            f.flush()
+            os.fsync(f.fileno())
+        self.records.append(record)
+
+    def measured(self, task_key: str, template: str) -> dict[str, dict]:
+        """Records of one task and template, by configuration key (latest wins)."""
+        return {KnobSpace.key(r["config"]): r for r in self.records
+                if r["task"] == task_key and r["template"] == template}
+
+    def best(self, task_key: str) -> dict | None:
+        """The fastest valid record of a task over every template."""
+        valid = [r for r in self.records if r["task"] == task_key and r.get("cost_s")]
+        return min(valid, key=lambda r: r["cost_s"]) if valid else None

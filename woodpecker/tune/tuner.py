@@ -1,0 +1,64 @@
+"""Tune one task: ask the searcher, measure new candidates in the worker, append every
+measurement to the log, tell the searcher, until it is done or the budget runs out. Configs
+already in the log are never re-measured (resume, and reuse across models)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import time
+from collections.abc import Callable
+
+from woodpecker.tune.measure import Measurer
+from woodpecker.tune.records import TuningLog
+from woodpecker.tune.space import KnobSpace
+from woodpecker.tune.task import ConvTask
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for dist in ("woodpecker", "halide", "numpy"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def tune_task(task: ConvTask, template: str, space: KnobSpace, searcher, measurer: Measurer,
+              log: TuningLog, *, searcher_name: str, seed: int, deadline: float | None = None,
+              max_trials: int | None = None,
+              progress: Callable[[dict], None] | None = None) -> dict | None:
+    """Returns the best valid record for the task (from this run or earlier ones)."""
+    known = log.measured(task.key, template)
+    trials = 0
+    stamp = {"searcher": searcher_name, "seed": seed, "params": searcher.params,
+             "versions": versions()}
+
+    def out_of_budget() -> bool:
+        return (deadline is not None and time.monotonic() >= deadline) or \
+            (max_trials is not None and trials >= max_trials)
+
+    while not out_of_budget():
+        configs = searcher.ask()
+        if not configs:
+            break
+        told, costs = [], []
+        for config in configs:
+            key = KnobSpace.key(config)
+            rec = known.get(key)
+            if rec is None:
+                if out_of_budget():
+                    break
+                m = measurer.measure(template, task, config)
+                rec = {"task": task.key, "template": template, "config": config,
+                       "cost_s": m.cost_s, "error": m.error, "compile_s": m.compile_s,
+                       "gflops": task.flops / m.cost_s / 1e9 if m.ok else None, **stamp}
+                log.append(rec)
+                known[key] = rec
+                trials += 1
+                if progress:
+                    progress(rec)
+            told.append(config)
+            costs.append(rec.get("cost_s"))
+        searcher.tell(told, costs)
+    return log.best(task.key)
