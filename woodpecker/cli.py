@@ -149,6 +149,83 @@ def cmd_inspect(args) -> None:
         print(f"wrote {args.json}")
 
 
+def _task_line(t) -> str:
+    return (f"conv {t.kh}x{t.kw}/{t.stride[0]} {t.c}->{t.k} @ {t.h}x{t.w}"
+            + (" +" + "+".join(s[0] for s in t.epilogue) if t.epilogue else ""))
+
+
+def cmd_tune(args) -> None:
+    import time
+
+    from woodpecker.engines.halide.conv_direct import space as conv_space
+    from woodpecker.engines.halide.runtime import host_vector_registers
+    from woodpecker.target import Target
+    from woodpecker.tune.extract import extract_tasks, parse_budget
+    from woodpecker.tune.measure import Measurer
+    from woodpecker.tune.records import TuningLog
+    from woodpecker.tune.searchers import make_searcher
+    from woodpecker.tune.tuner import tune_task
+
+    model = _load_or_compile(args)
+    target = Target.parse("cpu", args.threads)
+    regs = host_vector_registers(target.isa)
+    groups = extract_tasks(model.graph)
+    if args.show_space:
+        for i, g in enumerate(groups):
+            sp = conv_space(g.task, regs)
+            valid = sum(1 for _ in sp.valid_configs())
+            print(f"task {i}: {_task_line(g.task)}  ({len(g.nodes)} layer(s), "
+                  f"{g.task.flops / 1e6:.1f} MFLOP)  template conv2d_direct_nhwc")
+            print(f"  space: {sp.size} configurations, {valid} valid")
+            for k in sp.knobs:
+                print(f"    {k.name}: {list(k.values)}")
+            for c in sp.constraints:
+                print(f"    constraint: {c.name}")
+        return
+    if not args.tuning_log:
+        raise WoodpeckerError("tune needs --tuning-log FILE (or --show-space)")
+    try:
+        budget = parse_budget(args.budget)
+    except ValueError as e:
+        raise WoodpeckerError(str(e)) from None
+    log = TuningLog(args.tuning_log)
+    if log.records and not args.resume:
+        raise WoodpeckerError(f"{args.tuning_log} already holds {len(log.records)} records; "
+                              "pass --resume to continue it")
+    if log.skipped_lines:
+        print(f"note: skipped {log.skipped_lines} unreadable line(s) in {args.tuning_log}",
+              file=sys.stderr)
+    start = time.monotonic()
+    end = start + budget
+    with Measurer(threads=target.threads, timeout_s=args.timeout) as measurer:
+        for i, g in enumerate(groups):
+            now = time.monotonic()
+            if now >= end:
+                break
+            share = (end - now) / (len(groups) - i)
+            best = {"gflops": 0.0}
+
+            def progress(rec, i=i, best=best):
+                if rec.get("gflops") and rec["gflops"] > best["gflops"]:
+                    best["gflops"] = rec["gflops"]
+                el = time.monotonic() - start
+                status = f"{rec['gflops']:.1f} GFLOP/s" if rec.get("gflops") else \
+                    f"invalid: {rec['error'][:40]}"
+                print(f"task {i + 1}/{len(groups)}  {status:<48} best {best['gflops']:.1f} "
+                      f"GFLOP/s  elapsed {el:.0f}s  left {max(0, budget - el):.0f}s",
+                      file=sys.stderr, flush=True)
+
+            space = conv_space(g.task, regs)
+            searcher = make_searcher(args.search, space, args.seed + i)
+            rec = tune_task(g.task, g.template, space, searcher, measurer, log,
+                            searcher_name=args.search, seed=args.seed + i,
+                            deadline=now + share, max_trials=args.max_trials,
+                            progress=progress)
+            got = f"{rec['gflops']:.1f} GFLOP/s" if rec else "no valid configuration"
+            print(f"task {i + 1}/{len(groups)} {_task_line(g.task)}: best {got}")
+    print(f"tuning log: {args.tuning_log} ({len(log.records)} records)")
+
+
 def cmd_ops(args) -> None:
     from woodpecker.ops import SUPPORTED
 
@@ -201,6 +278,19 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json")
     model_opts(i)
     i.set_defaults(fn=cmd_inspect)
+
+    t = sub.add_parser("tune", help="tune the model's kernels into a tuning log")
+    t.add_argument("model")
+    t.add_argument("--show-space", action="store_true", help="list tasks and knob spaces")
+    t.add_argument("--budget", default="15m", help="total time, e.g. 90s, 15m")
+    t.add_argument("--search", default="ga", choices=["ga", "random"])
+    t.add_argument("--tuning-log")
+    t.add_argument("--resume", action="store_true", help="continue an existing tuning log")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--max-trials", type=int, help="measurements per task at most")
+    t.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
+    model_opts(t)
+    t.set_defaults(fn=cmd_tune)
 
     o = sub.add_parser("ops", help="the supported ONNX op types")
     o.set_defaults(fn=cmd_ops)

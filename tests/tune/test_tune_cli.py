@@ -1,0 +1,77 @@
+"""`woodpecker tune` on a small model: the space listing, and SIGKILL mid-run followed by
+--resume loses no finished record and re-measures no configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from tests.helpers import make_model, rand
+from woodpecker.cli import main
+
+pytest.importorskip("halide")
+
+
+@pytest.fixture
+def conv_model(tmp_path):
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    m = make_model(nodes, [("x", [1, 8, 12, 12])], [("y", [1, 16, 12, 12])],
+                   {"w": rand(16, 8, 3, 3, seed=1), "b": rng.standard_normal(16)
+                    .astype(np.float32)})
+    p = tmp_path / "conv.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def test_show_space(conv_model, capsys):
+    assert main(["tune", str(conv_model), "--show-space"]) == 0
+    out = capsys.readouterr().out
+    assert "task 0: conv 3x3/1 8->16 @ 12x12 +Relu" in out and "valid" in out
+
+
+def _keys(path):
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    good = []
+    for ln in lines:
+        try:
+            good.append(json.loads(ln))
+        except json.JSONDecodeError:
+            pass
+    return [json.dumps(r["config"], sort_keys=True) for r in good], good
+
+
+def test_sigkill_then_resume(conv_model, tmp_path):
+    log = tmp_path / "tune.jsonl"
+    cmd = [sys.executable, "-m", "woodpecker.cli", "tune", str(conv_model), "--budget", "120s",
+           "--search", "random", "--tuning-log", str(log), "--threads", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if log.exists() and len(log.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before_keys, before = _keys(log)
+    assert len(before) >= 3
+    r = subprocess.run(cmd[:-4] + ["--tuning-log", str(log), "--max-trials", "3"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "pass --resume" in r.stderr
+    r = subprocess.run(cmd + ["--resume", "--max-trials", "3"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    after_keys, after = _keys(log)
+    assert after[: len(before)] == before                 # finished records intact
+    assert len(after_keys) == len(set(after_keys))        # nothing measured twice
+    assert len(after) > len(before)

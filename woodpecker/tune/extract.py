@@ -1,0 +1,42 @@
+"""Extract tuning tasks from an optimised graph: one per distinct convolution (shapes, fused
+epilogue, dtype); identical layers share a task (Woodpecker-DL §3.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from woodpecker.ir.graph import Graph
+from woodpecker.tune.task import ConvTask
+
+CONV_TEMPLATE = "woodpecker.engines.halide.conv_direct"
+
+
+@dataclass
+class TaskGroup:
+    task: ConvTask
+    template: str
+    nodes: list[str] = field(default_factory=list)
+
+
+def extract_tasks(graph: Graph) -> list[TaskGroup]:
+    from woodpecker.engines.halide import conv_direct
+
+    groups: dict[str, TaskGroup] = {}
+    for node in graph.nodes:
+        if node.op not in ("Conv", "FusedConv") or len(node.inputs[0].shape) != 4:
+            continue
+        task = ConvTask.from_node(node)
+        if not conv_direct.supports(task):
+            continue
+        groups.setdefault(task.key, TaskGroup(task, CONV_TEMPLATE)).nodes.append(node.name)
+    return list(groups.values())
+
+
+def parse_budget(text: str) -> float:
+    """Seconds from `90`, `90s`, `15m` or `1h`."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise ValueError(f"bad budget {text!r}: use e.g. 90s, 15m, 1h") from None
