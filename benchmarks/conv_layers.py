@@ -2,6 +2,10 @@
 zoo model at batch 1, tuned Halide vs torch/oneDNN vs ONNX Runtime (a single-node model), with
 the fused epilogue included in every runtime. Interleaved medians, 2 threads each.
 
+Caveat, measured: the runtimes share the process, and an OpenMP pool that spins after its call
+(torch's) slows the next runtime's call; with OMP_WAIT_POLICY=PASSIVE the ranking shifts
+markedly. Report the policy with the numbers.
+
 torch is timed in NCHW and in channels_last and its faster layout counts; the Halide kernel runs
 in NHWC (layout conversions are not counted here: this compares kernels, not plans).
 
@@ -11,7 +15,6 @@ in NHWC (layout conversions are not counted here: this compares kernels, not pla
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -39,11 +42,13 @@ def main() -> int:
 
     import woodpecker
     from woodpecker import zoo
-    from woodpecker.bench.compare import time_interleaved
+    from woodpecker.bench.compare import time_interleaved, write_json
     from woodpecker.bench.runners import versions
+    from woodpecker.engines.base import BuildContext
     from woodpecker.engines.halide import conv_direct
     from woodpecker.engines.halide.runtime import host_vector_registers
     from woodpecker.engines.ort_engine import session_options
+    from woodpecker.engines.torch_engine import TorchEngine
     from woodpecker.ir.to_onnx import nodes_model
     from woodpecker.target import Target
     from woodpecker.tune.extract import extract_tasks, parse_budget
@@ -91,11 +96,9 @@ def main() -> int:
                                         session_options(args.threads),
                                         providers=["CPUExecutionProvider"])
             feeds = dict(zip([vi.name for vi in onnx_model.graph.input], runtime_ins))
-            from woodpecker.engines.base import BuildContext
-            from woodpecker.engines.torch_engine import TorchEngine
             tk = TorchEngine().build(node, BuildContext(args.threads, model.graph.opset))
             xt = torch.from_numpy(x_nchw).contiguous(memory_format=torch.channels_last)
-            w_cl = torch.from_numpy(node.inputs[1].data).contiguous(
+            w_cl = torch.from_numpy(np.array(node.inputs[1].data)).contiguous(
                 memory_format=torch.channels_last)
             b_t = torch.from_numpy(node.inputs[2].data) if task.has_bias else None
             res_cl = [torch.from_numpy(r).contiguous(memory_format=torch.channels_last)
@@ -144,10 +147,8 @@ def main() -> int:
               "geomean_vs_onnxruntime": geomean("speedup_vs_onnxruntime")}
     print(f"geomean speed-up of tuned Halide: vs torch {result['geomean_vs_torch']:.3f}x, "
           f"vs onnxruntime {result['geomean_vs_onnxruntime']:.3f}x")
-    out = Path(args.json or f"benchmarks/results/conv_layers_{args.model}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {out}")
+    out = args.json or f"benchmarks/results/conv_layers_{args.model}.json"
+    print(f"wrote {write_json(out, result)}")
     return 0
 
 

@@ -8,14 +8,12 @@ PyTorch eager (executor overhead). Interleaved, 2 threads each; JSON under bench
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import woodpecker
 from woodpecker import zoo
-from woodpecker.bench.compare import benchmark, format_table
+from woodpecker.bench.compare import benchmark, format_table, write_json
 
 
 def main() -> int:
@@ -49,10 +47,7 @@ def main() -> int:
         print(f"{name:<21} {1 / d['speedup_vs']['onnxruntime']:>6.3f} "
               f"{1 / d['speedup_vs']['torch']:>9.3f} {1 / t['speedup_vs']['torch']:>21.3f} "
               f"{d['max_rel_diff']:>13.2e}")
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    print(f"wrote {out}")
+    print(f"wrote {write_json(args.json, report)}")
     return 0
 
 

@@ -111,7 +111,7 @@ def cmd_run(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from woodpecker.bench.compare import benchmark, format_table
+    from woodpecker.bench.compare import benchmark, format_table, write_json
 
     model = _load_or_compile(args)
     onnx_bytes = _reference_onnx(model, args.onnx, args.model)
@@ -122,9 +122,7 @@ def cmd_bench(args) -> None:
                        progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
     print(format_table(result))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1))
-        print(f"wrote {args.json}")
+        print(f"wrote {write_json(args.json, result)}")
 
 
 def cmd_inspect(args) -> None:

@@ -3,9 +3,11 @@ drift on a noisy machine hits all runtimes alike; medians and percentiles are re
 
 from __future__ import annotations
 
+import json
 import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -30,6 +32,14 @@ def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup
         if progress and (r + 1) % max(1, runs // 10) == 0:
             progress(f"round {r + 1}/{runs}")
     return times
+
+
+def write_json(path: "str | Path", doc: dict) -> Path:
+    """Write a benchmark result as indented JSON, creating folders; returns the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    return out
 
 
 def _stats(ms: list[float]) -> dict[str, float]:
