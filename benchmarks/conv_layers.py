@@ -2,9 +2,9 @@
 zoo model at batch 1, tuned Halide vs torch/oneDNN vs ONNX Runtime (a single-node model), with
 the fused epilogue included in every runtime. Interleaved medians, 2 threads each.
 
-Caveat, measured: the runtimes share the process, and an OpenMP pool that spins after its call
-(torch's) slows the next runtime's call; with OMP_WAIT_POLICY=PASSIVE the ranking shifts
-markedly. Report the policy with the numbers.
+The runtimes share the process, and an OpenMP pool that spins after its call (torch's) slows
+the next runtime's call; so each round runs a block of calls per runtime and discards the first
+(`--block`, see woodpecker/bench/compare.py).
 
 torch is timed in NCHW and in channels_last and its faster layout counts; the Halide kernel runs
 in NHWC (layout conversions are not counted here: this compares kernels, not plans).
@@ -31,6 +31,8 @@ def main() -> int:
     p.add_argument("--search", default="ga", choices=["ga", "random"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--block", type=int, default=5,
+                   help="calls per runtime per round, the first discarded (see compare.py)")
     p.add_argument("--tuning-log", default=None,
                    help="default benchmarks/results/tuning_<model>.jsonl (resumed)")
     p.add_argument("--json", default=None)
@@ -120,7 +122,7 @@ def main() -> int:
                        "onnxruntime": lambda: sess.run(None, feeds)}
             if symmetric and all(s[0] in ("Add", "Relu") for s in task.epilogue):
                 runners["torch_cl"] = torch_cl
-            times = time_interleaved(runners, args.runs, 3)
+            times = time_interleaved(runners, args.runs, 3, block=args.block)
             med = {k: float(np.median(v)) for k, v in times.items()}
             torch_ms = min(v for k, v in med.items() if k.startswith("torch"))
             gf = {k: task.flops / (v * 1e-3) / 1e9 for k, v in med.items()}

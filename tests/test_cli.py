@@ -100,3 +100,17 @@ def test_unsupported_op_exit_code(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip() == "woodpecker: error: unsupported ops: Einsum (first node " \
                                "'Einsum_0')"
+
+
+def test_block_interleaving_counts_runs():
+    from woodpecker.bench.compare import time_interleaved
+
+    calls = {"a": 0, "b": 0}
+
+    def make(name):
+        def fn():
+            calls[name] += 1
+        return fn
+    times = time_interleaved({"a": make("a"), "b": make("b")}, runs=7, warmup=1, block=4)
+    assert len(times["a"]) == len(times["b"]) == 7
+    assert calls["a"] == calls["b"] == 1 + 7 + 3    # warm-up, timed, one discarded per round

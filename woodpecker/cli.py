@@ -118,7 +118,7 @@ def cmd_bench(args) -> None:
     against = [a.strip() for a in args.against.split(",") if a.strip()]
     meta = model.plan.meta.get("metadata")
     result = benchmark(model, onnx_bytes, against, runs=args.runs, warmup=args.warmup,
-                       seed=args.seed, zoo_meta=meta,
+                       seed=args.seed, zoo_meta=meta, block=args.block,
                        progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
     print(format_table(result))
     if args.json:
@@ -266,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--runs", type=int, default=50)
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--block", type=int, default=1,
+                   help="consecutive calls per runtime per round; the first is discarded")
     b.add_argument("--json")
     b.add_argument("--onnx", help="the ONNX model a plan came from (default: found)")
     model_opts(b)

@@ -1,5 +1,10 @@
-"""Interleaved latency measurement: every round runs each runtime once, in rotating order, so
-drift on a noisy machine hits all runtimes alike; medians and percentiles are reported."""
+"""Interleaved latency measurement: every round runs each runtime in rotating order, so drift
+on a noisy machine hits all runtimes alike; medians and percentiles are reported.
+
+With `block` > 1 each runtime runs `block` consecutive calls per round and the first of them is
+discarded: a thread pool left spinning by the previous runtime (OpenMP's default wait policy)
+then slows only the discarded call. Measured on the per-layer benchmark, where single-call
+interleaving let torch's spinning threads halve the next kernel's speed."""
 
 from __future__ import annotations
 
@@ -17,20 +22,30 @@ from woodpecker.target import cpu_info
 
 
 def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup: int,
-                     progress: Callable[[str], None] | None = None) -> dict[str, list[float]]:
+                     progress: Callable[[str], None] | None = None,
+                     block: int = 1) -> dict[str, list[float]]:
+    """`runs` timed calls per runtime, in ms."""
     for fn in runners.values():
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {n: [] for n in runners}
     names = list(runners)
-    for r in range(runs):
+    per_round = max(1, block - 1) if block > 1 else 1
+    rounds = -(-runs // per_round)
+    for r in range(rounds):
         for k in range(len(names)):
             name = names[(r + k) % len(names)]
-            t0 = time.perf_counter()
-            runners[name]()
-            times[name].append((time.perf_counter() - t0) * 1e3)
-        if progress and (r + 1) % max(1, runs // 10) == 0:
-            progress(f"round {r + 1}/{runs}")
+            fn = runners[name]
+            if block > 1:
+                fn()  # absorbs the previous runtime's lingering threads
+            for _ in range(per_round):
+                if len(times[name]) >= runs:
+                    break
+                t0 = time.perf_counter()
+                fn()
+                times[name].append((time.perf_counter() - t0) * 1e3)
+        if progress and (r + 1) % max(1, rounds // 10) == 0:
+            progress(f"round {r + 1}/{rounds}")
     return times
 
 
@@ -63,7 +78,7 @@ def random_feeds(model: CompiledModel, seed: int = 0) -> dict[str, np.ndarray]:
 
 def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs: int = 50,
               warmup: int = 5, seed: int = 0, zoo_meta: dict | None = None,
-              progress: Callable[[str], None] | None = None) -> dict:
+              progress: Callable[[str], None] | None = None, block: int = 1) -> dict:
     """Woodpecker vs `against` on one random input; diffs are against ONNX Runtime's outputs."""
     threads = model.plan.target.threads
     feeds = random_feeds(model, seed)
@@ -80,13 +95,13 @@ def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs:
         runners[name] = ort if name == "onnxruntime" else make_runner(name, onnx_bytes, zoo_meta,
                                                                         threads)
     calls = {name: (lambda fn=fn: fn(feeds)) for name, fn in runners.items()}
-    times = time_interleaved(calls, runs, warmup, progress)
+    times = time_interleaved(calls, runs, warmup, progress, block)
     results = {name: _stats(ms) for name, ms in times.items()}
     wp = results["woodpecker"]["median_ms"]
     cpu, isa = cpu_info()
     return {
         "model": model.graph.name if not zoo_meta else zoo_meta.get("woodpecker.zoo"),
-        "runs": runs, "warmup": warmup, "threads": threads, "seed": seed,
+        "runs": runs, "warmup": warmup, "block": block, "threads": threads, "seed": seed,
         "machine": {"cpu": cpu, "isa": isa, "arch": platform.machine(),
                     "python": platform.python_version()},
         "versions": versions(),
