@@ -9,7 +9,10 @@ on AVX-512 and that Woodpecker-DL's templates tune.
 
 Knobs (all checked before compiling): `vec` lanes, `co_block` vectors of output channels and
 `x_block` output pixels per register tile (their product bounded by the vector registers),
-`parallel` axis, `pad` (materialise the zero-padded input once, or bounds-check inline),
+`parallel` — loop order and parallel axis: `rows` (channel tiles inside each pixel tile, rows in
+parallel), `rows_co` (channel tiles × rows in parallel), `co` (channel tiles outermost and in
+parallel, so one tile's weights stay in cache across every pixel: wide layers whose weights
+exceed the cache need it), `pad` (materialise the zero-padded input once, or bounds-check inline),
 `unroll_kw` (unroll the kernel-width reduction).
 """
 
@@ -33,7 +36,7 @@ def supports(task: ConvTask) -> bool:
 
 def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     knobs = [Knob("vec", (4, 8, 16)), Knob("co_block", (1, 2, 3, 4)),
-             Knob("x_block", (1, 2, 3, 4, 5, 6, 7, 8)), Knob("parallel", ("rows", "rows_co")),
+             Knob("x_block", (1, 2, 3, 4, 5, 6, 7, 8)), Knob("parallel", ("rows", "rows_co", "co")),
              Knob("pad", ("root", "inline")), Knob("unroll_kw", (False, True))]
     # Tiles shift inwards at the edges (constant-size tiles keep the accumulator loops
     # unrollable), so a tile may not exceed the output it covers.
@@ -104,12 +107,14 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> Callable[..., np.nd
     out.vectorize(coi, vec).unroll(coi).unroll(xi)
     if config["parallel"] == "rows_co":
         # channel tiles × rows form the parallel loop; one register tile per pixel tile
-        out.reorder(coi, xi, xo, coo, oy, n).fuse(coo, oy, oy)
+        out.reorder(coi, xi, xo, coo, oy, n).fuse(coo, oy, oy).parallel(oy)
+        acc.compute_at(out, xo)
+    elif config["parallel"] == "co":
+        out.reorder(coi, xi, xo, oy, coo, n).parallel(coo)
         acc.compute_at(out, xo)
     else:
-        out.reorder(coi, xi, coo, xo, oy, n)
+        out.reorder(coi, xi, coo, xo, oy, n).parallel(oy)
         acc.compute_at(out, coo)
-    out.parallel(oy)
     acc.vectorize(co, vec).unroll(co).unroll(ox)
     upd = acc.update().reorder(co, ox, r.x, r.y, r.z).vectorize(co, vec).unroll(co).unroll(ox)
     if config["unroll_kw"]:
