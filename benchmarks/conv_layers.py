@@ -47,13 +47,12 @@ def main() -> int:
     from woodpecker.bench.compare import time_interleaved, write_json
     from woodpecker.bench.runners import versions
     from woodpecker.engines.base import BuildContext
-    from woodpecker.engines.halide import conv_direct
     from woodpecker.engines.halide.runtime import host_vector_registers
     from woodpecker.engines.ort_engine import session_options
     from woodpecker.engines.torch_engine import TorchEngine
     from woodpecker.ir.to_onnx import nodes_model
     from woodpecker.target import Target
-    from woodpecker.tune.extract import extract_tasks, parse_budget
+    from woodpecker.tune.extract import extract_tasks, parse_budget, template_module
     from woodpecker.tune.measure import Measurer
     from woodpecker.tune.records import TuningLog
     from woodpecker.tune.searchers import make_searcher
@@ -72,7 +71,8 @@ def main() -> int:
     with Measurer(threads=args.threads) as measurer:
         for i, g in enumerate(groups):
             task = g.task
-            space = conv_direct.space(task, host_vector_registers(target.isa))
+            template = template_module(g.template)
+            space = template.space(task, host_vector_registers(target.isa))
             t0 = time.monotonic()
             n0 = len(log.records)
             best = tune_task(task, g.template, space, make_searcher(args.search, space, i),
@@ -84,7 +84,7 @@ def main() -> int:
                 continue
             inputs = task.random_inputs(0)
             ref = task.reference(inputs)
-            halide_run = conv_direct.build(task, best["config"], args.threads)
+            halide_run = template.build(task, best["config"], args.threads)
             assert np.max(np.abs(halide_run(*inputs) - ref)) <= 1e-4 * np.max(np.abs(ref))
 
             node = by_name[g.nodes[0]]

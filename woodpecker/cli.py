@@ -148,17 +148,17 @@ def cmd_inspect(args) -> None:
 
 
 def _task_line(t) -> str:
-    return (f"conv {t.kh}x{t.kw}/{t.stride[0]} {t.c}->{t.k} @ {t.h}x{t.w}"
+    kind = "dwconv" if t.groups > 1 else "conv"
+    return (f"{kind} {t.kh}x{t.kw}/{t.stride[0]} {t.c}->{t.k} @ {t.h}x{t.w}"
             + (" +" + "+".join(s[0] for s in t.epilogue) if t.epilogue else ""))
 
 
 def cmd_tune(args) -> None:
     import time
 
-    from woodpecker.engines.halide.conv_direct import space as conv_space
     from woodpecker.engines.halide.runtime import host_vector_registers
     from woodpecker.target import Target
-    from woodpecker.tune.extract import extract_tasks, parse_budget
+    from woodpecker.tune.extract import extract_tasks, parse_budget, template_module
     from woodpecker.tune.measure import Measurer
     from woodpecker.tune.records import TuningLog
     from woodpecker.tune.searchers import make_searcher
@@ -170,10 +170,10 @@ def cmd_tune(args) -> None:
     groups = extract_tasks(model.graph)
     if args.show_space:
         for i, g in enumerate(groups):
-            sp = conv_space(g.task, regs)
+            sp = template_module(g.template).space(g.task, regs)
             valid = sum(1 for _ in sp.valid_configs())
             print(f"task {i}: {_task_line(g.task)}  ({len(g.nodes)} layer(s), "
-                  f"{g.task.flops / 1e6:.1f} MFLOP)  template conv2d_direct_nhwc")
+                  f"{g.task.flops / 1e6:.1f} MFLOP)  template {g.template.rsplit('.', 1)[1]}")
             print(f"  space: {sp.size} configurations, {valid} valid")
             for k in sp.knobs:
                 print(f"    {k.name}: {list(k.values)}")
@@ -213,7 +213,7 @@ def cmd_tune(args) -> None:
                       f"GFLOP/s  elapsed {el:.0f}s  left {max(0, budget - el):.0f}s",
                       file=sys.stderr, flush=True)
 
-            space = conv_space(g.task, regs)
+            space = template_module(g.template).space(g.task, regs)
             searcher = make_searcher(args.search, space, args.seed + i)
             rec = tune_task(g.task, g.template, space, searcher, measurer, log,
                             searcher_name=args.search, seed=args.seed + i,

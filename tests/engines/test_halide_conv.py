@@ -1,5 +1,5 @@
-"""Every valid configuration of the direct conv template computes the reference result
-(any knob setting may be slow, none may be wrong)."""
+"""Every valid configuration of the conv templates (direct, depthwise) computes the reference
+result (any knob setting may be slow, none may be wrong)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,15 @@ from hypothesis import strategies as st
 from woodpecker.tune.task import ConvTask
 
 pytest.importorskip("halide")
-from woodpecker.engines.halide import conv_direct  # noqa: E402
+from woodpecker.engines.halide import conv_depthwise, conv_direct  # noqa: E402
 
+DEPTHWISE = [
+    ConvTask(1, 16, 10, 10, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16, True,
+             (("Clip", 0.0, 6.0),)),
+    ConvTask(1, 24, 9, 9, 24, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 24, False,
+             (("Add",), ("Relu",))),
+    ConvTask(1, 8, 12, 12, 8, 5, 5, (1, 1), (4, 4, 4, 4), (2, 2), 8, True, ()),
+]
 TASKS = [
     ConvTask(1, 8, 9, 11, 12, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True,
              (("Add",), ("Relu",))),
@@ -25,14 +32,18 @@ TASKS = [
 ]
 
 
-@settings(max_examples=12, deadline=None)
-@given(st.sampled_from(range(len(TASKS))), st.integers(0, 2**16))
+CASES = [(conv_direct, t) for t in TASKS] + [(conv_depthwise, t) for t in DEPTHWISE]
+
+
+@settings(max_examples=16, deadline=None)
+@given(st.sampled_from(range(len(CASES))), st.integers(0, 2**16))
 def test_random_valid_config_is_correct(which, seed):
-    task = TASKS[which]
-    space = conv_direct.space(task)
+    template, task = CASES[which]
+    assert template.supports(task)
+    space = template.space(task)
     config = space.sample(random.Random(seed))
     inputs = task.random_inputs(seed)
-    got = conv_direct.build(task, config)(*inputs)
+    got = template.build(task, config)(*inputs)
     np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4,
                                err_msg=str(config))
     assert task.from_json(task.to_json()) == task

@@ -3,12 +3,14 @@ epilogue, dtype); identical layers share a task (Woodpecker-DL §3.1)."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 from woodpecker.ir.graph import Graph
 from woodpecker.tune.task import ConvTask
 
-CONV_TEMPLATE = "woodpecker.engines.halide.conv_direct"
+# Tried in order; a task goes to the first template that supports it.
+TEMPLATES = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_depthwise")
 
 
 @dataclass
@@ -18,17 +20,19 @@ class TaskGroup:
     nodes: list[str] = field(default_factory=list)
 
 
-def extract_tasks(graph: Graph) -> list[TaskGroup]:
-    from woodpecker.engines.halide import conv_direct
+def template_module(name: str):
+    return importlib.import_module(name)
 
+
+def extract_tasks(graph: Graph) -> list[TaskGroup]:
     groups: dict[str, TaskGroup] = {}
     for node in graph.nodes:
         if node.op not in ("Conv", "FusedConv") or len(node.inputs[0].shape) != 4:
             continue
         task = ConvTask.from_node(node)
-        if not conv_direct.supports(task):
-            continue
-        groups.setdefault(task.key, TaskGroup(task, CONV_TEMPLATE)).nodes.append(node.name)
+        template = next((t for t in TEMPLATES if template_module(t).supports(task)), None)
+        if template is not None:
+            groups.setdefault(task.key, TaskGroup(task, template)).nodes.append(node.name)
     return list(groups.values())
 
 

@@ -51,6 +51,14 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     return KnobSpace(knobs, constraints)
 
 
+def epilogue_expr(hl, e, epilogue, residuals, args):
+    """The fused epilogue on expression `e` at `args`; Add steps read `residuals` in order."""
+    res = iter(residuals)
+    for step in epilogue:
+        e = e + next(res)[args] if step[0] == "Add" else _activation(hl, e, step)
+    return e
+
+
 def _activation(hl, e, step):
     kind = step[0]
     if kind == "Relu":
@@ -93,12 +101,9 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> Callable[..., np.nd
     acc[co, ox, oy, n] = b[co] if b is not None else hl.f32(0.0)
     acc[co, ox, oy, n] += w[co, r.x, r.y, r.z] * padded[
         r.x, ox * sx + r.y * dx - task.pads[1], oy * sy + r.z * dy - task.pads[0], n]
-    e = acc[co, ox, oy, n]
-    res = iter(residuals)
-    for step in task.epilogue:
-        e = e + next(res)[co, ox, oy, n] if step[0] == "Add" else _activation(hl, e, step)
     out = hl.Func("out")
-    out[co, ox, oy, n] = e
+    out[co, ox, oy, n] = epilogue_expr(hl, acc[co, ox, oy, n], task.epilogue, residuals,
+                                       (co, ox, oy, n))
 
     vec, cb, xb = config["vec"], config["co_block"], config["x_block"]
     coo, coi, xo, xi = hl.Var("coo"), hl.Var("coi"), hl.Var("xo"), hl.Var("xi")
