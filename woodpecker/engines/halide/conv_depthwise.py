@@ -8,8 +8,8 @@ channels, keeps a (c_block vectors × x_block pixels) tile of accumulators in re
 reuses each loaded input vector across the kernel window of neighbouring output pixels.
 
 Knobs: `vec` lanes, `c_block` channel vectors and `x_block` pixels per register tile (bounded
-by the vector registers), `parallel` (rows, or channel tiles × rows), `pad` (materialise the
-zero-padded input once, or bounds-check inline), `unroll_k` (unroll the kernel window).
+by the vector registers), `parallel` and `pad` (see schedule.py), `unroll_k` (unroll the
+kernel window).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from woodpecker.engines.halide.conv_direct import EPILOGUE_OPS, epilogue_expr
+from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs
 from woodpecker.engines.halide.runtime import halide
+from woodpecker.engines.halide.schedule import PARALLEL, jit_runner, pad_input, register_tile
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.task import ConvTask
 
@@ -31,7 +32,7 @@ def supports(task: ConvTask) -> bool:
 
 def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     knobs = [Knob("vec", (4, 8, 16)), Knob("c_block", (1, 2, 4)),
-             Knob("x_block", (1, 2, 4, 7, 8)), Knob("parallel", ("rows", "rows_c")),
+             Knob("x_block", (1, 2, 4, 7, 8)), Knob("parallel", PARALLEL),
              Knob("pad", ("root", "inline")), Knob("unroll_k", (False, True))]
     constraints = [
         Constraint("accumulators fit the vector registers",
@@ -46,50 +47,19 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
 def build(task: ConvTask, config: dict, threads: int = 2) -> Callable[..., np.ndarray]:
     """Compile `task` with `config`; run(*arrays) takes `ConvTask.random_inputs`'s order."""
     hl = halide(threads)
-    f32 = hl.Float(32)
-    x, w = hl.ImageParam(f32, 4, "x"), hl.ImageParam(f32, 4, "w")
-    b = hl.ImageParam(f32, 1, "b") if task.has_bias else None
-    residuals = [hl.ImageParam(f32, 4, f"r{i}") for i, s in enumerate(task.epilogue)
-                 if s[0] == "Add"]
-    params = [x, w] + ([b] if b is not None else []) + residuals
-
+    io = ConvInputs(hl, task)
     c, ox, oy, n = hl.Var("c"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
     r = hl.RDom([(0, task.kw), (0, task.kh)])
-    bounds = [(0, task.c), (0, task.w), (0, task.h), (0, task.n)]
-    padded = hl.BoundaryConditions.constant_exterior(x, 0.0, bounds)
-    sy, sx = task.stride
-    dy, dx = task.dilation
+    (sy, sx), (dy, dx) = task.stride, task.dilation
     acc = hl.Func("acc")
-    acc[c, ox, oy, n] = b[c] if b is not None else hl.f32(0.0)
-    acc[c, ox, oy, n] += w[c, 0, r.x, r.y] * padded[
+    acc[c, ox, oy, n] = io.bias(c)
+    acc[c, ox, oy, n] += io.w[c, 0, r.x, r.y] * io.padded[
         c, ox * sx + r.x * dx - task.pads[1], oy * sy + r.y * dy - task.pads[0], n]
-    out = hl.Func("out")
-    out[c, ox, oy, n] = epilogue_expr(hl, acc[c, ox, oy, n], task.epilogue, residuals,
-                                      (c, ox, oy, n))
+    out = io.output(acc, (c, ox, oy, n))
 
-    vec, cb, xb = config["vec"], config["c_block"], config["x_block"]
-    co, ci, xo, xi = hl.Var("co"), hl.Var("ci"), hl.Var("xo"), hl.Var("xi")
-    tail = hl.TailStrategy.ShiftInwards
-    out.split(c, co, ci, vec * cb, tail).split(ox, xo, xi, xb, tail)
-    out.vectorize(ci, vec).unroll(ci).unroll(xi)
-    if config["parallel"] == "rows_c":
-        out.reorder(ci, xi, xo, co, oy, n).fuse(co, oy, oy).parallel(oy)
-        acc.compute_at(out, xo)
-    else:
-        out.reorder(ci, xi, co, xo, oy, n).parallel(oy)
-        acc.compute_at(out, co)
-    acc.vectorize(c, vec).unroll(c).unroll(ox)
-    upd = acc.update().reorder(c, ox, r.x, r.y).vectorize(c, vec).unroll(c).unroll(ox)
+    upd = register_tile(hl, out, acc, (c, ox, oy, n), (r.x, r.y), config["vec"],
+                        config["c_block"], config["x_block"], config["parallel"])
     if config["unroll_k"]:
         upd.unroll(r.x).unroll(r.y)
-    if config["pad"] == "root":
-        padded.compute_root().parallel(padded.args()[2])
-    kernel = out.compile_to_callable(params, hl.get_jit_target_from_environment())
-    shape = (task.n, task.out_h, task.out_w, task.k)
-
-    def run(*arrays):
-        y = np.empty(shape, np.float32)
-        kernel(*(hl.Buffer(a) for a in arrays), hl.Buffer(y))
-        return y
-
-    return run
+    pad_input(io.padded, config["pad"])
+    return jit_runner(hl, out, io.params, (task.n, task.out_h, task.out_w, task.k))

@@ -1,0 +1,58 @@
+"""Algorithm pieces shared by the conv templates: the kernel's parameters (input, weights,
+optional bias, one residual per epilogue Add), the zero-padded input, and the fused epilogue."""
+
+from __future__ import annotations
+
+from woodpecker.tune.task import ConvTask
+
+EPILOGUE_OPS = {"Add", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish"}
+
+
+class ConvInputs:
+    """Parameters in `ConvTask.random_inputs` order: x (NHWC), w, bias if any, residuals."""
+
+    def __init__(self, hl, task: ConvTask) -> None:
+        self.hl, self.task = hl, task
+        f32 = hl.Float(32)
+        self.x, self.w = hl.ImageParam(f32, 4, "x"), hl.ImageParam(f32, 4, "w")
+        self.b = hl.ImageParam(f32, 1, "b") if task.has_bias else None
+        self.residuals = [hl.ImageParam(f32, 4, f"r{i}") for i, s in enumerate(task.epilogue)
+                          if s[0] == "Add"]
+        self.params = [self.x, self.w] + ([self.b] if self.b is not None else []) \
+            + self.residuals
+        bounds = [(0, task.c), (0, task.w), (0, task.h), (0, task.n)]
+        self.padded = hl.BoundaryConditions.constant_exterior(self.x, 0.0, bounds)
+
+    def bias(self, c):
+        return self.b[c] if self.b is not None else self.hl.f32(0.0)
+
+    def output(self, acc, args):
+        """The output Func: the fused epilogue applied to `acc` at `args`."""
+        out = self.hl.Func("out")
+        out[args] = epilogue_expr(self.hl, acc[args], self.task.epilogue, self.residuals, args)
+        return out
+
+
+def epilogue_expr(hl, e, epilogue, residuals, args):
+    """The fused epilogue on expression `e` at `args`; Add steps read `residuals` in order."""
+    res = iter(residuals)
+    for step in epilogue:
+        e = e + next(res)[args] if step[0] == "Add" else _activation(hl, e, step)
+    return e
+
+
+def _activation(hl, e, step):
+    kind = step[0]
+    if kind == "Relu":
+        return hl.max(e, 0.0)
+    if kind == "Clip":
+        lo, hi = step[1], step[2]
+        e = e if lo is None else hl.max(e, float(lo))
+        return e if hi is None else hl.min(e, float(hi))
+    if kind == "Sigmoid":
+        return 1.0 / (1.0 + hl.exp(-e))
+    if kind == "Tanh":
+        return hl.tanh(e)
+    if kind == "HardSwish":
+        return e * hl.clamp(e / 6.0 + 0.5, 0.0, 1.0)
+    raise ValueError(f"unsupported epilogue step {kind}")

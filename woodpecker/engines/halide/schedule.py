@@ -1,0 +1,57 @@
+"""Schedule pieces shared by the conv templates: the register-tiled, vectorised output with the
+reduction computed into each tile, the padded-input strategy, and the JIT runner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+PARALLEL = ("rows", "rows_co", "co")
+
+
+def register_tile(hl, out, acc, axes, rvars, vec: int, c_block: int, x_block: int,
+                  parallel: str):
+    """Tile `out` (axes: channel, x, y, n) into (c_block vectors × x_block pixels) register
+    tiles and compute `acc` (the reduction over `rvars`) into each tile; returns acc's update
+    stage for template-specific unrolling.
+
+    `parallel`: `rows` — channel tiles inside each pixel tile, rows in parallel; `rows_co` —
+    channel tiles × rows in parallel; `co` — channel tiles outermost and parallel, so one tile's
+    weights stay in cache across every pixel. Tiles shift inwards at the edges, so every tile
+    has a constant size and its loops can be unrolled."""
+    c, ox, oy, n = axes
+    co, ci, xo, xi = hl.Var("co"), hl.Var("ci"), hl.Var("xo"), hl.Var("xi")
+    tail = hl.TailStrategy.ShiftInwards
+    out.split(c, co, ci, vec * c_block, tail).split(ox, xo, xi, x_block, tail)
+    out.vectorize(ci, vec).unroll(ci).unroll(xi)
+    if parallel == "rows_co":
+        out.reorder(ci, xi, xo, co, oy, n).fuse(co, oy, oy).parallel(oy)
+        acc.compute_at(out, xo)
+    elif parallel == "co":
+        out.reorder(ci, xi, xo, oy, co, n).parallel(co)
+        acc.compute_at(out, xo)
+    else:
+        out.reorder(ci, xi, co, xo, oy, n).parallel(oy)
+        acc.compute_at(out, co)
+    acc.vectorize(c, vec).unroll(c).unroll(ox)
+    return acc.update().reorder(c, ox, *rvars).vectorize(c, vec).unroll(c).unroll(ox)
+
+
+def pad_input(padded, mode: str) -> None:
+    """`root`: materialise the zero-padded input once per call (rows in parallel); `inline`:
+    bounds-check every access instead."""
+    if mode == "root":
+        padded.compute_root().parallel(padded.args()[2])
+
+
+def jit_runner(hl, out, params, shape: tuple[int, ...]) -> Callable[..., np.ndarray]:
+    """JIT-compile `out`; the runner takes numpy arrays in `params` order, returns the output."""
+    kernel = out.compile_to_callable(params, hl.get_jit_target_from_environment())
+
+    def run(*arrays):
+        y = np.empty(shape, np.float32)
+        kernel(*(hl.Buffer(a) for a in arrays), hl.Buffer(y))
+        return y
+
+    return run
