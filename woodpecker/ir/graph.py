@@ -32,12 +32,6 @@ class Value:
     def is_const(self) -> bool:
         return self.data is not None
 
-    @property
-    def nbytes(self) -> int:
-        if self.shape is None or self.dtype is None:
-            return 0
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
-
     def __repr__(self) -> str:
         kind = "const " if self.is_const else ""
         return f"Value({kind}{self.name!r}, {self.shape}, {self.dtype})"

@@ -126,7 +126,3 @@ def norm_axis(node: Node, axis: int, rank: int) -> int:
     if not -max(rank, 1) <= axis < max(rank, 1):
         raise ModelError(f"{where(node)}: axis {axis} out of range for rank {rank}")
     return axis % max(rank, 1)
-
-
-def is_float(dtype: np.dtype) -> bool:
-    return np.issubdtype(dtype, np.floating)

@@ -95,7 +95,3 @@ class KnobSpace:
     def key(config: Config) -> str:
         """A stable text key for a configuration (records, caches)."""
         return json.dumps(config, sort_keys=True, separators=(",", ":"))
-
-    def describe(self) -> list[dict]:
-        return [{"knob": k.name, "values": list(k.values)} for k in self.knobs] + \
-            [{"constraint": c.name} for c in self.constraints]
