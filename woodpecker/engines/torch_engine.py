@@ -12,11 +12,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from woodpecker.engines.base import BuildContext, Engine, Kernel, full_inputs, runtime_positions
+from woodpecker.engines.base import BuildContext, Engine, Kernel, full_inputs
 from woodpecker.ir.graph import Node
 from woodpecker.ir.pattern import const_inputs
 from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS
 from woodpecker.ops.shape import slice_index
+
+# torch.from_numpy warns once about read-only arrays (views of constants); kernels never write
+# their inputs, so the warning says nothing here.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 Builder = Callable[[Node, list], Callable]
 _BUILDERS: dict[str, Builder] = {}
@@ -68,26 +72,13 @@ class TorchEngine(Engine):
             torch.set_num_threads(ctx.threads)
         consts = [None if v is None or v.data is None else _to_torch(v.data) for v in node.inputs]
         fn = _BUILDERS[node.op](node, consts)
-        slots = runtime_positions(node)
-        if len(slots) == 1:
-            def kernel(x):
-                out = fn(torch.from_numpy(_writable(x)))
-                return [o.numpy() for o in out] if isinstance(out, tuple) else [out.numpy()]
-        else:
-            def kernel(*args):
-                out = fn(*(torch.from_numpy(_writable(a)) for a in args))
-                return [o.numpy() for o in out] if isinstance(out, tuple) else [out.numpy()]
+        from_numpy = torch.from_numpy
+
+        def kernel(*args):
+            out = fn(*(from_numpy(a) for a in args))
+            return [o.numpy() for o in out] if isinstance(out, tuple) else [out.numpy()]
+
         return kernel
-
-
-def _writable(a: np.ndarray) -> np.ndarray:
-    """torch.from_numpy warns on read-only arrays; kernels never write their inputs."""
-    a = np.asarray(a)
-    if not a.flags.writeable:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return a
-    return a
 
 
 def _to_torch(data: np.ndarray):

@@ -16,6 +16,7 @@ from woodpecker.errors import ModelError, UnsupportedOpError
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.types import onnx_type_name, to_numpy_dtype
 from woodpecker.ops import OPS, SUPPORTED, run_reference
+from woodpecker.ops.registry import static_inputs
 
 MIN_OPSET = 13
 # Shape subgraphs are evaluated during inference only while their results stay this small.
@@ -239,12 +240,9 @@ def _infer_shapes(graph: Graph) -> None:
         results = OPS[node.op].infer(node, data_of)
         for v, (shape, dtype) in zip(node.outputs, results):
             v.shape, v.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
-        ins = [data_of(v) if v is not None else None for v in node.inputs]
         small = all(int(np.prod(v.shape)) <= _KNOWN_LIMIT for v in node.outputs)
-        if node.op == "Shape" or (small and all(
-                d is not None for v, d in zip(node.inputs, ins) if v is not None)):
-            if node.op == "Shape":
-                ins = [np.empty(node.inputs[0].shape, dtype=np.uint8)]
+        ins = static_inputs(node, data_of) if small or node.op == "Shape" else None
+        if ins is not None:
             for v, d in zip(node.outputs, run_reference(node, ins)):
                 known[v.name] = d
 

@@ -62,6 +62,17 @@ def run_reference(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarra
     return [np.asarray(o) for o in outs[: len(node.outputs)]]
 
 
+def static_inputs(node: Node, data_of: DataOf) -> list | None:
+    """The inputs to evaluate `node` at compile time, or None when one is only known at run
+    time. `Shape` needs only its input's static shape, so it gets a zero-stride stand-in."""
+    if node.op == "Shape":
+        return [np.broadcast_to(np.uint8(0), node.inputs[0].shape)]
+    ins = [None if v is None else data_of(v) for v in node.inputs]
+    if any(v is not None and d is None for v, d in zip(node.inputs, ins)):
+        return None
+    return ins
+
+
 # -- helpers shared by shape rules -----------------------------------------------------------------
 def where(node: Node) -> str:
     return f"{node.op} node {node.name!r}"

@@ -8,6 +8,7 @@ import numpy as np
 
 from woodpecker.ir.graph import Graph
 from woodpecker.ops import run_reference
+from woodpecker.ops.registry import static_inputs
 
 # Folding must not blow up the plan: an output may be at most this many elements larger than
 # its inputs (Expand/ConstantOfShape of a big shape stay nodes).
@@ -17,14 +18,10 @@ _GROWTH_LIMIT = 1 << 16
 def fold_constants(graph: Graph) -> int:
     folded = 0
     for node in list(graph.nodes):
-        ins = [v for v in node.inputs if v is not None]
-        if node.op == "Shape":
-            args = [np.empty(node.inputs[0].shape, dtype=np.uint8)]
-        elif all(v.is_const for v in ins):
-            args = [None if v is None else v.data for v in node.inputs]
-        else:
+        args = static_inputs(node, lambda v: v.data)
+        if args is None:
             continue
-        size_in = sum(v.data.size for v in ins if v.is_const)
+        size_in = sum(v.data.size for v in node.inputs if v is not None and v.is_const)
         size_out = sum(int(np.prod(v.shape)) for v in node.outputs)
         if size_out > size_in + _GROWTH_LIMIT:
             continue
