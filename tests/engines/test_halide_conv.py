@@ -55,3 +55,15 @@ def test_register_constraint_prunes_the_space():
                              "pad": "root", "unroll_kw": False}) == \
         ["accumulators fit the vector registers"]
     assert all(c["co_block"] * c["x_block"] <= 15 for c in space.valid_configs())
+
+
+def test_compiled_kernel_is_cached_and_rejects_bad_buffers():
+    from woodpecker.errors import EngineError
+
+    task, config = TASKS[2], {"vec": 8, "co_block": 2, "x_block": 2, "parallel": "rows",
+                              "pad": "inline", "unroll_kw": False}
+    kernel = conv_direct.build(task, config)
+    assert conv_direct.build(task, config).path == kernel.path
+    inputs = task.random_inputs(0)
+    with pytest.raises(EngineError, match="Halide kernel"):
+        kernel(inputs[0].astype(np.float64), *inputs[1:])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from woodpecker.cache import cache_dir
 from woodpecker.errors import WoodpeckerError
 
 ZOO_VERSION = 1  # bump when a builder changes, so cached exports are not reused
@@ -83,15 +84,6 @@ def model_input(name: str, seed: int = 0) -> np.ndarray:
     """A seeded random input of the model's shape."""
     rng = np.random.default_rng(seed)
     return rng.standard_normal(_get(name).input_shape).astype(np.float32)
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("WOODPECKER_CACHE")
-    if env:
-        return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("woodpecker"))
 
 
 def export(name: str, output: "str | os.PathLike | None" = None, seed: int = 0) -> Path:

@@ -14,13 +14,9 @@ kernel window).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import numpy as np
-
+from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs
-from woodpecker.engines.halide.runtime import halide
-from woodpecker.engines.halide.schedule import PARALLEL, jit_runner, pad_input, register_tile
+from woodpecker.engines.halide.schedule import PARALLEL, compiled, pad_input, register_tile
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.task import ConvTask
 
@@ -44,9 +40,9 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     return KnobSpace(knobs, constraints)
 
 
-def build(task: ConvTask, config: dict, threads: int = 2) -> Callable[..., np.ndarray]:
+def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     """Compile `task` with `config`; run(*arrays) takes `ConvTask.random_inputs`'s order."""
-    hl = halide(threads)
+    hl = halide_module()
     io = ConvInputs(hl, task)
     c, ox, oy, n = hl.Var("c"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
     r = hl.RDom([(0, task.kw), (0, task.kh)])
@@ -62,4 +58,4 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> Callable[..., np.nd
     if config["unroll_k"]:
         upd.unroll(r.x).unroll(r.y)
     pad_input(io.padded, config["pad"])
-    return jit_runner(hl, out, io.params, (task.n, task.out_h, task.out_w, task.k))
+    return compiled(__name__, task, config, threads, out, io.params)

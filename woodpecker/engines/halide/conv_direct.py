@@ -18,13 +18,9 @@ exceed the cache need it), `pad` (materialise the zero-padded input once, or bou
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import numpy as np
-
+from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs
-from woodpecker.engines.halide.runtime import halide
-from woodpecker.engines.halide.schedule import PARALLEL, jit_runner, pad_input, register_tile
+from woodpecker.engines.halide.schedule import PARALLEL, compiled, pad_input, register_tile
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.task import ConvTask
 
@@ -51,10 +47,10 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     return KnobSpace(knobs, constraints)
 
 
-def build(task: ConvTask, config: dict, threads: int = 2) -> Callable[..., np.ndarray]:
+def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     """Compile `task` with `config`; returns run(*arrays) taking `ConvTask.random_inputs`'s
     order: x (NHWC), w (HWIO), bias when the task has one, then one residual per Add step."""
-    hl = halide(threads)
+    hl = halide_module()
     io = ConvInputs(hl, task)
     co, ox, oy, n = hl.Var("co"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
     r = hl.RDom([(0, task.c), (0, task.kw), (0, task.kh)])
@@ -70,4 +66,4 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> Callable[..., np.nd
     if config["unroll_kw"]:
         upd.unroll(r.y)
     pad_input(io.padded, config["pad"])
-    return jit_runner(hl, out, io.params, (task.n, task.out_h, task.out_w, task.k))
+    return compiled(__name__, task, config, threads, out, io.params)

@@ -1,18 +1,6 @@
-"""Halide JIT set-up: the runtime's thread count is read from HL_NUM_THREADS when its thread
-pool starts, so it must be pinned before the first kernel runs (the Python bindings expose no
-setter; ahead-of-time kernels will call halide_set_num_threads instead)."""
+"""Facts about the host that Halide schedules depend on."""
 
 from __future__ import annotations
-
-import os
-
-
-def halide(threads: int):
-    """Import halide with its thread pool pinned to `threads` (first caller wins)."""
-    os.environ.setdefault("HL_NUM_THREADS", str(threads))
-    import halide as hl
-
-    return hl
 
 
 def host_vector_registers(isa: tuple[str, ...]) -> int:

@@ -1,11 +1,9 @@
 """Schedule pieces shared by the conv templates: the register-tiled, vectorised output with the
-reduction computed into each tile, the padded-input strategy, and the JIT runner."""
+reduction computed into each tile, the padded-input strategy, and the compiled kernel."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import numpy as np
+from woodpecker.engines.halide.aot import AotKernel, compile_kernel
 
 PARALLEL = ("rows", "rows_co", "co")
 
@@ -45,13 +43,9 @@ def pad_input(padded, mode: str) -> None:
         padded.compute_root().parallel(padded.args()[2])
 
 
-def jit_runner(hl, out, params, shape: tuple[int, ...]) -> Callable[..., np.ndarray]:
-    """JIT-compile `out`; the runner takes numpy arrays in `params` order, returns the output."""
-    kernel = out.compile_to_callable(params, hl.get_jit_target_from_environment())
-
-    def run(*arrays):
-        y = np.empty(shape, np.float32)
-        kernel(*(hl.Buffer(a) for a in arrays), hl.Buffer(y))
-        return y
-
-    return run
+def compiled(template: str, task, config: dict, threads: int, out, params) -> AotKernel:
+    """The ahead-of-time kernel of `out` (cached by template, config, task and target); it
+    takes numpy arrays in `params` order and returns the NHWC output."""
+    key = {"template": template, "config": config, "task": task.key}
+    path = compile_kernel(out, params, key)
+    return AotKernel(path, len(params), (task.n, task.out_h, task.out_w, task.k), threads)
