@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -37,15 +36,15 @@ def main() -> int:
                    help="default benchmarks/results/tuning_<model>.jsonl (resumed)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    os.environ.setdefault("HL_NUM_THREADS", str(args.threads))
 
     import onnxruntime as ort
     import torch
 
     import woodpecker
     from woodpecker import zoo
-    from woodpecker.bench.compare import time_interleaved, write_json
+    from woodpecker.bench.compare import write_json
     from woodpecker.bench.runners import versions
+    from woodpecker.bench.timing import time_interleaved
     from woodpecker.engines.base import BuildContext
     from woodpecker.engines.halide.runtime import host_vector_registers
     from woodpecker.engines.ort_engine import session_options

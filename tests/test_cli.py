@@ -103,7 +103,7 @@ def test_unsupported_op_exit_code(tmp_path):
 
 
 def test_block_interleaving_counts_runs():
-    from woodpecker.bench.compare import time_interleaved
+    from woodpecker.bench.timing import time_interleaved
 
     calls = {"a": 0, "b": 0}
 

@@ -79,8 +79,12 @@ def cmd_compile(args) -> None:
     import woodpecker
 
     t0 = time.perf_counter()
+    tune = _tune_options(args) if args.tune else None
+    if tune is not None:
+        tune.budget_seconds()
     model = woodpecker.compile(args.model, engines=args.engines,
-                               input_shapes=_shapes(args.input_shape), threads=args.threads)
+                               input_shapes=_shapes(args.input_shape), threads=args.threads,
+                               tuning_log=args.tuning_log, tune=tune, resume=args.resume)
     model.save(args.output)
     engines = {}
     for e in model.plan.engines:
@@ -88,6 +92,10 @@ def cmd_compile(args) -> None:
     print(f"compiled {args.model} -> {args.output}: {len(model.graph.nodes)} nodes "
           f"({', '.join(f'{k} {v}' for k, v in engines.items())}) in "
           f"{time.perf_counter() - t0:.1f}s")
+    if "selection" in model.plan.meta:
+        share = model.generated_flops_share()
+        print(f"generated Halide kernels run {share:.0%} of the FLOPs; "
+              f"{model.plan.meta['layout_conversions']} layout conversion(s)")
 
 
 def cmd_run(args) -> None:
@@ -126,53 +134,65 @@ def cmd_bench(args) -> None:
 
 
 def cmd_inspect(args) -> None:
+    from woodpecker.bench.compare import random_feeds
+
     model = _load_or_compile(args)
     rows = model.node_table()
+    ms = model.profile(random_feeds(model), args.runs) if args.runs > 0 else [0.0] * len(rows)
+    selection = {r["node"]: r for r in model.plan.meta.get("selection", [])}
     total = sum(r["flops"] for r in rows) or 1
-    print(f"{'#':>3} {'node':<40} {'op':<18} {'engine':<12} {'output':<18} {'MFLOPs':>9}")
-    for i, r in enumerate(rows):
+    total_ms = sum(ms) or 1.0
+    print(f"{'#':>3} {'node':<36} {'op':<18} {'engine':<12} {'output':<16} {'MFLOPs':>9} "
+          f"{'ms':>7}")
+    for i, (r, t) in enumerate(zip(rows, ms)):
+        r["ms"] = t
         op = r["op"] + ("+" + "+".join(r["epilogue"]) if r["epilogue"] else "")
         out = "x".join(map(str, r["outputs"][0]))
-        print(f"{i:>3} {r['name'][:40]:<40} {op[:18]:<18} {r['engine']:<12} {out[:18]:<18} "
-              f"{r['flops'] / 1e6:>9.2f}")
-    by_engine: dict[str, int] = {}
+        print(f"{i:>3} {r['name'][:36]:<36} {op[:18]:<18} {r['engine']:<12} {out[:16]:<16} "
+              f"{r['flops'] / 1e6:>9.2f} {t:>7.3f}")
+        sel = selection.get(r["name"])
+        if sel:
+            r["selection"] = sel
+            cands = ", ".join(f"{e} {v:.3f}" for e, v in sorted(sel["total_ms"].items(),
+                                                                 key=lambda kv: kv[1]))
+            print(f"{'':>4} candidates (ms, conversions included): {cands} -> {sel['winner']}")
+    by_engine: dict[str, list[float]] = {}
     for r in rows:
-        by_engine[r["engine"]] = by_engine.get(r["engine"], 0) + r["flops"]
-    print(f"total {total / 1e9:.3f} GFLOPs; " + ", ".join(
-        f"{e} {f / total:.1%}" for e, f in by_engine.items()))
+        acc = by_engine.setdefault(r["engine"], [0, 0.0])
+        acc[0] += r["flops"]
+        acc[1] += r["ms"]
+    gen = by_engine.get("halide", [0, 0.0])
+    doc = {"model": model.graph.name, "nodes": rows, "total_flops": total,
+           "flops_share": {e: f / total for e, (f, _) in by_engine.items()},
+           "time_share": {e: t / total_ms for e, (_, t) in by_engine.items()},
+           "profiled_ms": sum(ms), "generated_flops_share": gen[0] / total,
+           "generated_time_share": gen[1] / total_ms,
+           "layout_conversions": model.plan.meta.get("layout_conversions", 0)}
+    print(f"total {total / 1e9:.3f} GFLOPs, {sum(ms):.2f} ms per run (sum of nodes); FLOPs: " +
+          ", ".join(f"{e} {v:.1%}" for e, v in doc["flops_share"].items()) + "; time: " +
+          ", ".join(f"{e} {v:.1%}" for e, v in doc["time_share"].items()))
+    print(f"generated kernels: {doc['generated_flops_share']:.1%} of FLOPs, "
+          f"{doc['generated_time_share']:.1%} of runtime; "
+          f"{doc['layout_conversions']} layout conversion(s)")
     if args.json:
-        doc = {"model": model.graph.name, "nodes": rows, "total_flops": total,
-               "flops_share": {e: f / total for e, f in by_engine.items()}}
         Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
 
 
-def _task_line(t) -> str:
-    kind = "dwconv" if t.groups > 1 else "conv"
-    return (f"{kind} {t.kh}x{t.kw}/{t.stride[0]} {t.c}->{t.k} @ {t.h}x{t.w}"
-            + (" +" + "+".join(s[0] for s in t.epilogue) if t.epilogue else ""))
-
-
 def cmd_tune(args) -> None:
-    import time
-
     from woodpecker.engines.halide.runtime import host_vector_registers
     from woodpecker.target import Target
-    from woodpecker.tune.extract import extract_tasks, parse_budget, template_module
-    from woodpecker.tune.measure import Measurer
-    from woodpecker.tune.records import TuningLog
-    from woodpecker.tune.searchers import make_searcher
-    from woodpecker.tune.tuner import tune_task
+    from woodpecker.tune.extract import extract_tasks, template_module
+    from woodpecker.tune.session import open_log, task_line, tune_graph
 
     model = _load_or_compile(args)
     target = Target.parse("cpu", args.threads)
-    regs = host_vector_registers(target.isa)
-    groups = extract_tasks(model.graph)
     if args.show_space:
-        for i, g in enumerate(groups):
+        regs = host_vector_registers(target.isa)
+        for i, g in enumerate(extract_tasks(model.graph)):
             sp = template_module(g.template).space(g.task, regs)
             valid = sum(1 for _ in sp.valid_configs())
-            print(f"task {i}: {_task_line(g.task)}  ({len(g.nodes)} layer(s), "
+            print(f"task {i}: {task_line(g.task)}  ({len(g.nodes)} layer(s), "
                   f"{g.task.flops / 1e6:.1f} MFLOP)  template {g.template.rsplit('.', 1)[1]}")
             print(f"  space: {sp.size} configurations, {valid} valid")
             for k in sp.knobs:
@@ -182,46 +202,17 @@ def cmd_tune(args) -> None:
         return
     if not args.tuning_log:
         raise WoodpeckerError("tune needs --tuning-log FILE (or --show-space)")
-    try:
-        budget = parse_budget(args.budget)
-    except ValueError as e:
-        raise WoodpeckerError(str(e)) from None
-    log = TuningLog(args.tuning_log)
-    if log.records and not args.resume:
-        raise WoodpeckerError(f"{args.tuning_log} already holds {len(log.records)} records; "
-                              "pass --resume to continue it")
-    if log.skipped_lines:
-        print(f"note: skipped {log.skipped_lines} unreadable line(s) in {args.tuning_log}",
-              file=sys.stderr)
-    start = time.monotonic()
-    end = start + budget
-    with Measurer(threads=target.threads, timeout_s=args.timeout) as measurer:
-        for i, g in enumerate(groups):
-            now = time.monotonic()
-            if now >= end:
-                break
-            share = (end - now) / (len(groups) - i)
-            best = {"gflops": 0.0}
-
-            def progress(rec, i=i, best=best):
-                if rec.get("gflops") and rec["gflops"] > best["gflops"]:
-                    best["gflops"] = rec["gflops"]
-                el = time.monotonic() - start
-                status = f"{rec['gflops']:.1f} GFLOP/s" if rec.get("gflops") else \
-                    f"invalid: {rec['error'][:40]}"
-                print(f"task {i + 1}/{len(groups)}  {status:<48} best {best['gflops']:.1f} "
-                      f"GFLOP/s  elapsed {el:.0f}s  left {max(0, budget - el):.0f}s",
-                      file=sys.stderr, flush=True)
-
-            space = template_module(g.template).space(g.task, regs)
-            searcher = make_searcher(args.search, space, args.seed + i)
-            rec = tune_task(g.task, g.template, space, searcher, measurer, log,
-                            searcher_name=args.search, seed=args.seed + i,
-                            deadline=now + share, max_trials=args.max_trials,
-                            progress=progress)
-            got = f"{rec['gflops']:.1f} GFLOP/s" if rec else "no valid configuration"
-            print(f"task {i + 1}/{len(groups)} {_task_line(g.task)}: best {got}")
+    options = _tune_options(args)
+    options.budget_seconds()
+    log = open_log(args.tuning_log, args.resume)
+    tune_graph(model.graph, target, log, options)
     print(f"tuning log: {args.tuning_log} ({len(log.records)} records)")
+
+
+def _tune_options(args):
+    from woodpecker.tune.session import TuneOptions
+
+    return TuneOptions(args.budget, args.search, args.seed, args.max_trials, args.timeout)
 
 
 def cmd_ops(args) -> None:
@@ -247,10 +238,23 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fix a dynamic input's shape (repeatable)")
         q.add_argument("--threads", type=int, help="threads per engine (default: all cores)")
 
+    def tune_opts(q):
+        q.add_argument("--budget", default="15m", help="total tuning time, e.g. 90s, 15m")
+        q.add_argument("--search", default="ga", choices=["ga", "random"])
+        q.add_argument("--seed", type=int, default=0)
+        q.add_argument("--max-trials", type=int, help="measurements per task at most")
+        q.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
+
     c = sub.add_parser("compile", help="optimise a model and save a plan")
     c.add_argument("model")
     c.add_argument("-o", "--output", required=True)
     model_opts(c)
+    c.add_argument("--tune", action="store_true",
+                   help="tune the model's kernels first (into --tuning-log, default: the "
+                        "shared log in the Woodpecker cache)")
+    c.add_argument("--tuning-log", help="use (and with --tune, extend) this tuning log")
+    c.add_argument("--resume", action="store_true", help="continue a non-empty --tuning-log")
+    tune_opts(c)
     c.set_defaults(fn=cmd_compile)
 
     r = sub.add_parser("run", help="run a plan (or .onnx) on .npy inputs")
@@ -273,22 +277,19 @@ def build_parser() -> argparse.ArgumentParser:
     model_opts(b)
     b.set_defaults(fn=cmd_bench)
 
-    i = sub.add_parser("inspect", help="nodes, shapes, engine per node, FLOPs")
+    i = sub.add_parser("inspect", help="nodes, engines, FLOPs and time per node, kernel choices")
     i.add_argument("model")
     i.add_argument("--json")
+    i.add_argument("--runs", type=int, default=10, help="profiling runs (0: do not run)")
     model_opts(i)
     i.set_defaults(fn=cmd_inspect)
 
     t = sub.add_parser("tune", help="tune the model's kernels into a tuning log")
     t.add_argument("model")
     t.add_argument("--show-space", action="store_true", help="list tasks and knob spaces")
-    t.add_argument("--budget", default="15m", help="total time, e.g. 90s, 15m")
-    t.add_argument("--search", default="ga", choices=["ga", "random"])
     t.add_argument("--tuning-log")
     t.add_argument("--resume", action="store_true", help="continue an existing tuning log")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--max-trials", type=int, help="measurements per task at most")
-    t.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
+    tune_opts(t)
     model_opts(t)
     t.set_defaults(fn=cmd_tune)
 

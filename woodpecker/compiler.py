@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
+import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TextIO
 
 import onnx
 
@@ -16,6 +18,7 @@ from woodpecker.passes import DEFAULT, optimize
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
 from woodpecker.target import Target
+from woodpecker.tune.session import TuneOptions
 
 
 def compile(model: Any, target: "str | Target" = "cpu", *,
@@ -23,12 +26,20 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
             input_shapes: Mapping[str, tuple[int, ...]] | None = None,
             input_values: Mapping[str, Any] | None = None,
             threads: int | None = None, passes: tuple[str, ...] = DEFAULT,
-            example_inputs: Any = None) -> CompiledModel:
+            example_inputs: Any = None, tuning_log: "str | os.PathLike | None" = None,
+            tune: TuneOptions | None = None, resume: bool = False,
+            progress: TextIO | None = None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) or a torch.nn.Module.
 
     A torch module needs `example_inputs` (a tensor or tuple of tensors) to be exported.
     `engines` restricts the engines used (default: every installed one). `input_values` binds
     inputs to fixed values, specialising the model to them.
+
+    Generated kernels: with `tune`, the model's conv tasks are tuned into `tuning_log` (default:
+    the shared log in the Woodpecker cache, always continued; a given non-empty log needs
+    `resume`). With a tuning log, each conv node whose task has a tuned kernel is timed against
+    the library engines and the fastest kept (tune/select.py); layouts are then assigned and
+    the conversions counted. Progress goes to `progress`.
     """
     if _is_torch_module(model):
         from woodpecker.frontend.torch_import import export_module
@@ -42,6 +53,9 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     chosen = [choose(n, allowed, ctx) for n in graph.nodes]
     meta = {"source_sha256": hashlib.sha256(proto.SerializeToString()).hexdigest(),
             "passes": stats, "engines_allowed": allowed}
+    if (tune is not None or tuning_log is not None) and "halide" in allowed:
+        chosen = _generated_kernels(graph, chosen, allowed, ctx, tgt, tuning_log, tune, resume,
+                                    progress, meta)
     if isinstance(model, (str, os.PathLike)):
         meta["source"] = os.path.basename(os.fspath(model))
     zoo = {p.key: p.value for p in proto.metadata_props if p.key.startswith("woodpecker.")}
@@ -58,3 +72,30 @@ def _is_torch_module(model: Any) -> bool:
     except ImportError:
         return False
     return isinstance(model, torch.nn.Module)
+
+
+def _generated_kernels(graph, chosen, allowed, ctx, target, tuning_log, tune, resume, progress,
+                       meta) -> list[str]:
+    """Tune (optionally), select kernels by measurement, assign layouts; fills `meta`."""
+    from woodpecker.cache import cache_dir
+    from woodpecker.passes.layout import assign_layouts
+    from woodpecker.tune.select import select_kernels
+    from woodpecker.tune.session import open_log, tune_graph
+
+    progress = progress or sys.stderr
+    path = os.fspath(tuning_log) if tuning_log is not None else \
+        os.fspath(cache_dir() / "tuning.jsonl")
+    log = open_log(path, resume or tuning_log is None or tune is None, progress)
+    if tune is not None:
+        start = time.monotonic()
+        n0 = len(log.records)
+        tune_graph(graph, target, log, tune, progress)
+        meta["tuning"] = {"log": path, "search": tune.search, "seed": tune.seed,
+                          "budget_s": tune.budget_seconds(),
+                          "seconds": round(time.monotonic() - start, 1),
+                          "measurements": len(log.records) - n0}
+    print("selecting kernels: timing tuned Halide kernels against the libraries",
+          file=progress, flush=True)
+    meta["selection"] = select_kernels(graph, chosen, allowed, ctx, log, out=progress)
+    chosen, meta["layout_conversions"] = assign_layouts(graph, chosen)
+    return chosen

@@ -75,3 +75,24 @@ def test_sigkill_then_resume(conv_model, tmp_path):
     assert after[: len(before)] == before                 # finished records intact
     assert len(after_keys) == len(set(after_keys))        # nothing measured twice
     assert len(after) > len(before)
+
+
+def test_compile_tune_then_inspect(conv_model, tmp_path, capsys):
+    log, plan = tmp_path / "t.jsonl", tmp_path / "p"
+    assert main(["compile", str(conv_model), "-o", str(plan), "--tune", "--budget", "60s",
+                 "--max-trials", "3", "--tuning-log", str(log), "--engines",
+                 "halide,numpy", "--threads", "2"]) == 0
+    cap = capsys.readouterr()
+    assert "task 1/1" in cap.err and "best" in cap.err and "GFLOP/s" in cap.err
+    assert "generated Halide kernels run 100% of the FLOPs" in cap.out
+    assert len(log.read_text().splitlines()) == 3
+    doc = json.loads((plan / "plan.json").read_text())
+    assert doc["model"]["tuning"]["measurements"] == 3
+    assert main(["inspect", str(plan), "--json", str(tmp_path / "i.json")]) == 0
+    assert "candidates (ms, conversions included): halide" in capsys.readouterr().out
+    report = json.loads((tmp_path / "i.json").read_text())
+    assert report["generated_flops_share"] == 1.0 and 0 < report["generated_time_share"] <= 1
+    assert report["layout_conversions"] == 2
+    # a non-empty log is only extended with --resume
+    assert main(["compile", str(conv_model), "-o", str(plan), "--tune", "--tuning-log",
+                 str(log)]) == 1

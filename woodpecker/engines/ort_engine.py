@@ -52,7 +52,8 @@ class OrtEngine(Engine):
         cached = self._sessions.get(node)
         if cached is not None and cached[0] == key:
             return cached[1]
-        inputs = [node.inputs[i] for i in runtime_positions(node)]
+        # A value read twice (a conv whose residual is its own input) is one graph input.
+        inputs = list(dict.fromkeys(node.inputs[i] for i in runtime_positions(node)))
         model = nodes_model([node], inputs, node.outputs, ctx.opset)
         try:
             sess = ort.InferenceSession(model.SerializeToString(), session_options(ctx.threads),

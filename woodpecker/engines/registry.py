@@ -10,7 +10,7 @@ from woodpecker.engines.base import BuildContext, Engine
 from woodpecker.errors import EngineError
 from woodpecker.ir.graph import Node
 
-ENGINE_NAMES = ("torch", "onnxruntime", "numpy")
+ENGINE_NAMES = ("torch", "onnxruntime", "numpy", "halide")
 # Data-movement ops cost nothing in numpy (views); compute ops go to the fastest library first.
 _MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather",
              "Concat", "Split", "Shape", "Identity", "Dropout", "Constant", "ConstantOfShape",
@@ -28,6 +28,9 @@ def get_engine(name: str) -> Engine:
     elif name == "onnxruntime":
         from woodpecker.engines.ort_engine import OrtEngine
         engine = OrtEngine()
+    elif name == "halide":
+        from woodpecker.engines.halide.engine import HalideEngine
+        engine = HalideEngine()
     else:
         raise EngineError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
     if not engine.available():
@@ -58,7 +61,8 @@ def preference(node: Node) -> tuple[str, ...]:
     """Compute ops go to ONNX Runtime first: measured on the 2-core AVX-512 machine, its MLAS
     kernels beat torch/oneDNN per node at batch 1 (ResNet-18 31 ms vs 46 ms end to end), and
     keeping compute in one library avoids one library's idle threads spinning while the other
-    works. torch is the fallback for what ORT declines."""
+    works. torch is the fallback for what ORT declines. Halide kernels are not in the order:
+    only measured selection (tune/select.py) puts a node on them."""
     if node.op in _MOVEMENT:
         return ("numpy", "torch", "onnxruntime")
     return ("onnxruntime", "torch", "numpy")

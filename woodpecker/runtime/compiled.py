@@ -68,6 +68,21 @@ class CompiledModel:
     def save(self, directory: "str | os.PathLike") -> None:
         save_plan(self.plan, directory)
 
+    def profile(self, feeds: dict[str, Any], runs: int = 20) -> list[float]:
+        """Mean milliseconds per node over `runs` runs (after one warm-up run)."""
+        feeds = self._validate(feeds)
+        self._executor.run(feeds)
+        acc = [0.0] * len(self.graph.nodes)
+        for _ in range(runs):
+            self._executor.run(feeds, acc)
+        return [1e3 * t / runs for t in acc]
+
+    def generated_flops_share(self) -> float:
+        """The fraction of the model's FLOPs that Woodpecker-generated (Halide) kernels run."""
+        flops = [(int(OPS[n.op].flops(n)), e) for n, e in zip(self.graph.nodes, self.plan.engines)]
+        total = sum(f for f, _ in flops)
+        return sum(f for f, e in flops if e == "halide") / total if total else 0.0
+
     def node_table(self) -> list[dict]:
         """Per node: name, op, engine, input/output shapes and FLOPs (for `inspect`)."""
         rows = []

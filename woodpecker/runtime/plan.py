@@ -1,5 +1,7 @@
-"""Plans are data: a folder with `plan.json` (versioned, validated on load) and `weights.npz`
-(loaded with allow_pickle=False, checked by sha256). Nothing here executes stored code.
+"""Plans are data: a folder with `plan.json` (versioned, validated on load), `weights.npz`
+(loaded with allow_pickle=False, checked by sha256) and `kernels/`, the compiled Halide kernels
+the plan uses (shared objects, each checked by sha256 before it is loaded, so a plan runs without
+re-tuning or compiling).
 
 Files are written to temporary names and moved into place, so an interrupted save never leaves
 a half-written plan where a good one was.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +25,9 @@ from woodpecker.ops import OPS
 from woodpecker.target import Target
 from woodpecker.version import __version__
 
-SCHEMA_VERSION = 1
-PLAN_FILE, WEIGHTS_FILE = "plan.json", "weights.npz"
+SCHEMA_VERSION = 2
+PLAN_FILE, WEIGHTS_FILE, KERNELS_DIR = "plan.json", "weights.npz", "kernels"
+RUNTIME_NAME = "libwoodpecker_halide_runtime.so"  # as engines/halide/aot.py names it
 
 
 @dataclass
@@ -71,6 +75,47 @@ def _spec(v) -> dict:
     return {"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name}
 
 
+def _save_kernel(d: Path, attrs: dict) -> dict:
+    """Copy a Halide node's compiled kernel into the plan; the stored attrs name the copy."""
+    if "halide" not in attrs:
+        return attrs
+    spec = dict(attrs["halide"])
+    src = Path(spec["kernel"])
+    dst = d / KERNELS_DIR / src.name
+    if src.resolve() != dst.resolve():
+        dst.parent.mkdir(exist_ok=True)
+        tmp = dst.with_name(dst.name + ".tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    spec["kernel"], spec["sha256"] = f"{KERNELS_DIR}/{src.name}", _sha256(dst)
+    spec.pop("runtime", None)
+    runtime = d / KERNELS_DIR / RUNTIME_NAME
+    if not runtime.exists():
+        from woodpecker.engines.halide.aot import runtime_path
+
+        shutil.copyfile(runtime_path(), runtime.with_name(RUNTIME_NAME + ".tmp"))
+        os.replace(runtime.with_name(RUNTIME_NAME + ".tmp"), runtime)
+    return dict(attrs, halide=spec)
+
+
+def _load_kernel(d: Path, name: str, attrs: dict) -> dict:
+    if "halide" not in attrs:
+        return attrs
+    spec = dict(attrs["halide"])
+    path = d / spec["kernel"]
+    if not path.is_file():
+        raise PlanError(f"plan kernel missing: {path} (node {name!r})")
+    if _sha256(path) != spec.get("sha256"):
+        raise PlanError(f"{path} does not match plan.json (sha256 differs): kernel edited or "
+                        "corrupted")
+    spec["kernel"] = str(path.resolve())
+    runtime = d / KERNELS_DIR / RUNTIME_NAME
+    if not runtime.is_file():
+        raise PlanError(f"plan kernel runtime missing: {runtime}")
+    spec["runtime"] = str(runtime.resolve())
+    return dict(attrs, halide=spec)
+
+
 def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
     d = Path(directory)
     if d.exists() and not d.is_dir():
@@ -84,7 +129,8 @@ def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
     values = {}
     for n in g.nodes:
         for v in n.outputs:
-            values[v.name] = {"shape": list(v.shape), "dtype": v.dtype.name}
+            values[v.name] = {"shape": list(v.shape), "dtype": v.dtype.name,
+                              **({"layout": v.layout} if v.layout else {})}
     doc = {
         "format": "woodpecker-plan",
         "schema_version": SCHEMA_VERSION,
@@ -98,7 +144,8 @@ def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
         "values": values,
         "nodes": [{"name": n.name, "op": n.op, "engine": e,
                    "inputs": [None if v is None else v.name for v in n.inputs],
-                   "outputs": [v.name for v in n.outputs], "attrs": _encode(n.attrs)}
+                   "outputs": [v.name for v in n.outputs],
+                   "attrs": _encode(_save_kernel(d, n.attrs))}
                   for n, e in zip(g.nodes, plan.engines)],
         "order": [n.name for n in g.nodes],
     }
@@ -167,7 +214,7 @@ def _build(d: Path, doc: dict) -> Plan:
         g.value(name, data.shape, data.dtype, data)
     for name, s in doc["values"].items():
         if name not in g.values:
-            g.value(name, s["shape"], s["dtype"])
+            g.value(name, s["shape"], s["dtype"]).layout = str(s.get("layout", ""))
     defined = {v.name for v in g.inputs} | set(weights)
     engines = []
     names = [n["name"] for n in doc["nodes"]]
@@ -185,7 +232,8 @@ def _build(d: Path, doc: dict) -> Plan:
                 raise PlanError(f"plan.json: node {n['name']!r} output {x!r} has no shape")
         ins = [None if x is None else g.values[x] for x in n["inputs"]]
         outs = [g.values[x] for x in n["outputs"]]
-        g.add_node(n["op"], ins, outs, _decode(n["attrs"]), name=n["name"])
+        attrs = _load_kernel(d, n["name"], _decode(n["attrs"]))
+        g.add_node(n["op"], ins, outs, attrs, name=n["name"])
         defined.update(n["outputs"])
         engines.append(str(n["engine"]))
     for s in doc["outputs"]:

@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -101,10 +100,13 @@ def _on_error(_user_context, message):
     _last_error[:] = [message.decode(errors="replace").strip()]
 
 
-@cache
-def _runtime() -> ctypes.CDLL:
-    """The one shared Halide runtime (thread pool, allocator, error handler) of this process."""
-    path = _kernel_dir() / "libwoodpecker_halide_runtime.so"
+RUNTIME_NAME = "libwoodpecker_halide_runtime.so"
+_runtime_lib: list[ctypes.CDLL] = []
+
+
+def runtime_path() -> Path:
+    """The shared Halide runtime library of this Halide version and host, built if missing."""
+    path = _kernel_dir() / RUNTIME_NAME
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
@@ -112,14 +114,22 @@ def _runtime() -> ctypes.CDLL:
             hl = halide_module()
             hl.compile_standalone_runtime(str(obj), hl.get_host_target())
             _link([obj], path, ("-lpthread", "-ldl", "-lm"))
-    lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-    lib.halide_set_error_handler.restype = ctypes.c_void_p
-    lib.halide_set_error_handler(_on_error)
-    return lib
+    return path
 
 
-def set_threads(threads: int) -> None:
-    _runtime().halide_set_num_threads(int(threads))
+def _runtime(path: "Path | None" = None) -> ctypes.CDLL:
+    """The one Halide runtime (thread pool, allocator, error handler) of this process: the
+    first one loaded — a plan's own copy, or the cached build — serves every kernel."""
+    if not _runtime_lib:
+        lib = ctypes.CDLL(str(path or runtime_path()), mode=ctypes.RTLD_GLOBAL)
+        lib.halide_set_error_handler.restype = ctypes.c_void_p
+        lib.halide_set_error_handler(_on_error)
+        _runtime_lib.append(lib)
+    return _runtime_lib[0]
+
+
+def set_threads(threads: int, runtime: "Path | None" = None) -> None:
+    _runtime(runtime).halide_set_num_threads(int(threads))
 
 
 def kernel_path(key: dict) -> Path:
@@ -146,8 +156,8 @@ class AotKernel:
     """A compiled kernel: `kernel(*arrays)` → a new output array of `out_shape` (float32)."""
 
     def __init__(self, path: "str | os.PathLike", n_inputs: int, out_shape: tuple[int, ...],
-                 threads: int) -> None:
-        set_threads(threads)
+                 threads: int, runtime: "Path | None" = None) -> None:
+        set_threads(threads, runtime)
         try:
             lib = ctypes.CDLL(str(path))
         except OSError as e:

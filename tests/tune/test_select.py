@@ -1,0 +1,101 @@
+"""Generated kernels in plans: selection from a tuning log, layout conversions, the result
+against ONNX Runtime, and the plan's own copies of the compiled kernels."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import woodpecker
+from tests.helpers import make_model, ort_run, rand
+from woodpecker.errors import PlanError
+from woodpecker.frontend.onnx_import import import_onnx
+from woodpecker.passes import optimize
+from woodpecker.tune.extract import extract_tasks, template_module
+from woodpecker.tune.records import TuningLog
+
+pytest.importorskip("halide")
+
+
+def _convnet():
+    """conv+relu → conv+add+relu (residual) → depthwise conv → global average pool."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "r1"], ["a2"]),
+        helper.make_node("Relu", ["a2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], group=16,
+                         strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["c3"], ["y"]),
+    ]
+    inits = {"w1": rand(16, 8, 3, 3, seed=1) * 0.2, "b1": rand(16, seed=2),
+             "w2": rand(16, 16, 3, 3, seed=3) * 0.1, "w3": rand(16, 1, 3, 3, seed=4),
+             "b3": rand(16, seed=5)}
+    return make_model(nodes, [("x", [1, 8, 10, 10])], [("y", [1, 16, 1, 1])], inits)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The model and a tuning log holding one valid (untimed-fast) config per task."""
+    model = _convnet()
+    graph = import_onnx(model)
+    optimize(graph)
+    log = TuningLog(tmp_path_factory.mktemp("log") / "tuning.jsonl")
+    for i, g in enumerate(extract_tasks(graph)):
+        config = template_module(g.template).space(g.task).sample(random.Random(i))
+        log.append({"task": g.task.key, "template": g.template, "config": config,
+                    "cost_s": 1e-4, "error": None})
+    return model, log.path
+
+
+def test_halide_plan_matches_onnxruntime_and_round_trips(tuned, tmp_path):
+    model, log = tuned
+    compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=log, threads=2)
+    engines = compiled.plan.engines
+    assert engines.count("halide") == 3
+    assert compiled.generated_flops_share() > 0.95
+    # x enters NHWC once; the depthwise output leaves NHWC once for the pool; none in between
+    assert compiled.plan.meta["layout_conversions"] == 2
+    assert [r["winner"] for r in compiled.plan.meta["selection"]] == ["halide"] * 3
+    x = rand(1, 8, 10, 10, seed=9)
+    want = ort_run(model, {"x": x})[0]
+    got = compiled(x)
+    assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))
+
+    compiled.save(tmp_path / "p")
+    kernels = sorted(p.name for p in (tmp_path / "p" / "kernels").iterdir())
+    assert len(kernels) == 4 and "libwoodpecker_halide_runtime.so" in kernels
+    np.testing.assert_array_equal(woodpecker.load(tmp_path / "p")(x), got)
+
+    victim = next(p for p in (tmp_path / "p" / "kernels").iterdir() if p.name != kernels[-1])
+    victim.write_bytes(victim.read_bytes()[:100])
+    with pytest.raises(PlanError, match="sha256"):
+        woodpecker.load(tmp_path / "p")
+
+
+def test_selection_times_the_libraries_too(tuned):
+    model, log = tuned
+    compiled = woodpecker.compile(model, engines="halide,onnxruntime,numpy", tuning_log=log,
+                                  threads=2)
+    records = compiled.plan.meta["selection"]
+    assert len(records) == 3
+    for r in records:
+        assert set(r["kernel_ms"]) == {"halide", "onnxruntime"}
+        assert r["winner"] == min(r["total_ms"], key=r["total_ms"].get)
+    x = rand(1, 8, 10, 10, seed=9)
+    want = ort_run(model, {"x": x})[0]
+    assert np.max(np.abs(compiled(x) - want)) <= 1e-4 * np.max(np.abs(want))
+
+
+def test_kernel_that_differs_from_reference_is_not_chosen(tuned, tmp_path, capsys):
+    model, log = tuned
+    bad = TuningLog(tmp_path / "bad.jsonl")
+    for rec in TuningLog(log).records:
+        bad.append(dict(rec, template="tests.tune.faulty_template", config={"mode": "wrong"}))
+    compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=bad.path)
+    assert "halide" not in compiled.plan.engines
+    assert "differs from the reference" in capsys.readouterr().err

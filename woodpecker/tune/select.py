@@ -1,0 +1,137 @@
+"""System-level exploration (WPK §2.5): for every conv node with a tuned kernel, time that kernel
+and each library engine on the node's own shapes, count the layout conversions each choice
+brings, and keep the fastest.
+
+Choices left open by the paper, made here:
+- A tuned kernel must match the numpy reference on a seeded input before it is timed; one that
+  fails to build or differs is reported and never chosen.
+- Identical nodes (one task) share the kernel timings; conversions are charged per node, in
+  graph order: the Halide candidate pays an NCHW→NHWC copy for each data input whose producer
+  is not a Halide node, and an NHWC→NCHW copy when some consumer cannot take NHWC (it is not a
+  conv node whose task has a faster Halide kernel, or the value is a graph output); a library
+  candidate pays the NHWC→NCHW copy of each input a Halide node produced.
+- Timing is interleaved in blocks (see bench/timing.py) on one seeded input.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import numpy as np
+
+from woodpecker.bench.timing import time_interleaved
+from woodpecker.engines.base import BuildContext
+from woodpecker.engines.registry import get_engine
+from woodpecker.ir.graph import Graph, Node
+from woodpecker.tune.extract import extract_tasks, template_module
+from woodpecker.tune.records import TuningLog
+from woodpecker.tune.session import task_line
+from woodpecker.tune.task import ConvTask
+from woodpecker.tune.worker import TOLERANCE
+
+LIBRARIES = ("onnxruntime", "torch")
+
+
+@dataclass
+class GroupTiming:
+    task: ConvTask
+    kernel_ms: dict[str, float]                 # engine -> median ms of the bare kernel
+    spec: dict                                  # node.attrs["halide"] when Halide is chosen
+    nodes: list[str] = field(default_factory=list)
+
+
+def _copy_ms(shape: tuple[int, ...], perm: tuple[int, ...], runs: int) -> float:
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    t = time_interleaved({"copy": lambda: np.ascontiguousarray(x.transpose(perm))}, runs, 2)
+    return float(np.median(t["copy"]))
+
+
+def _time_group(task: ConvTask, record: dict, node: Node, allowed: list[str],
+                ctx: BuildContext, runs: int, out: TextIO) -> GroupTiming | None:
+    try:
+        kernel = template_module(record["template"]).build(task, record["config"], ctx.threads)
+    except Exception as e:  # noqa: BLE001 - a kernel that no longer builds is skipped
+        print(f"  {task_line(task)}: tuned kernel does not build ({e}); not used", file=out)
+        return None
+    inputs = task.random_inputs(0)
+    ref = task.reference(inputs)
+    err = float(np.max(np.abs(kernel(*inputs) - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
+    if not err <= TOLERANCE:
+        print(f"  {task_line(task)}: tuned kernel differs from the reference ({err:.1e}); "
+              "not used", file=out)
+        return None
+    runners = {"halide": lambda: kernel(*inputs)}
+    nchw = [np.ascontiguousarray(inputs[0].transpose(0, 3, 1, 2))] + \
+        [np.ascontiguousarray(r.transpose(0, 3, 1, 2)) for r in inputs[2 + task.has_bias:]]
+    for name in LIBRARIES:
+        if name in allowed and get_engine(name).supports(node, ctx):
+            lib = get_engine(name).build(node, ctx)
+            runners[name] = (lambda k: lambda: k(*nchw))(lib)
+    times = time_interleaved(runners, runs, 2, block=3)
+    spec = {"template": record["template"], "config": record["config"],
+            "task": task.to_json(), "kernel": str(kernel.path)}
+    return GroupTiming(task, {k: float(np.median(v)) for k, v in times.items()}, spec)
+
+
+def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: BuildContext,
+                   log: TuningLog, runs: int = 12, out: TextIO | None = None) -> list[dict]:
+    """Set `chosen[i] = "halide"` (and the node's `attrs["halide"]`) where the tuned kernel wins;
+    returns one record per timed node: candidates with their times, conversions, winner."""
+    out = out or sys.stderr
+    by_name = {n.name: n for n in graph.nodes}
+    timing: dict[str, GroupTiming] = {}
+    for g in extract_tasks(graph):
+        record = log.best(g.task.key)
+        if record is None:
+            continue
+        t = _time_group(g.task, record, by_name[g.nodes[0]], allowed, ctx, runs, out)
+        if t is not None:
+            t.nodes = g.nodes
+            timing.update({name: t for name in g.nodes})
+    if not timing:
+        return []
+
+    def hopeful(node: Node) -> bool:
+        t = timing.get(node.name)
+        return t is not None and t.kernel_ms["halide"] < min(
+            [v for k, v in t.kernel_ms.items() if k != "halide"], default=np.inf)
+
+    copy_cache: dict[tuple, float] = {}
+
+    def copy_ms(shape, perm) -> float:
+        key = (tuple(shape), perm)
+        if key not in copy_cache:
+            copy_cache[key] = _copy_ms(tuple(shape), perm, runs)
+        return copy_cache[key]
+
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    records = []
+    for node in graph.nodes:
+        t = timing.get(node.name)
+        if t is None:
+            continue
+        data = [v for i, v in enumerate(node.inputs) if v is not None and (i == 0 or i >= 3)]
+        from_halide = [v for v in data if v.producer is not None
+                       and chosen[index[id(v.producer)]] == "halide"]
+        out_v = node.outputs[0]
+        needs_nchw = out_v in graph.outputs or not all(hopeful(c) for c in out_v.consumers)
+        halide_conv = sum(copy_ms(v.shape, (0, 2, 3, 1)) for v in data if v not in from_halide)
+        if needs_nchw:
+            n, c, h, w = out_v.shape
+            halide_conv += copy_ms((n, h, w, c), (0, 3, 1, 2))
+        lib_conv = sum(copy_ms([v.shape[i] for i in (0, 2, 3, 1)], (0, 3, 1, 2))
+                       for v in from_halide)
+        totals = {k: v + (halide_conv if k == "halide" else lib_conv)
+                  for k, v in t.kernel_ms.items()}
+        winner = min(totals, key=totals.get)
+        i = index[id(node)]
+        if winner == "halide":
+            node.attrs["halide"] = t.spec
+        chosen[i] = winner
+        records.append({"node": node.name, "op": node.op, "task": task_line(t.task),
+                        "kernel_ms": t.kernel_ms, "total_ms": totals,
+                        "conversion_ms": {"halide": halide_conv, "library": lib_conv},
+                        "winner": winner})
+    return records

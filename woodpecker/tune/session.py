@@ -1,0 +1,99 @@
+"""Tune every task of a graph under one time budget, with a live progress line — what both
+`woodpecker tune` and `woodpecker compile --tune` run.
+
+Budget split (WPK leaves it open): each task gets the remaining time divided by the tasks left,
+so time a task does not use (its search converged, or every config is already in the log) goes
+to the tasks after it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from woodpecker.engines.halide.runtime import host_vector_registers
+from woodpecker.errors import WoodpeckerError
+from woodpecker.ir.graph import Graph
+from woodpecker.target import Target
+from woodpecker.tune.extract import TaskGroup, extract_tasks, parse_budget, template_module
+from woodpecker.tune.measure import Measurer
+from woodpecker.tune.records import TuningLog
+from woodpecker.tune.searchers import SEARCHERS, make_searcher
+from woodpecker.tune.tuner import tune_task
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    budget: str = "15m"
+    search: str = "ga"
+    seed: int = 0
+    max_trials: int | None = None
+    timeout_s: float = 60.0
+
+    def budget_seconds(self) -> float:
+        try:
+            return parse_budget(self.budget)
+        except ValueError as e:
+            raise WoodpeckerError(str(e)) from None
+
+
+def open_log(path: str, resume: bool, out: TextIO | None = None) -> TuningLog:
+    """The tuning log at `path`; refuses to add to a non-empty one unless `resume`."""
+    out = out or sys.stderr
+    log = TuningLog(path)
+    if log.records and not resume:
+        raise WoodpeckerError(f"{path} already holds {len(log.records)} records; pass --resume "
+                              "to continue it")
+    if log.skipped_lines:
+        print(f"note: skipped {log.skipped_lines} unreadable line(s) in {path}", file=out)
+    return log
+
+
+def task_line(t) -> str:
+    kind = "dwconv" if t.groups > 1 else "conv"
+    return (f"{kind} {t.kh}x{t.kw}/{t.stride[0]} {t.c}->{t.k} @ {t.h}x{t.w}"
+            + (" +" + "+".join(s[0] for s in t.epilogue) if t.epilogue else ""))
+
+
+def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOptions,
+               out: TextIO | None = None) -> list[tuple[TaskGroup, dict | None]]:
+    """Tune each task of `graph` into `log`; returns (task group, best record) per task."""
+    out = out or sys.stderr
+    if options.search not in SEARCHERS:
+        raise WoodpeckerError(f"unknown search {options.search!r}; choose from "
+                              f"{', '.join(SEARCHERS)}")
+    budget = options.budget_seconds()
+    regs = host_vector_registers(target.isa)
+    groups = extract_tasks(graph)
+    results = []
+    start = time.monotonic()
+    end = start + budget
+    with Measurer(threads=target.threads, timeout_s=options.timeout_s) as measurer:
+        for i, g in enumerate(groups):
+            now = time.monotonic()
+            share = max(0.0, end - now) / (len(groups) - i)
+            best = {"gflops": 0.0}
+
+            def progress(rec, i=i, best=best):
+                if rec.get("gflops") and rec["gflops"] > best["gflops"]:
+                    best["gflops"] = rec["gflops"]
+                el = time.monotonic() - start
+                status = f"{rec['gflops']:.1f} GFLOP/s" if rec.get("gflops") else \
+                    f"invalid: {rec['error'][:40]}"
+                print(f"\rtask {i + 1}/{len(groups)}  {status:<48} best {best['gflops']:.1f} "
+                      f"GFLOP/s  elapsed {el:.0f}s  left {max(0, budget - el):.0f}s",
+                      end="", file=out, flush=True)
+
+            space = template_module(g.template).space(g.task, regs)
+            searcher = make_searcher(options.search, space, options.seed + i)
+            rec = tune_task(g.task, g.template, space, searcher, measurer, log,
+                            searcher_name=options.search, seed=options.seed + i,
+                            deadline=now + share, max_trials=options.max_trials,
+                            progress=progress)
+            got = f"{rec['gflops']:.1f} GFLOP/s" if rec else "no valid configuration"
+            print(f"\rtask {i + 1}/{len(groups)} {task_line(g.task)}: best {got}".ljust(100),
+                  file=out, flush=True)
+            results.append((g, rec))
+    return results
