@@ -29,13 +29,15 @@ TASKS = [
              (("Clip", 0.0, 6.0),)),
     ConvTask(2, 16, 6, 6, 32, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True,
              (("HardSwish",),)),
+    ConvTask(1, 64, 5, 7, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True,
+             (("Add",), ("Relu",))),   # room for reduction blocks (rc_block)
 ]
 
 
 CASES = [(conv_direct, t) for t in TASKS] + [(conv_depthwise, t) for t in DEPTHWISE]
 
 
-@settings(max_examples=16, deadline=None)
+@settings(max_examples=24, deadline=None)
 @given(st.sampled_from(range(len(CASES))), st.integers(0, 2**16))
 def test_random_valid_config_is_correct(which, seed):
     template, task = CASES[which]
@@ -52,7 +54,7 @@ def test_random_valid_config_is_correct(which, seed):
 def test_register_constraint_prunes_the_space():
     space = conv_direct.space(TASKS[2], vector_registers=16)
     assert space.violations({"vec": 8, "co_block": 4, "x_block": 5, "parallel": "rows",
-                             "pad": "root", "unroll_kw": False}) == \
+                             "pad": "root", "unroll_kw": False, "skew": 0, "rc_block": 0}) == \
         ["accumulators fit the vector registers"]
     assert all(c["co_block"] * c["x_block"] <= 15 for c in space.valid_configs())
 
@@ -61,9 +63,20 @@ def test_compiled_kernel_is_cached_and_rejects_bad_buffers():
     from woodpecker.errors import EngineError
 
     task, config = TASKS[2], {"vec": 8, "co_block": 2, "x_block": 2, "parallel": "rows",
-                              "pad": "inline", "unroll_kw": False}
+                              "pad": "inline", "unroll_kw": False, "skew": 0, "rc_block": 0}
     kernel = conv_direct.build(task, config)
     assert conv_direct.build(task, config).path == kernel.path
     inputs = task.random_inputs(0)
     with pytest.raises(EngineError, match="Halide kernel"):
         kernel(inputs[0].astype(np.float64), *inputs[1:])
+
+
+@pytest.mark.parametrize("rc_block,skew,x_block", [(16, 16, 3), (32, 0, 7)])
+def test_reduction_split_and_skew_are_correct(rc_block, skew, x_block):
+    task = TASKS[3]
+    config = {"vec": 8, "co_block": 2, "x_block": x_block, "parallel": "co", "pad": "root",
+              "unroll_kw": True, "skew": skew, "rc_block": rc_block}
+    assert not conv_direct.space(task).violations(config)
+    inputs = task.random_inputs(1)
+    np.testing.assert_allclose(conv_direct.build(task, config)(*inputs),
+                               task.reference(inputs), rtol=1e-4, atol=1e-4)

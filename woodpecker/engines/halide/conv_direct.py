@@ -13,7 +13,9 @@ Knobs (all checked before compiling): `vec` lanes, `co_block` vectors of output 
 parallel), `rows_co` (channel tiles × rows in parallel), `co` (channel tiles outermost and in
 parallel, so one tile's weights stay in cache across every pixel: wide layers whose weights
 exceed the cache need it), `pad` (materialise the zero-padded input once, or bounds-check inline),
-`unroll_kw` (unroll the kernel-width reduction).
+`unroll_kw` (unroll the kernel-width reduction), `skew` (pad the materialised input's channels
+so that pixels are not a power-of-two stride apart, which maps them to the same L1 sets),
+`rc_block` (reduction split: input channels per block, see `_blocked_reduction`; 0 = none).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def supports(task: ConvTask) -> bool:
 def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     knobs = [Knob("vec", (4, 8, 16)), Knob("co_block", (1, 2, 3, 4)),
              Knob("x_block", (1, 2, 3, 4, 5, 6, 7, 8)), Knob("parallel", PARALLEL),
-             Knob("pad", ("root", "inline")), Knob("unroll_kw", (False, True))]
+             Knob("pad", ("root", "inline")), Knob("unroll_kw", (False, True)),
+             Knob("skew", (0, 16)),
+             Knob("rc_block", (0, 16, 32, 64, 128))]
     # Tiles shift inwards at the edges (constant-size tiles keep the accumulator loops
     # unrollable), so a tile may not exceed the output it covers.
     constraints = [
@@ -43,6 +47,12 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
         Constraint("channel tile within the output channels",
                    lambda c: c["vec"] * c["co_block"] <= task.k),
         Constraint("pixel tile within the output row", lambda c: c["x_block"] <= task.out_w),
+        Constraint("skew only for a materialised padded input",
+                   lambda c: c["skew"] == 0 or c["pad"] == "root"),
+        Constraint("reduction blocks divide the input channels, channel tiles in parallel",
+                   lambda c: c["rc_block"] == 0 or (task.c % c["rc_block"] == 0
+                                                    and c["rc_block"] < task.c
+                                                    and c["parallel"] == "co")),
     ]
     return KnobSpace(knobs, constraints)
 
@@ -53,17 +63,43 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     io = ConvInputs(hl, task)
     co, ox, oy, n = hl.Var("co"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
-    r = hl.RDom([(0, task.c), (0, task.kw), (0, task.kh)])
+    rc = config.get("rc_block", 0) or task.c
+    # (channels within a block, kx, ky, channel blocks): the block loop can then move outside
+    # the pixel loops while every tile's reduction stays in order.
+    r = hl.RDom([(0, rc), (0, task.kw), (0, task.kh), (0, task.c // rc)])
+    ci = r[3] * rc + r[0]
     (sy, sx), (dy, dx) = task.stride, task.dilation
     acc = hl.Func("acc")
     acc[co, ox, oy, n] = io.bias(co)
-    acc[co, ox, oy, n] += io.w[co, r.x, r.y, r.z] * io.padded[
-        r.x, ox * sx + r.y * dx - task.pads[1], oy * sy + r.z * dy - task.pads[0], n]
+    acc[co, ox, oy, n] += io.w[co, ci, r[1], r[2]] * io.padded[
+        ci, ox * sx + r[1] * dx - task.pads[1], oy * sy + r[2] * dy - task.pads[0], n]
     out = io.output(acc, (co, ox, oy, n))
 
-    upd = register_tile(hl, out, acc, (co, ox, oy, n), (r.x, r.y, r.z), config["vec"],
-                        config["co_block"], config["x_block"], config["parallel"])
+    rvars = (r[0], r[1], r[2], r[3])
+    if config.get("rc_block"):
+        upd = _blocked_reduction(hl, out, acc, (co, ox, oy, n), rvars, config)
+    else:
+        upd = register_tile(hl, out, acc, (co, ox, oy, n), rvars, config["vec"],
+                            config["co_block"], config["x_block"], config["parallel"])
     if config["unroll_kw"]:
-        upd.unroll(r.y)
-    pad_input(io.padded, config["pad"])
+        upd.unroll(r[1])
+    pad_input(io.padded, config["pad"], task.c, config.get("skew", 0))
     return compiled(__name__, task, config, threads, out, io.params)
+
+
+def _blocked_reduction(hl, out, acc, axes, rvars, config: dict):
+    """Reduction split (`rc_block`): each parallel channel tile keeps its accumulators for the
+    whole image in a buffer and sweeps every pixel tile once per block of input channels, so
+    the block's weights (T · rc · kh · kw floats) stay in L1 across the sweep instead of being
+    streamed from L2 for every pixel tile — what deep layers (256–512 channels, 7–14 pixels)
+    need."""
+    co, ox, oy, n = axes
+    vec, tile = config["vec"], config["vec"] * config["co_block"]
+    cot, cl, oxo, oxi = hl.Var("cot"), hl.Var("cl"), hl.Var("oxo"), hl.Var("oxi")
+    out.split(co, cot, cl, tile, hl.TailStrategy.ShiftInwards)
+    out.reorder(cl, ox, oy, cot, n).parallel(cot).vectorize(cl, vec)
+    acc.compute_at(out, cot).vectorize(co, vec)
+    upd = acc.update()
+    upd.split(ox, oxo, oxi, config["x_block"], hl.TailStrategy.RoundUp)
+    upd.reorder(co, oxi, rvars[0], rvars[1], rvars[2], oxo, oy, rvars[3], n)
+    return upd.vectorize(co, vec).unroll(co).unroll(oxi)

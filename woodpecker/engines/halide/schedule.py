@@ -36,11 +36,15 @@ def register_tile(hl, out, acc, axes, rvars, vec: int, c_block: int, x_block: in
     return acc.update().reorder(c, ox, *rvars).vectorize(c, vec).unroll(c).unroll(ox)
 
 
-def pad_input(padded, mode: str) -> None:
+def pad_input(padded, mode: str, channels: int = 0, skew: int = 0) -> None:
     """`root`: materialise the zero-padded input once per call (rows in parallel); `inline`:
-    bounds-check every access instead."""
+    bounds-check every access instead. `skew` extra (zero) channels make the materialised
+    pixel stride other than a power of two: with 256+ channels the pixels a register tile reads
+    are otherwise 1-2 KiB apart and all fall in the same few L1 sets."""
     if mode == "root":
         padded.compute_root().parallel(padded.args()[2])
+        if skew:
+            padded.bound(padded.args()[0], 0, channels + skew)
 
 
 def compiled(template: str, task, config: dict, threads: int, out, params) -> AotKernel:
