@@ -1,16 +1,19 @@
 # Two entry points, each doing its own set-up and safe to run again:
-#   make demo   sets up, exports ResNet-18 (random weights), compiles it, runs it, and prints
-#               Woodpecker vs ONNX Runtime vs PyTorch
+#   make demo   sets up, exports ResNet-18 (random weights), tunes its conv kernels for this
+#               machine (BUDGET, default 3m) while compiling, runs it, and prints Woodpecker vs
+#               ONNX Runtime vs PyTorch
 #   make test   sets up and runs the whole test suite (lint included)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 RUNS   ?= 30
+BUDGET ?= 3m
 
 .PHONY: setup demo test bench clean
 
 $(STAMP): pyproject.toml
+	@command -v cc >/dev/null || (apt-get update -qq && apt-get install -y -qq gcc)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[engines,zoo,bench,test]'
@@ -21,7 +24,8 @@ setup: $(STAMP)
 demo: $(STAMP)
 	@mkdir -p build
 	$(BIN)/woodpecker zoo export resnet18 -o build/resnet18.onnx
-	$(BIN)/woodpecker compile build/resnet18.onnx -o build/resnet18.wpk
+	$(BIN)/woodpecker compile build/resnet18.onnx -o build/resnet18.wpk --tune --budget $(BUDGET) \
+		--tuning-log build/tuning.jsonl --resume
 	$(BIN)/python -c "import numpy as np; np.save('build/input.npy', np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32))"
 	$(BIN)/woodpecker run build/resnet18.wpk --input input=build/input.npy --output-dir build/out
 	$(BIN)/woodpecker bench build/resnet18.wpk --against onnxruntime,torch --runs $(RUNS) --json build/demo_bench.json

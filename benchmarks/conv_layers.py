@@ -1,10 +1,10 @@
 """Per-layer convolution benchmark (like Woodpecker-DL Fig. 2b): every distinct conv layer of a
 zoo model at batch 1, tuned Halide vs torch/oneDNN vs ONNX Runtime (a single-node model), with
-the fused epilogue included in every runtime. Interleaved medians, 2 threads each.
+the fused epilogue included in every runtime. 2 threads each.
 
-The runtimes share the process, and an OpenMP pool that spins after its call (torch's) slows
-the next runtime's call; so each round runs a block of calls per runtime and discards the first
-(`--block`, see woodpecker/bench/compare.py).
+Each runtime is timed in its own process (woodpecker/bench/isolated.py): sharing one process,
+torch's thread pool measurably slowed the next runtime's kernel. The driver interleaves blocks
+of calls (first of each block discarded) and reports medians.
 
 torch is timed in NCHW and in channels_last and its faster layout counts; the Halide kernel runs
 in NHWC (layout conversions are not counted here: this compares kernels, not plans).
@@ -23,6 +23,61 @@ from pathlib import Path
 import numpy as np
 
 
+# -- runtimes, built inside their own processes ---------------------------------------------------
+def halide_runtime(template: str, task: dict, config: dict, threads: int):
+    from woodpecker.tune.extract import template_module
+    from woodpecker.tune.task import ConvTask
+
+    t = ConvTask.from_json(task)
+    kernel = template_module(template).build(t, config, threads)
+    inputs = t.random_inputs(0)
+    return lambda: kernel(*inputs)
+
+
+def onnxruntime_runtime(model: bytes, feeds: dict, threads: int):
+    import onnxruntime as ort
+
+    from woodpecker.engines.ort_engine import session_options
+
+    sess = ort.InferenceSession(model, session_options(threads),
+                                providers=["CPUExecutionProvider"])
+    return lambda: sess.run(None, feeds)
+
+
+def torch_runtime(x, w, b, residuals, attrs: dict, epilogue: list, channels_last: bool,
+                  threads: int):
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    xt = torch.from_numpy(x).contiguous(memory_format=fmt)
+    wt = torch.from_numpy(w).contiguous(memory_format=fmt)
+    bt = torch.from_numpy(b) if b is not None else None
+    rs = [torch.from_numpy(r).contiguous(memory_format=fmt) for r in residuals]
+    top, left, bottom, right = attrs["_pads"]
+    pre = (left, right, top, bottom) if (top, left) != (bottom, right) else None
+
+    def run():
+        with torch.inference_mode():
+            xi = F.pad(xt, pre) if pre else xt
+            y = F.conv2d(xi, wt, bt, tuple(attrs["strides"]), 0 if pre else (top, left),
+                         tuple(attrs["dilations"]), attrs.get("group", 1))
+            res = iter(rs)
+            for step in epilogue:
+                if step[0] == "Add":
+                    y.add_(next(res))
+                elif step[0] == "Relu":
+                    y.relu_()
+                elif step[0] == "Clip":
+                    y.clamp_(step[1], step[2])
+                else:
+                    raise ValueError(f"epilogue {step[0]} not in this benchmark")
+            return y
+
+    return run
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="resnet18")
@@ -37,18 +92,12 @@ def main() -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args()
 
-    import onnxruntime as ort
-    import torch
-
     import woodpecker
     from woodpecker import zoo
     from woodpecker.bench.compare import write_json
+    from woodpecker.bench.isolated import IsolatedRuntime, time_isolated
     from woodpecker.bench.runners import versions
-    from woodpecker.bench.timing import time_interleaved
-    from woodpecker.engines.base import BuildContext
     from woodpecker.engines.halide.runtime import host_vector_registers
-    from woodpecker.engines.ort_engine import session_options
-    from woodpecker.engines.torch_engine import TorchEngine
     from woodpecker.ir.to_onnx import nodes_model
     from woodpecker.target import Target
     from woodpecker.tune.extract import extract_tasks, parse_budget, template_module
@@ -57,7 +106,6 @@ def main() -> int:
     from woodpecker.tune.searchers import make_searcher
     from woodpecker.tune.tuner import tune_task
 
-    torch.set_num_threads(args.threads)
     target = Target.parse("cpu", args.threads)
     budget = parse_budget(args.budget_per_layer)
     model = woodpecker.compile(str(zoo.export(args.model)), engines="numpy",
@@ -82,46 +130,32 @@ def main() -> int:
                 print(f"layer {i}: no valid Halide configuration", flush=True)
                 continue
             inputs = task.random_inputs(0)
-            ref = task.reference(inputs)
-            halide_run = template.build(task, best["config"], args.threads)
-            assert np.max(np.abs(halide_run(*inputs) - ref)) <= 1e-4 * np.max(np.abs(ref))
-
             node = by_name[g.nodes[0]]
-            x_nchw = np.ascontiguousarray(inputs[0].transpose(0, 3, 1, 2))
-            runtime_ins = [x_nchw] + [np.ascontiguousarray(r.transpose(0, 3, 1, 2))
-                                      for r in inputs[3 if task.has_bias else 2:]]
-            onnx_model = nodes_model([node], [v for v in node.inputs[:1]] +
-                                     [v for v in node.inputs[3:]], node.outputs,
-                                     model.graph.opset)
-            sess = ort.InferenceSession(onnx_model.SerializeToString(),
-                                        session_options(args.threads),
-                                        providers=["CPUExecutionProvider"])
-            feeds = dict(zip([vi.name for vi in onnx_model.graph.input], runtime_ins))
-            tk = TorchEngine().build(node, BuildContext(args.threads, model.graph.opset))
-            xt = torch.from_numpy(x_nchw).contiguous(memory_format=torch.channels_last)
-            w_cl = torch.from_numpy(np.array(node.inputs[1].data)).contiguous(
-                memory_format=torch.channels_last)
-            b_t = torch.from_numpy(node.inputs[2].data) if task.has_bias else None
-            res_cl = [torch.from_numpy(r).contiguous(memory_format=torch.channels_last)
-                      for r in runtime_ins[1:]]
-            a = node.attrs
-
-            def torch_cl():
-                with torch.inference_mode():
-                    y = torch.nn.functional.conv2d(xt, w_cl, b_t, tuple(a["strides"]),
-                                                   tuple(a["_pads"][:2]),
-                                                   tuple(a["dilations"]), a.get("group", 1))
-                    for r in res_cl:
-                        y.add_(r)
-                    return y.relu_() if task.epilogue and task.epilogue[-1][0] == "Relu" else y
-
-            symmetric = a["_pads"][:2] == a["_pads"][2:]
-            runners = {"halide": lambda: halide_run(*inputs),
-                       "torch_nchw": lambda: tk(*runtime_ins),
-                       "onnxruntime": lambda: sess.run(None, feeds)}
-            if symmetric and all(s[0] in ("Add", "Relu") for s in task.epilogue):
-                runners["torch_cl"] = torch_cl
-            times = time_interleaved(runners, args.runs, 3, block=args.block)
+            nchw = [np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in
+                    [inputs[0]] + inputs[2 + task.has_bias:]]
+            onnx_model = nodes_model([node], [node.inputs[0]] + list(node.inputs[3:]),
+                                     node.outputs, model.graph.opset)
+            feeds = dict(zip([vi.name for vi in onnx_model.graph.input], nchw))
+            w, b = np.array(node.inputs[1].data), (node.inputs[2].data if task.has_bias
+                                                     else None)
+            torch_args = dict(x=nchw[0], w=w, b=b, residuals=nchw[1:], attrs=node.attrs,
+                              epilogue=list(task.epilogue), threads=args.threads)
+            runtimes = {
+                "halide": IsolatedRuntime(f"{__name__}:halide_runtime", template=g.template,
+                                          task=task.to_json(), config=best["config"],
+                                          threads=args.threads),
+                "torch_nchw": IsolatedRuntime(f"{__name__}:torch_runtime", channels_last=False,
+                                              **torch_args),
+                "torch_cl": IsolatedRuntime(f"{__name__}:torch_runtime", channels_last=True,
+                                            **torch_args),
+                "onnxruntime": IsolatedRuntime(f"{__name__}:onnxruntime_runtime",
+                                               model=onnx_model.SerializeToString(),
+                                               feeds=feeds, threads=args.threads)}
+            try:
+                times = time_isolated(runtimes, args.runs, 3, block=args.block)
+            finally:
+                for r in runtimes.values():
+                    r.close()
             med = {k: float(np.median(v)) for k, v in times.items()}
             torch_ms = min(v for k, v in med.items() if k.startswith("torch"))
             gf = {k: task.flops / (v * 1e-3) / 1e9 for k, v in med.items()}

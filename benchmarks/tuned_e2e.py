@@ -1,0 +1,78 @@
+"""End-to-end latency of tuned plans (issue 3 (b), (c)): per zoo model, `compile --tune` under a
+budget (tuning log benchmarks/results/tuning_<model>.jsonl, continued, so earlier tuning — e.g.
+conv_layers.py's — is reused), then the plan vs ONNX Runtime vs PyTorch eager, interleaved.
+Reports tuning wall time and measurements, selection, generated FLOP/time shares, plan load
+time, and max_rel_diff against ONNX Runtime. JSON: benchmarks/results/tuned_e2e.json.
+
+    python benchmarks/tuned_e2e.py --models resnet18,mobilenet_v2 --budget 5m --runs 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+
+import woodpecker
+from woodpecker import zoo
+from woodpecker.bench.compare import benchmark, format_table, random_feeds, write_json
+from woodpecker.tune.records import TuningLog
+from woodpecker.tune.session import TuneOptions
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--models", default=",".join(zoo.MODELS))
+    p.add_argument("--budget", default="15m", help="tuning budget per model")
+    p.add_argument("--search", default="ga", choices=["ga", "random"])
+    p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--block", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default="benchmarks/results/tuned_e2e.json")
+    args = p.parse_args()
+    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "budget": args.budget,
+              "search": args.search, "models": {}}
+    for name in args.models.split(","):
+        data = zoo.export(name).read_bytes()
+        log_path = f"benchmarks/results/tuning_{name}.jsonl"
+        records_before = len(TuningLog(log_path).records)
+        t0 = time.perf_counter()
+        model = woodpecker.compile(data, threads=args.threads, tuning_log=log_path, resume=True,
+                                   tune=TuneOptions(args.budget, args.search))
+        compile_s = time.perf_counter() - t0
+        with tempfile.TemporaryDirectory() as tmp:
+            model.save(tmp)
+            t0 = time.perf_counter()
+            model = woodpecker.load(tmp)
+            load_s = time.perf_counter() - t0
+            ms = model.profile(random_feeds(model), 10)
+            halide_ms = sum(t for t, e in zip(ms, model.plan.engines) if e == "halide")
+            meta = {"woodpecker.zoo": name, "woodpecker.zoo.seed": "0"}
+            r = benchmark(model, data, ["onnxruntime", "torch"], runs=args.runs, warmup=5,
+                          zoo_meta=meta, block=args.block)
+        tuning = model.plan.meta.get("tuning", {})
+        r.update(compile_seconds=compile_s, load_seconds=load_s, tuning=tuning,
+                 tuning_log_records_before=records_before,
+                 generated_flops_share=model.generated_flops_share(),
+                 generated_time_share=halide_ms / sum(ms),
+                 layout_conversions=model.plan.meta.get("layout_conversions", 0),
+                 selection=model.plan.meta.get("selection", []))
+        print(format_table(r), flush=True)
+        report["models"][name] = r
+        report["machine"], report["versions"] = r["machine"], r["versions"]
+    print(f"\n{'model':<21} {'wp/ort':>7} {'wp/torch':>9} {'gen FLOPs':>10} {'gen time':>9} "
+          f"{'tune s':>7} {'meas.':>6} {'load s':>7} {'max_rel_diff':>13}")
+    for name, r in report["models"].items():
+        t = r["tuning"]
+        print(f"{name:<21} {1 / r['speedup_vs']['onnxruntime']:>7.3f} "
+              f"{1 / r['speedup_vs']['torch']:>9.3f} {r['generated_flops_share']:>10.1%} "
+              f"{r['generated_time_share']:>9.1%} {t.get('seconds', 0):>7.0f} "
+              f"{t.get('measurements', 0):>6} {r['load_seconds']:>7.2f} "
+              f"{r['max_rel_diff']:>13.2e}")
+    print(f"wrote {write_json(args.json, report)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
