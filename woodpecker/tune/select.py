@@ -11,6 +11,12 @@ Choices left open by the paper, made here:
   conv node whose task has a faster Halide kernel, or the value is a graph output); a library
   candidate pays the NHWC→NCHW copy of each input a Halide node produced.
 - Timing is interleaved in blocks (see bench/timing.py) on one seeded input.
+- Every allowed library is timed and recorded, but the tuned kernel competes with the library
+  the preference order picked for the node (ONNX Runtime where it runs the node), not with all of
+  them: measured on ResNet-18, letting per-node winners mix torch kernels between ONNX Runtime
+  ones made the whole plan slower (56 ms vs 37 ms) although each torch kernel won alone — torch's
+  OpenMP threads keep spinning after each call and slow the next kernel, which per-node timing
+  cannot see.
 """
 
 from __future__ import annotations
@@ -125,8 +131,9 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
                        for v in from_halide)
         totals = {k: v + (halide_conv if k == "halide" else lib_conv)
                   for k, v in t.kernel_ms.items()}
-        winner = min(totals, key=totals.get)
         i = index[id(node)]
+        contenders = [k for k in totals if k in ("halide", chosen[i])]
+        winner = min(contenders, key=totals.get) if chosen[i] in totals else "halide"
         if winner == "halide":
             node.attrs["halide"] = t.spec
         chosen[i] = winner
