@@ -3,6 +3,7 @@ against ONNX Runtime, and the plan's own copies of the compiled kernels."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -72,7 +73,11 @@ def test_halide_plan_matches_onnxruntime_and_round_trips(tuned, tmp_path):
     np.testing.assert_array_equal(woodpecker.load(tmp_path / "p")(x), got)
 
     victim = next(p for p in (tmp_path / "p" / "kernels").iterdir() if p.name != kernels[-1])
-    victim.write_bytes(victim.read_bytes()[:100])
+    # Corrupt a copy moved into place: this process still maps the loaded kernel, and
+    # truncating a mapped shared object in place would crash it (SIGBUS), not test the plan.
+    tmp = victim.with_name("corrupt.tmp")
+    tmp.write_bytes(victim.read_bytes()[:100])
+    os.replace(tmp, victim)
     with pytest.raises(PlanError, match="sha256"):
         woodpecker.load(tmp_path / "p")
 
