@@ -80,8 +80,6 @@ def cmd_compile(args) -> None:
 
     t0 = time.perf_counter()
     tune = _tune_options(args) if args.tune else None
-    if tune is not None:
-        tune.budget_seconds()
     model = woodpecker.compile(args.model, engines=args.engines,
                                input_shapes=_shapes(args.input_shape), threads=args.threads,
                                tuning_log=args.tuning_log, tune=tune, resume=args.resume)
@@ -203,7 +201,6 @@ def cmd_tune(args) -> None:
     if not args.tuning_log:
         raise WoodpeckerError("tune needs --tuning-log FILE (or --show-space)")
     options = _tune_options(args)
-    options.budget_seconds()
     log = open_log(args.tuning_log, args.resume)
     tune_graph(model.graph, target, log, options)
     print(f"tuning log: {args.tuning_log} ({len(log.records)} records)")
@@ -212,7 +209,9 @@ def cmd_tune(args) -> None:
 def _tune_options(args):
     from woodpecker.tune.session import TuneOptions
 
-    return TuneOptions(args.budget, args.search, args.seed, args.max_trials, args.timeout)
+    options = TuneOptions(args.budget, args.search, args.seed, args.max_trials, args.timeout)
+    options.budget_seconds()  # a bad budget fails before any work
+    return options
 
 
 def cmd_ops(args) -> None:

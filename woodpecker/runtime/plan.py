@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from woodpecker.engines.halide.aot import RUNTIME_NAME, runtime_path
 from woodpecker.errors import PlanError
 from woodpecker.ir.graph import Graph
 from woodpecker.ops import OPS
@@ -27,7 +28,6 @@ from woodpecker.version import __version__
 
 SCHEMA_VERSION = 2
 PLAN_FILE, WEIGHTS_FILE, KERNELS_DIR = "plan.json", "weights.npz", "kernels"
-RUNTIME_NAME = "libwoodpecker_halide_runtime.so"  # as engines/halide/aot.py names it
 
 
 @dataclass
@@ -81,21 +81,23 @@ def _save_kernel(d: Path, attrs: dict) -> dict:
         return attrs
     spec = dict(attrs["halide"])
     src = Path(spec["kernel"])
-    dst = d / KERNELS_DIR / src.name
+    dst = _install(src, d / KERNELS_DIR / src.name)
+    spec["kernel"], spec["sha256"] = f"{KERNELS_DIR}/{src.name}", _sha256(dst)
+    spec.pop("runtime", None)
+    if not (d / KERNELS_DIR / RUNTIME_NAME).exists():
+        _install(runtime_path(), d / KERNELS_DIR / RUNTIME_NAME)
+    return dict(attrs, halide=spec)
+
+
+def _install(src: Path, dst: Path) -> Path:
+    """Copy `src` to `dst` through a temporary name (never rewriting a file in place: a
+    loaded kernel is mapped into this process)."""
     if src.resolve() != dst.resolve():
         dst.parent.mkdir(exist_ok=True)
         tmp = dst.with_name(dst.name + ".tmp")
         shutil.copyfile(src, tmp)
         os.replace(tmp, dst)
-    spec["kernel"], spec["sha256"] = f"{KERNELS_DIR}/{src.name}", _sha256(dst)
-    spec.pop("runtime", None)
-    runtime = d / KERNELS_DIR / RUNTIME_NAME
-    if not runtime.exists():
-        from woodpecker.engines.halide.aot import runtime_path
-
-        shutil.copyfile(runtime_path(), runtime.with_name(RUNTIME_NAME + ".tmp"))
-        os.replace(runtime.with_name(RUNTIME_NAME + ".tmp"), runtime)
-    return dict(attrs, halide=spec)
+    return dst
 
 
 def _load_kernel(d: Path, name: str, attrs: dict) -> dict:

@@ -37,8 +37,7 @@ class Measurer:
 
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            env = dict(os.environ, HL_NUM_THREADS=str(self.threads),
-                       OMP_NUM_THREADS=str(self.threads))
+            env = dict(os.environ, OMP_NUM_THREADS=str(self.threads))
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "woodpecker.tune.worker", str(self.threads)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
