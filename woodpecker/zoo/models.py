@@ -39,6 +39,12 @@ def _transformer():
     return torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
 
 
+def _irregular(family: str, *args):
+    from woodpecker.zoo import irregular
+
+    return getattr(irregular, family)(*args)
+
+
 MODELS: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("resnet18", (1, 3, 224, 224), _tv("resnet18"), "torchvision ResNet-18"),
     ZooModel("mobilenet_v2", (1, 3, 224, 224), _tv("mobilenet_v2"), "torchvision MobileNetV2"),
@@ -50,6 +56,14 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("shufflenet_v2_x1_0", (1, 3, 224, 224), _tv("shufflenet_v2_x1_0"),
              "torchvision ShuffleNetV2 x1.0"),
     ZooModel("mnasnet1_0", (1, 3, 224, 224), _tv("mnasnet1_0"), "torchvision MNASNet 1.0"),
+    ZooModel("randwire_cifar", (1, 3, 32, 32), lambda: _irregular("randwire", "cifar"),
+             "RandWire-WS(32, 4, 0.75) small regime, C=78, CIFAR-size (32x32)"),
+    ZooModel("randwire_imagenet", (1, 3, 224, 224), lambda: _irregular("randwire", "imagenet"),
+             "RandWire-WS(32, 4, 0.75) small regime, C=78, ImageNet-size (224x224)"),
+    ZooModel("darts_cifar", (1, 3, 32, 32), lambda: _irregular("darts"),
+             "DARTS_V2 cells, 8 cells, C=16, CIFAR-size (32x32)"),
+    ZooModel("swiftnet_vww", (1, 3, 96, 96), lambda: _irregular("swiftnet"),
+             "SwiftNet-style cells (concat + depthwise-separable nodes), 96x96"),
     ZooModel("transformer_encoder", (1, 128, 128), _transformer,
              "nn.TransformerEncoder: d_model 128, 2 heads, 2 layers, FF 512, seq 128"),
 ]}

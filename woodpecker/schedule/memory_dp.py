@@ -1,0 +1,307 @@
+"""SERENITY's dynamic-programming scheduler (thesis §3.4.1, Algorithm 2), with its two speed-ups:
+divide-and-conquer at hourglass points (§3.4.2) and adaptive soft budgeting (Algorithm 3).
+
+Signature. Algorithm 2 memoises on the zero-indegree set z_i. The set of scheduled nodes is an
+equivalent key (a down-closed set and the minimal elements of its complement determine each
+other) and is what we store, as one int bitset; the bytes live after a prefix depend only on
+that set, so per key only the least peak matters (Theorem 1).
+
+Divide-and-conquer. A node p is a cut when every other node is its ancestor or its descendant:
+then every topological order runs the ancestors first, p, then the descendants, and the live
+bytes at p depend on nothing but that split. The thesis cuts where one value separates the
+graph; this condition also allows the values that skip over p (a ResNet shortcut), and stays
+exact: each part is scheduled by the DP from the state the earlier parts leave, and the peak
+of the whole is the max of the parts' peaks.
+
+Soft budgeting. With a budget tau >= the optimum, pruning every prefix whose peak exceeds tau
+keeps the optimum (Figure 3.8a). Algorithm 3 starts at Kahn's peak and binary-searches tau:
+halve it on a step timeout, move half-way back up on "no solution". A solution at any tau is
+optimal. Choice where the paper is silent: after `max_steps` searches without a solution the
+part falls back to Kahn's order and is reported as not proven optimal.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from woodpecker.schedule.problem import MemoryProblem, _bits
+
+
+class NoSolution(Exception):
+    """No order of the part keeps its peak within the budget."""
+
+
+class StepTimeout(Exception):
+    """The DP step ran past its time limit."""
+
+
+@dataclass
+class Units:
+    """What the DP orders: groups of nodes that run back to back (singletons for the exact DP).
+    `preds[i]` is the node bitset unit i waits for, `succs[i]` the units waiting for it."""
+
+    members: list[list[int]]
+    preds: list[int]
+    succs: list[list[int]]
+
+    @classmethod
+    def group(cls, p: MemoryProblem, groups: list[list[int]]) -> "Units":
+        owner = {u: i for i, g in enumerate(groups) for u in g}
+        preds, succs = [], [set() for _ in groups]
+        for i, g in enumerate(groups):
+            inside = sum(1 << u for u in g)
+            need = 0
+            for u in g:
+                need |= p.preds[u]
+            need &= ~inside
+            preds.append(need)
+            for q in _bits(need):
+                if q in owner:
+                    succs[owner[q]].add(i)
+        return cls(groups, preds, [sorted(x) for x in succs])
+
+
+def singletons(p: MemoryProblem, nodes: int) -> Units:
+    return Units.group(p, [[u] for u in _bits(nodes)])
+
+
+def in_trees(p: MemoryProblem, nodes: int) -> Units:
+    """Coarsening (our choice, beyond the paper): a node read by exactly one other node of the
+    part joins that reader's unit, so each unit is an in-tree computed just before its root is
+    needed (a RandWire node's weighted sum, ReLU and separable conv become one unit). Exact
+    for the coarse problem, not always for the original one."""
+    root = {}
+    for u in reversed(_bits(nodes)):
+        s = [v for v in p.succs[u] if nodes >> v & 1]
+        only = len(s) == 1 and len(p.succs[u]) == 1 and not p.is_output[u]
+        root[u] = root[s[0]] if only else u
+    groups: dict[int, list[int]] = {}
+    for u in _bits(nodes):
+        groups.setdefault(root[u], []).append(u)
+    return Units.group(p, list(groups.values()))
+
+
+def dp_schedule(p: MemoryProblem, nodes: int | None = None, mask: int = 0, mem: int = 0,
+                budget: float | None = None, deadline: float | None = None,
+                units: Units | None = None) -> tuple[list[int], int, int]:
+    """Algorithm 2 on the nodes in `nodes` (grouped into `units`, default one per node), from
+    state (mask, mem): (order, peak, states explored).
+
+    Prefixes whose peak exceeds `budget` are pruned (NoSolution when none is left);
+    `deadline` (time.monotonic) raises StepTimeout."""
+    nodes = (1 << p.n) - 1 if nodes is None else nodes
+    units = units or singletons(p, nodes)
+    members, upreds, usuccs, step = units.members, units.preds, units.succs, p.step
+    frontier = 0
+    for i, need in enumerate(upreds):
+        if not need & ~mask:
+            frontier |= 1 << i
+    # level: mask -> (peak, mem, frontier); back: mask -> (parent mask, unit) per level
+    level = {mask: (mem, mem, frontier)}
+    back: list[dict[int, tuple[int, int]]] = []
+    states = 1
+    for _ in range(len(members)):
+        nxt: dict[int, tuple[int, int, int]] = {}
+        links: dict[int, tuple[int, int]] = {}
+        for m, (peak, cur, front) in level.items():
+            f = front
+            while f:
+                low = f & -f
+                f ^= low
+                i = low.bit_length() - 1
+                top, after, after_mem = peak, m, cur
+                for u in members[i]:
+                    t, after_mem = step(after, after_mem, u)
+                    after |= 1 << u
+                    if t > top:
+                        top = t
+                if budget is not None and top > budget:
+                    continue
+                old = nxt.get(after)
+                if old is not None and old[0] <= top:
+                    continue
+                new_front = front ^ low
+                for w in usuccs[i]:
+                    if not upreds[w] & ~after:
+                        new_front |= 1 << w
+                nxt[after] = (top, after_mem, new_front)
+                links[after] = (m, i)
+            states += 1
+            if not states & 4095 and deadline is not None and time.monotonic() > deadline:
+                raise StepTimeout
+        if not nxt:
+            raise NoSolution
+        back.append(links)
+        level = nxt
+    (end, (peak, _, _)), = level.items()
+    order = []
+    for links in reversed(back):
+        end, i = links[end]
+        order += reversed(members[i])
+    order.reverse()
+    return order, peak, states
+
+
+@dataclass
+class PartReport:
+    nodes: int
+    peak: int
+    optimal: bool               # proven least peak for this part
+    method: str = "dp"          # "dp", "dp-coarse" (in-tree units) or "kahn" (fallback)
+    states: int = 0
+    lower: int = 0              # proven lower bound on the part's least peak
+    budgets: list[int] = field(default_factory=list)   # the soft budgets tried, in order
+
+
+def lower_bound(p: MemoryProblem, nodes: int, mem: int) -> int:
+    """No order of the part peaks below this: the bytes live at the start, or any node's
+    outputs together with the activations it reads."""
+    lb = mem
+    for u in _bits(nodes):
+        lb = max(lb, p.alloc[u] + sum(size for size, _ in p.reads[u]))
+    return lb
+
+
+def soft_budget_schedule(p: MemoryProblem, nodes: int, mask: int, mem: int,
+                         units: Units | None = None, step_seconds: float = 0.5,
+                         total_seconds: float = 1.0, hard: int | None = None
+                         ) -> tuple[list[int] | None, PartReport]:
+    """Algorithm 3 on one part: the DP under a soft budget tau found by binary search below the
+    hard budget (Kahn's peak unless a feasible `hard` is known; then the search starts just
+    under it, looking for a better order). A timeout lowers tau, "no solution" raises it; we
+    keep the bracket (highest tau without a solution, lowest that timed out) and bisect it,
+    which is Algorithm 3's update with its bounds remembered. The order is None when no
+    solution turned up within `total_seconds`; `report.lower` is then what was proven."""
+    report = PartReport(bin(nodes).count("1"), 0, False, "kahn")
+    if hard is None:
+        kahn = p.kahn(nodes, mask)
+        hard, _ = p.simulate(kahn, mask, mem)
+        tau = hard
+    else:
+        tau = hard - 1
+    report.peak = hard
+    lo, hi = lower_bound(p, nodes, mem) - 1, None
+    stop = time.monotonic() + total_seconds
+    while tau > lo and time.monotonic() < stop:
+        report.budgets.append(tau)
+        try:
+            order, peak, states = dp_schedule(p, nodes, mask, mem, tau,
+                                              min(stop, time.monotonic() + step_seconds), units)
+        except StepTimeout:
+            hi = tau
+        except NoSolution:
+            lo = tau
+        else:
+            report.peak, report.optimal, report.states = peak, units is None, states
+            report.method, report.lower = ("dp", peak) if units is None else ("dp-coarse", lo + 1)
+            return order, report
+        tau = (lo + (hard if hi is None else hi)) // 2
+        if hi is not None and tau <= lo:
+            break
+    report.lower = lo + 1
+    return None, report
+
+
+def cut_points(p: MemoryProblem, nodes: int | None = None) -> list[int]:
+    """Nodes of which every other node is an ancestor or a descendant (hourglass points), in
+    order. Ancestor/descendant sets are bitsets built in one pass each way."""
+    n = p.n
+    everything = (1 << n) - 1 if nodes is None else nodes
+    anc = [0] * n
+    for u in range(n):
+        a = 0
+        for q in _bits(p.preds[u]):
+            a |= anc[q] | 1 << q
+        anc[u] = a
+    desc = [0] * n
+    for u in range(n - 1, -1, -1):
+        d = 0
+        for v in p.succs[u]:
+            d |= desc[v] | 1 << v
+        desc[u] = d
+    return [u for u in _bits(everything)
+            if (anc[u] | desc[u] | 1 << u) & everything == everything]
+
+
+def parts(p: MemoryProblem) -> list[int]:
+    """The graph split at its cut points: a list of node bitsets in execution order."""
+    out, done = [], 0
+    for c in cut_points(p):
+        part = _closure_upto(p, c) & ~done   # c and whatever of its ancestors is not placed
+        out.append(part)
+        done |= part
+    rest = (1 << p.n) - 1 & ~done
+    return out + [rest] if rest else out
+
+
+def _closure_upto(p: MemoryProblem, c: int) -> int:
+    """c and its ancestors."""
+    seen, stack = 1 << c, [c]
+    while stack:
+        u = stack.pop()
+        for q in _bits(p.preds[u] & ~seen):
+            seen |= 1 << q
+            stack.append(q)
+    return seen
+
+
+@dataclass
+class ScheduleReport:
+    peak: int
+    optimal: bool
+    seconds: float
+    parts: list[PartReport]
+
+
+def schedule_part(p: MemoryProblem, nodes: int, mask: int, mem: int, soft_budget: bool = True,
+                  step_seconds: float = 0.5, total_seconds: float = 1.0
+                  ) -> tuple[list[int], PartReport]:
+    """One part. Without soft budgeting: the plain exact DP. With it: first the DP over in-tree
+    units (in_trees, fast), whose peak then serves as the hard budget of the exact DP's soft
+    budgeting; the exact DP either finds a better order or shows that none exists below the
+    coarse peak (proving it optimal). Within `total_seconds` of each search."""
+    if not soft_budget:
+        order, peak, states = dp_schedule(p, nodes, mask, mem)
+        return order, PartReport(bin(nodes).count("1"), peak, True, "dp", states, peak)
+    coarse, rep = soft_budget_schedule(p, nodes, mask, mem, in_trees(p, nodes),
+                                       step_seconds, total_seconds)
+    if coarse is None:
+        coarse = p.kahn(nodes, mask)
+    exact, rep2 = soft_budget_schedule(p, nodes, mask, mem, None, step_seconds, total_seconds,
+                                       hard=rep.peak)
+    rep2.budgets = rep.budgets + rep2.budgets
+    rep2.states += rep.states
+    if exact is not None:
+        return exact, rep2
+    rep.budgets, rep.states, rep.lower = rep2.budgets, rep2.states, max(rep.lower, rep2.lower)
+    rep.optimal = rep.lower >= rep.peak
+    return coarse, rep
+
+
+def memory_schedule(p: MemoryProblem, divide: bool = True, soft_budget: bool = True,
+                    step_seconds: float = 0.5, total_seconds: float = 1.0,
+                    budget: int | None = None) -> tuple[list[int], ScheduleReport]:
+    """The least-peak order of all nodes (SERENITY): per part (divide-and-conquer) the DP with
+    soft budgeting. With `budget` (bytes), NoSolution when no order fits it."""
+    start = time.monotonic()
+    groups = parts(p) if divide else [(1 << p.n) - 1]
+    order: list[int] = []
+    reports: list[PartReport] = []
+    mask = mem = peak = 0
+    for g in groups:
+        sub, rep = schedule_part(p, g, mask, mem, soft_budget, step_seconds, total_seconds)
+        if budget is not None and rep.peak > budget:
+            if not rep.optimal:   # settle it: the exact DP pruned at the budget
+                sub, rep.peak, rep.states = dp_schedule(p, g, mask, mem, budget)
+                rep.optimal, rep.method = True, "dp"
+            if rep.peak > budget:
+                raise NoSolution(f"the least peak is {rep.peak} bytes")
+        reports.append(rep)
+        order += sub
+        for u in sub:
+            top, mem = p.step(mask, mem, u)
+            mask |= 1 << u
+            peak = max(peak, top)
+    return order, ScheduleReport(peak, all(r.optimal for r in reports),
+                                 time.monotonic() - start, reports)
