@@ -7,6 +7,7 @@ order; rewrites call `Graph.toposort()` when they may have broken it.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 from collections.abc import Iterable
@@ -171,6 +172,22 @@ class Graph:
             if v.is_const:
                 seen[v.name] = v
         return list(seen.values())
+
+    def copy(self) -> "Graph":
+        """A structural copy (new nodes and values) sharing the constant arrays, so a rewrite
+        can be tried and thrown away."""
+        g = Graph(self.name)
+        g.opset = self.opset
+        vmap = {}
+        for name, v in self.values.items():
+            vmap[id(v)] = g.values[name] = Value(v.name, v.shape, v.dtype, v.layout, data=v.data)
+        get = lambda v: None if v is None else vmap[id(v)]  # noqa: E731
+        for n in self.nodes:
+            g.add_node(n.op, [get(v) for v in n.inputs], [get(v) for v in n.outputs],
+                       copy.deepcopy(n.attrs), n.name)
+        g.inputs = [get(v) for v in self.inputs]
+        g.outputs = [get(v) for v in self.outputs]
+        return g
 
     # -- maintenance ----------------------------------------------------------------------------
     def toposort(self) -> None:

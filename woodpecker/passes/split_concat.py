@@ -1,0 +1,136 @@
+"""SERENITY's identity graph rewriting (thesis §3.4.3): a channel Concat read by convolutions is
+split so that each concatenated part is consumed as soon as it exists.
+
+- Concat → Conv (channel-wise partitioning, Eq. 3.3–3.6): y = Σ_i W_{*i} * x_i. Each part gets
+  a partial Conv over its slice of input channels; the partial results are summed by FusedConv
+  Add epilogues (partial_j = conv(x_j) + partial_{j-1}); the bias goes on the first part, the
+  original epilogue (activations, residual adds) on the last.
+- Concat → depthwise Conv (kernel-wise partitioning, Eq. 3.7–3.8): y = [w_i * x_i]_i. Each part
+  gets a depthwise Conv over its channels and the results are concatenated.
+
+Unary element-wise ops between the Concat and the Conv (DARTS' ReLU before its 1×1 conv) are
+moved onto the parts: relu(concat(x_i)) = concat(relu(x_i)). A Concat is rewritten only when
+every reader is such a path, so the concatenated tensor disappears. Which concats to rewrite
+is decided by the memory scheduler (schedule/memory.py): only where the optimal peak goes down.
+"""
+
+from __future__ import annotations
+
+from woodpecker.ir.graph import Graph, Node, Value
+
+UNARY = ("Relu",)
+CONVS = ("Conv", "FusedConv")
+
+
+def _rewritable(graph: Graph, reader: Node, v: Value) -> bool:
+    """True when `reader` of v is a conv taking v's channels whole, or a unary element-wise op
+    all of whose readers are (recursively)."""
+    if reader.op in UNARY:
+        out = reader.outputs[0]
+        return (reader.inputs[0] is v and not graph.is_output(out) and bool(out.consumers)
+                and all(_rewritable(graph, r, out) for r in dict.fromkeys(out.consumers)))
+    if reader.op not in CONVS or reader.inputs[0] is not v or len(v.shape) != 4:
+        return False
+    if any(x is v for x in reader.inputs[1:]):
+        return False
+    group = reader.attrs.get("group", 1)
+    steps = reader.attrs.get("epilogue", [])
+    return group == 1 or (group == v.shape[1] and not any(s["op"] == "Add" for s in steps))
+
+
+def candidates(graph: Graph) -> list[Node]:
+    """Concat nodes (channel axis, 4-d, two or more run-time parts) every reader of which is a
+    rewritable conv path."""
+    out = []
+    for node in graph.nodes:
+        if node.op != "Concat" or len(node.inputs) < 2:
+            continue
+        y = node.outputs[0]
+        if y.shape is None or len(y.shape) != 4 or node.attrs.get("axis") not in (1, -3):
+            continue
+        if graph.is_output(y) or not y.consumers or any(v.is_const for v in node.inputs):
+            continue
+        if all(_rewritable(graph, r, y) for r in dict.fromkeys(y.consumers)):
+            out.append(node)
+    return out
+
+
+def split_concat(graph: Graph, concat: Node) -> None:
+    """Rewrite one candidate Concat (see `candidates`) and every conv path reading it."""
+    y = concat.outputs[0]
+    for reader in list(dict.fromkeys(y.consumers)):
+        _split_reader(graph, reader, list(concat.inputs))
+    graph.remove_node(concat)
+    graph.toposort()
+    graph.dce()
+
+
+def _split_reader(graph: Graph, reader: Node, parts: list[Value]) -> None:
+    """Replace `reader` (of the concat of `parts`) by per-part nodes."""
+    index = graph.nodes.index(reader)
+    if reader.op in UNARY:
+        new, xs = [], []
+        for x in parts:
+            out = graph.value(graph.fresh_name(reader.name), x.shape, x.dtype)
+            new.append(Node(reader.op, graph.fresh_name(reader.name), [x], [out],
+                            dict(reader.attrs)))
+            xs.append(out)
+    elif reader.attrs.get("group", 1) == 1:
+        new, xs = _channel_partitions(graph, reader, parts), []
+    else:
+        new, xs = _kernel_partitions(graph, reader, parts), []
+    graph.remove_node(reader)
+    for n in new:
+        graph.add_node(n.op, n.inputs, n.outputs, n.attrs, n.name, index)
+        index += 1
+    if xs:
+        for r in list(dict.fromkeys(reader.outputs[0].consumers)):
+            _split_reader(graph, r, xs)
+
+
+def _channel_partitions(graph: Graph, conv: Node, xs: list[Value]) -> list[Node]:
+    """Eq. 3.6: partial convs over channel slices, accumulated through Add epilogues."""
+    w, b = conv.inputs[1], conv.input(2)
+    residuals = conv.inputs[3:]
+    steps = conv.attrs.get("epilogue", [])
+    out = conv.outputs[0]
+    base = {k: v for k, v in conv.attrs.items() if k != "epilogue"}
+    nodes, acc, off = [], None, 0
+    for j, x in enumerate(xs):
+        c = x.shape[1]
+        wj = graph.const(w.data[:, off:off + c], w.name)
+        off += c
+        last = j == len(xs) - 1
+        y = out if last else graph.value(graph.fresh_name(conv.name), out.shape, out.dtype)
+        name = graph.fresh_name(conv.name)
+        if acc is None:
+            ins = [x, wj, b] + (list(residuals) if last else [])
+            op, epi = ("FusedConv", steps) if last and steps else ("Conv", None)
+            attrs = dict(base, epilogue=epi) if epi is not None else dict(base)
+        else:
+            ins = [x, wj, None, acc] + (list(residuals) if last else [])
+            op, attrs = "FusedConv", dict(base, epilogue=[{"op": "Add"}] + (steps if last else []))
+        nodes.append(Node(op, name, ins, [y], attrs))
+        acc = y
+    return nodes
+
+
+def _kernel_partitions(graph: Graph, conv: Node, xs: list[Value]) -> list[Node]:
+    """Eq. 3.8: a depthwise conv per part (its slice of filters), then the Concat."""
+    w, b = conv.inputs[1], conv.input(2)
+    out = conv.outputs[0]
+    mult = w.shape[0] // conv.attrs["group"]
+    nodes, ys, off = [], [], 0
+    for x in xs:
+        c = x.shape[1]
+        lo, hi = off * mult, (off + c) * mult
+        off += c
+        y = graph.value(graph.fresh_name(conv.name), (out.shape[0], hi - lo) + out.shape[2:],
+                        out.dtype)
+        ins = [x, graph.const(w.data[lo:hi], w.name),
+               None if b is None else graph.const(b.data[lo:hi], b.name)]
+        nodes.append(Node(conv.op, graph.fresh_name(conv.name), ins, [y],
+                          dict(conv.attrs, group=c)))
+        ys.append(y)
+    nodes.append(Node("Concat", graph.fresh_name("Concat"), ys, [out], {"axis": 1}))
+    return nodes
