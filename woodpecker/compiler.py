@@ -13,10 +13,13 @@ import onnx
 
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.registry import choose, parse_engines
+from woodpecker.errors import WoodpeckerError
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, optimize
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
+from woodpecker.schedule.arena import plan_arena
+from woodpecker.schedule.memory import schedule_memory
 from woodpecker.target import Target
 from woodpecker.tune.session import TuneOptions
 
@@ -28,7 +31,8 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
             threads: int | None = None, passes: tuple[str, ...] = DEFAULT,
             example_inputs: Any = None, tuning_log: "str | os.PathLike | None" = None,
             tune: TuneOptions | None = None, resume: bool = False,
-            progress: TextIO | None = None) -> CompiledModel:
+            progress: TextIO | None = None, schedule: str = "file",
+            memory_budget: int | None = None, arena: bool = True) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) or a torch.nn.Module.
 
     A torch module needs `example_inputs` (a tensor or tuple of tensors) to be exported.
@@ -40,6 +44,11 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     `resume`). With a tuning log, each conv node whose task has a tuned kernel is timed against
     the library engines and the fastest kept (tune/select.py); layouts are then assigned and
     the conversions counted. Progress goes to `progress`.
+
+    `schedule="memory"` rewrites concats where it pays and orders the nodes for the least peak
+    of live activations (SERENITY, schedule/memory.py); with `memory_budget` (bytes) a
+    MemoryBudgetError says when no order fits. `schedule="file"` keeps the model's order. With
+    `arena`, every activation gets a fixed offset in one buffer (schedule/arena.py).
     """
     if _is_torch_module(model):
         from woodpecker.frontend.torch_import import export_module
@@ -49,10 +58,11 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     allowed = parse_engines(engines)
     graph = import_onnx(proto, input_shapes, input_values)
     stats = optimize(graph, passes)
+    memory = _schedule(graph, schedule, memory_budget)
     ctx = BuildContext(tgt.threads, graph.opset)
     chosen = [choose(n, allowed, ctx) for n in graph.nodes]
     meta = {"source_sha256": hashlib.sha256(proto.SerializeToString()).hexdigest(),
-            "passes": stats, "engines_allowed": allowed}
+            "passes": stats, "engines_allowed": allowed, "schedule": memory}
     if (tune is not None or tuning_log is not None) and "halide" in allowed:
         chosen = _generated_kernels(graph, chosen, allowed, ctx, tgt, tuning_log, tune, resume,
                                     progress, meta)
@@ -61,7 +71,25 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     zoo = {p.key: p.value for p in proto.metadata_props if p.key.startswith("woodpecker.")}
     if zoo:
         meta["metadata"] = zoo
-    return CompiledModel(Plan(graph, chosen, tgt, meta))
+    arena_plan = plan_arena(graph) if arena else None
+    if arena_plan is not None:
+        meta["arena"] = {"size": arena_plan.size, "lower_bound": arena_plan.lower_bound,
+                         "method": arena_plan.method}
+    return CompiledModel(Plan(graph, chosen, tgt, meta, arena_plan))
+
+
+def _schedule(graph, schedule: str, budget: int | None) -> dict:
+    """Order the graph's nodes; returns what the plan records about it."""
+    if schedule == "file":
+        if budget is not None:
+            raise WoodpeckerError("a memory budget needs the memory schedule (--schedule memory)")
+        return {"kind": "file"}
+    if schedule != "memory":
+        raise WoodpeckerError(f"unknown schedule {schedule!r}; use 'file' or 'memory'")
+    result = schedule_memory(graph, rewrite=True, budget=budget)
+    return {"kind": "memory", "peak_bytes": result.peak, "optimal": result.report.optimal,
+            "rewrites": result.rewrites, "seconds": round(result.seconds, 3),
+            **({"budget_bytes": budget} if budget is not None else {})}
 
 
 def _is_torch_module(model: Any) -> bool:

@@ -27,7 +27,7 @@ class CompiledModel:
         g = plan.graph
         ctx = BuildContext(plan.target.threads, g.opset)
         kernels = [get_engine(e).build(n, ctx) for n, e in zip(g.nodes, plan.engines)]
-        self._executor = Executor(g, kernels)
+        self._executor = Executor(g, kernels, plan.arena)
         self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
         self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]
 

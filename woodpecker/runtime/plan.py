@@ -23,6 +23,7 @@ from woodpecker.engines.halide.aot import RUNTIME_NAME, runtime_path
 from woodpecker.errors import PlanError
 from woodpecker.ir.graph import Graph
 from woodpecker.ops import OPS
+from woodpecker.schedule.arena import Arena, check_arena
 from woodpecker.target import Target
 from woodpecker.version import __version__
 
@@ -36,6 +37,7 @@ class Plan:
     engines: list[str]
     target: Target
     meta: dict[str, Any]
+    arena: Arena | None = None
 
 
 # -- attribute encoding (JSON has no arrays or tuples) ---------------------------------------------
@@ -150,6 +152,7 @@ def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
                    "attrs": _encode(_save_kernel(d, n.attrs))}
                   for n, e in zip(g.nodes, plan.engines)],
         "order": [n.name for n in g.nodes],
+        **({"arena": plan.arena.to_json()} if plan.arena is not None else {}),
     }
     tmp_p = d / (PLAN_FILE + ".tmp")
     tmp_p.write_text(json.dumps(doc, indent=1))
@@ -243,4 +246,10 @@ def _build(d: Path, doc: dict) -> Plan:
             raise PlanError(f"plan.json: output {s['name']!r} is never produced")
         g.outputs.append(g.values[s["name"]])
     meta = {k: v for k, v in doc["model"].items() if k not in ("name", "opset")}
-    return Plan(g, engines, Target.from_json(doc["target"]), meta)
+    arena = None
+    if "arena" in doc:
+        arena = Arena.from_json(doc["arena"])
+        problem = check_arena(g, arena)
+        if problem:
+            raise PlanError(f"plan.json: arena is corrupt: {problem}")
+    return Plan(g, engines, Target.from_json(doc["target"]), meta, arena)

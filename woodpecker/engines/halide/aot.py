@@ -168,8 +168,10 @@ class AotKernel:
         self._fn.restype = ctypes.c_int
         self._lib, self.n_inputs, self.out_shape = lib, n_inputs, tuple(out_shape)
 
-    def __call__(self, *arrays: np.ndarray) -> np.ndarray:
-        out = np.empty(self.out_shape, np.float32)
+    def __call__(self, *arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Run on C-contiguous float32 arrays; into `out` (C-contiguous, out_shape) if given."""
+        if out is None:
+            out = np.empty(self.out_shape, np.float32)
         held = [_buffer(a) for a in arrays] + [_buffer(out)]
         rc = self._fn(*[ctypes.byref(b) for b, _ in held])
         if rc != 0:

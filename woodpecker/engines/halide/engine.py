@@ -52,4 +52,9 @@ class HalideEngine(Engine):
         def kernel(x, *residuals):
             return [run(np.ascontiguousarray(x), w, *b, *map(np.ascontiguousarray, residuals))]
 
+        def into(outs, x, *residuals):
+            run(np.ascontiguousarray(x), w, *b, *map(np.ascontiguousarray, residuals),
+                out=outs[0].reshape(run.out_shape))
+
+        kernel.into = into
         return kernel

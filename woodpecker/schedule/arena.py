@@ -1,0 +1,166 @@
+"""Arena planning: one offset in one buffer for every activation, from the execution order.
+
+Lifetimes follow the executor and the memory model (schedule/problem.py): a value lives from
+the step of its producer to the step of its last reader; graph outputs to the end. Offsets come
+from TFLite's greedy planners (values taken largest first, or by the breadth of the steps they
+live in; each placed in a gap beside the already placed values whose lifetimes overlap) plus the
+execution order and a largest-area-first order, each with best-fit and first-fit gaps; the
+smallest arena wins. The lower bound is the most bytes live at once.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from woodpecker.ir.graph import Graph
+from woodpecker.schedule.problem import value_bytes
+
+ALIGNMENT = 64   # a cache line, and enough for AVX-512 loads
+
+
+@dataclass
+class Arena:
+    size: int
+    offsets: dict[str, int]     # value name -> byte offset
+    lower_bound: int
+    alignment: int = ALIGNMENT
+    method: str = ""
+
+    def to_json(self) -> dict:
+        return {"size": self.size, "lower_bound": self.lower_bound,
+                "alignment": self.alignment, "method": self.method, "offsets": self.offsets}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Arena":
+        return cls(int(d["size"]), {k: int(v) for k, v in d["offsets"].items()},
+                   int(d["lower_bound"]), int(d["alignment"]), str(d.get("method", "")))
+
+
+def _aligned(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def lifetimes(graph: Graph) -> list[tuple[str, int, int, int]]:
+    """(value name, aligned bytes, first step, last step) for every activation, in order."""
+    step = {id(n): i for i, n in enumerate(graph.nodes)}
+    end = len(graph.nodes)
+    outputs = {id(v) for v in graph.outputs}
+    out = []
+    for i, node in enumerate(graph.nodes):
+        for v in dict.fromkeys(node.outputs):
+            last = max((step[id(c)] for c in v.consumers), default=i)
+            if id(v) in outputs:
+                last = end
+            out.append((v.name, _aligned(max(value_bytes(v), 1), ALIGNMENT), i, last))
+    return out
+
+
+def live_peak(life: list[tuple[str, int, int, int]]) -> int:
+    """The most bytes live at one step: no arena can be smaller."""
+    if not life:
+        return 0
+    n = max(last for *_, last in life) + 2
+    delta = [0] * n
+    for _, size, first, last in life:
+        delta[first] += size
+        delta[last + 1] -= size
+    peak = cur = 0
+    for d in delta:
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
+def _place(items, best_fit: bool) -> tuple[int, dict[str, int]]:
+    """Place values in the given order, each at the lowest (first-fit) or tightest (best-fit)
+    gap beside the placed values whose lifetimes overlap, else on top of them."""
+    placed: list[tuple[int, int, int, int]] = []   # offset, size, first, last
+    offsets = {}
+    for name, size, first, last in items:
+        busy = sorted((o, s) for o, s, f, la in placed if f <= last and first <= la)
+        best, at = None, 0
+        for o, s in busy:
+            gap = o - at
+            if gap >= size and (best is None or gap < best[0]):
+                best = (gap, at)
+                if not best_fit:
+                    break
+            at = max(at, o + s)
+        offset = best[1] if best is not None else at
+        offsets[name] = offset
+        placed.append((offset, size, first, last))
+    return max((o + s for o, s, _, _ in placed), default=0), offsets
+
+
+def _by_breadth(life):
+    """TFLite's greedy-by-breadth order: steps by decreasing live bytes, at each step its live
+    values largest first (each value once)."""
+    steps: dict[int, list] = {}
+    for t in life:
+        for i in range(t[2], t[3] + 1):
+            steps.setdefault(i, []).append(t)
+    seen, out = set(), []
+    for _, vals in sorted(steps.items(), key=lambda kv: -sum(t[1] for t in kv[1])):
+        for t in sorted(vals, key=lambda t: -t[1]):
+            if t[0] not in seen:
+                seen.add(t[0])
+                out.append(t)
+    return out
+
+
+ORDERS = {
+    "greedy-by-size": lambda life: sorted(life, key=lambda t: (-t[1], t[2] - t[3], t[0])),
+    "greedy-by-breadth": _by_breadth,
+    "in-order": lambda life: sorted(life, key=lambda t: (t[2], -t[1], t[0])),
+    "greedy-by-area": lambda life: sorted(life, key=lambda t: (-t[1] * (t[3] - t[2] + 1), t[0])),
+}
+
+
+def plan_arena(graph: Graph) -> Arena:
+    """Offsets for the activations of `graph` in its current node order: every placement order
+    in ORDERS with best-fit and first-fit gaps; the smallest arena wins."""
+    life = lifetimes(graph)
+    bound = live_peak(life)
+    best = None
+    for name, order in ORDERS.items():
+        items = order(life)
+        for fit in ("best-fit", "first-fit"):
+            size, offsets = _place(items, fit == "best-fit")
+            if best is None or size < best.size:
+                best = Arena(size, offsets, bound, ALIGNMENT, f"{name} {fit}")
+            if best.size == bound:
+                return best
+    # Still above the bound: seeded restarts of greedy-by-size with jittered sizes (a fixed
+    # number, scaled to the graph, so the plan is reproducible).
+    rng = random.Random(0)
+    for _ in range(min(64, 20000 // max(len(life), 1))):
+        jitter = {t[0]: t[1] * rng.uniform(0.6, 1.4) for t in life}
+        size, offsets = _place(sorted(life, key=lambda t: -jitter[t[0]]), True)
+        if size < best.size:
+            best = Arena(size, offsets, bound, ALIGNMENT, "greedy-by-size, jittered")
+            if size == bound:
+                break
+    return best
+
+
+def check_arena(graph: Graph, arena: Arena) -> str | None:
+    """Why `arena` cannot hold `graph`'s activations in its node order (None when it can): a
+    value without an offset, out of bounds, misaligned, or overlapping a value alive at the
+    same time."""
+    spans = []
+    for name, size, first, last in lifetimes(graph):
+        if name not in arena.offsets:
+            return f"value {name!r} has no offset"
+        o = arena.offsets[name]
+        if o < 0 or o + size > arena.size or o % arena.alignment:
+            return f"value {name!r} at offset {o} does not fit an arena of {arena.size} bytes"
+        spans.append((first, last, o, o + size, name))
+    spans.sort()
+    for i, (_, last, lo, hi, name) in enumerate(spans):
+        for f2, _, lo2, hi2, name2 in spans[i + 1:]:
+            if f2 > last:
+                break
+            if lo < hi2 and lo2 < hi:
+                return f"values {name!r} and {name2!r} overlap while both are alive"
+    return None
