@@ -77,12 +77,15 @@ def cmd_compile(args) -> None:
     import time
 
     import woodpecker
+    from woodpecker.schedule.memory import format_bytes, parse_bytes
 
     t0 = time.perf_counter()
     tune = _tune_options(args) if args.tune else None
+    budget = parse_bytes(args.memory_budget) if args.memory_budget else None
     model = woodpecker.compile(args.model, engines=args.engines,
                                input_shapes=_shapes(args.input_shape), threads=args.threads,
-                               tuning_log=args.tuning_log, tune=tune, resume=args.resume)
+                               tuning_log=args.tuning_log, tune=tune, resume=args.resume,
+                               schedule=args.schedule, memory_budget=budget)
     model.save(args.output)
     engines = {}
     for e in model.plan.engines:
@@ -94,6 +97,14 @@ def cmd_compile(args) -> None:
         share = model.generated_flops_share()
         print(f"generated Halide kernels run {share:.0%} of the FLOPs; "
               f"{model.plan.meta['layout_conversions']} layout conversion(s)")
+    sched, arena = model.plan.meta["schedule"], model.plan.arena
+    if sched["kind"] == "memory":
+        print(f"memory schedule: peak activations {format_bytes(sched['peak_bytes'])} "
+              f"({'optimal' if sched['optimal'] else 'not proven optimal'}, "
+              f"{sched['rewrites']} concat rewrite(s), {sched['seconds']:.2f}s)")
+    if arena is not None:
+        print(f"arena {format_bytes(arena.size)} (live-bytes lower bound "
+              f"{format_bytes(arena.lower_bound)})")
 
 
 def cmd_run(args) -> None:
@@ -134,6 +145,8 @@ def cmd_bench(args) -> None:
 def cmd_inspect(args) -> None:
     from woodpecker.bench.compare import random_feeds
 
+    if args.memory:
+        return _inspect_memory(args)
     model = _load_or_compile(args)
     rows = model.node_table()
     ms = model.profile(random_feeds(model), args.runs) if args.runs > 0 else [0.0] * len(rows)
@@ -172,6 +185,34 @@ def cmd_inspect(args) -> None:
     print(f"generated kernels: {doc['generated_flops_share']:.1%} of FLOPs, "
           f"{doc['generated_time_share']:.1%} of runtime; "
           f"{doc['layout_conversions']} layout conversion(s)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1))
+        print(f"wrote {args.json}")
+
+
+def _inspect_memory(args) -> None:
+    """Memory of the file's order, Kahn's, the DP's and DP + rewriting (schedule/report.py)."""
+    from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
+    from woodpecker.passes import optimize
+    from woodpecker.schedule.report import format_report, memory_report, plot_report
+
+    if _is_plan(args.model):
+        import woodpecker
+
+        model = woodpecker.load(args.model)
+        if model.plan.meta.get("schedule", {}).get("kind", "file") == "file":
+            graph = model.graph
+        else:   # the plan is reordered: start again from the model file
+            graph = import_onnx(load_model_proto(_reference_onnx(model, args.onnx, args.model)))
+            optimize(graph)
+    else:
+        graph = import_onnx(load_model_proto(args.model), _shapes(args.input_shape))
+        optimize(graph)
+    doc = memory_report(graph)
+    print(format_report(doc))
+    plot = args.plot or f"{Path(args.model).name.removesuffix('.onnx')}_memory.png"
+    plot_report(doc, plot, f"{Path(args.model).name}: activation memory per order")
+    print(f"wrote {plot}")
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
@@ -253,6 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "shared log in the Woodpecker cache)")
     c.add_argument("--tuning-log", help="use (and with --tune, extend) this tuning log")
     c.add_argument("--resume", action="store_true", help="continue a non-empty --tuning-log")
+    c.add_argument("--schedule", choices=["file", "memory"], default="file",
+                   help="node order: the model file's, or the least peak memory (SERENITY)")
+    c.add_argument("--memory-budget", help="with --schedule memory: fail unless the peak of "
+                                           "activations fits, e.g. 256KiB")
     tune_opts(c)
     c.set_defaults(fn=cmd_compile)
 
@@ -280,6 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("model")
     i.add_argument("--json")
     i.add_argument("--runs", type=int, default=10, help="profiling runs (0: do not run)")
+    i.add_argument("--memory", action="store_true",
+                   help="peak activation memory and arena size of the file's, Kahn's, the DP's "
+                        "and the DP + rewriting order, with a plot")
+    i.add_argument("--plot", help="with --memory: the PNG to write (default MODEL_memory.png)")
+    i.add_argument("--onnx", help="the ONNX model a plan came from (default: found)")
     model_opts(i)
     i.set_defaults(fn=cmd_inspect)
 

@@ -34,17 +34,21 @@ def dags(draw, max_nodes=12):
 
 
 def brute_force(p: MemoryProblem) -> int:
-    """Exact minimum peak over all topological orders (branch and bound on the peak)."""
-    best = [float("inf")]
+    """Exact minimum peak over all topological orders: depth-first over every order, pruning a
+    branch only when it cannot beat the best found (its peak so far, or a node still to run
+    with its inputs and outputs, already reaches it), starting from Kahn's order's peak."""
+    best = [p.simulate(p.kahn())[0] + 1]
+    need = [p.alloc[u] + sum(size for size, _ in p.reads[u]) for u in range(p.n)]
 
     def go(mask, mem, peak):
-        if peak >= best[0]:
+        rest = [u for u in range(p.n) if not mask >> u & 1]
+        if max([peak] + [need[u] for u in rest]) >= best[0]:
             return
-        if mask == (1 << p.n) - 1:
+        if not rest:
             best[0] = peak
             return
-        for u in range(p.n):
-            if not mask >> u & 1 and not p.preds[u] & ~mask:
+        for u in rest:
+            if not p.preds[u] & ~mask:
                 top, after = p.step(mask, mem, u)
                 go(mask | 1 << u, after, max(peak, top))
 

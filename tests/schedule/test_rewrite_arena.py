@@ -1,0 +1,192 @@
+"""Identity rewriting keeps outputs and lowers the scheduled peak; the arena holds every
+activation without overlap; the executor gives identical outputs inside the arena; plans keep
+the arena and reject a corrupt one; the CLI's memory report and budget errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import helper
+
+import woodpecker
+from tests.helpers import make_model, ort_run, rand
+from woodpecker.cli import main
+from woodpecker.errors import PlanError
+from woodpecker.frontend.onnx_import import import_onnx
+from woodpecker.ir.graph import Graph
+from woodpecker.passes import optimize
+from woodpecker.passes.split_concat import candidates, split_concat
+from woodpecker.runtime.plan import PLAN_FILE
+from woodpecker.schedule.arena import check_arena, lifetimes, live_peak
+from woodpecker.schedule.memory import MemoryBudgetError, schedule_memory
+from woodpecker.schedule.problem import graph_problem
+
+C, HW = 8, 12
+
+
+def concat_model(depthwise: bool, relu: bool) -> "object":
+    """Three branches (conv each) concatenated, then (ReLU and) a 1x1 conv, or a depthwise conv
+    with a ReLU epilogue and a 1x1 conv — SERENITY's rewriting patterns."""
+    inits = {f"w{i}": rand(C, C, 3, 3, seed=i) * 0.2 for i in range(3)}
+    nodes = [helper.make_node("Conv", ["x", f"w{i}"], [f"b{i}"], pads=[1, 1, 1, 1])
+             for i in range(3)]
+    nodes.append(helper.make_node("Concat", ["b0", "b1", "b2"], ["cat"], axis=1))
+    src = "cat"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["cat"], ["rcat"]))
+        src = "rcat"
+    if depthwise:
+        inits.update(wd=rand(3 * C, 1, 3, 3, seed=7), bd=rand(3 * C, seed=8),
+                     wq=rand(C, 3 * C, 1, 1, seed=11))
+        nodes += [helper.make_node("Conv", [src, "wd", "bd"], ["d"], pads=[1, 1, 1, 1],
+                                   group=3 * C),
+                  helper.make_node("Relu", ["d"], ["r"]),
+                  helper.make_node("Conv", ["r", "wq"], ["y"])]
+        out = ("y", [1, C, HW, HW])
+    else:
+        inits.update(wp=rand(C, 3 * C, 1, 1, seed=9), bp=rand(C, seed=10))
+        nodes += [helper.make_node("Conv", [src, "wp", "bp"], ["p"]),
+                  helper.make_node("Add", ["p", "x"], ["s"]),
+                  helper.make_node("Relu", ["s"], ["y"])]
+        out = ("y", [1, C, HW, HW])
+    return make_model(nodes, [("x", [1, C, HW, HW])], [out], inits)
+
+
+def optimized(model) -> Graph:
+    g = import_onnx(model)
+    optimize(g)
+    return g
+
+
+@pytest.mark.parametrize("depthwise, relu", [(False, False), (False, True), (True, False),
+                                             (True, True)])
+def test_split_concat_keeps_outputs_and_lowers_peak(depthwise, relu):
+    model = concat_model(depthwise, relu)
+    x = rand(1, C, HW, HW, seed=5)
+    ref = ort_run(model, {"x": x})[0]
+    g = optimized(model)
+    assert [n.op for n in candidates(g)] == ["Concat"]
+    before = schedule_memory(g.copy(), rewrite=False).peak
+    result = schedule_memory(g, rewrite=True)
+    # depthwise: the per-part depthwise convs end in a new Concat, which the 1x1 conv splits
+    assert result.rewrites == 1 + depthwise and result.peak < before
+    assert not any(n.op == "Concat" for n in g.nodes)
+    compiled = woodpecker.compile(model, threads=1, schedule="memory")
+    assert compiled.plan.meta["schedule"]["rewrites"] == 1 + depthwise
+    np.testing.assert_allclose(compiled(x), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_concat_read_elsewhere_is_not_rewritten():
+    model = concat_model(False, False)
+    model.graph.node.append(helper.make_node("Sigmoid", ["cat"], ["z"]))
+    model.graph.output.append(helper.make_tensor_value_info("z", 1, [1, 3 * C, HW, HW]))
+    assert candidates(optimized(model)) == []
+
+
+def test_rewrite_that_does_not_help_is_not_kept():
+    g = optimized(concat_model(False, False))
+    trial = g.copy()
+    split_concat(trial, next(n for n in trial.nodes if n.op == "Concat"))
+    # the rewrite itself is exact; the scheduler only keeps it when the peak drops
+    assert graph_problem(trial).n > graph_problem(g).n
+
+
+@st.composite
+def chains(draw):
+    """Random residual networks of element-wise ops and convs (random DAGs with fan-out)."""
+    n = draw(st.integers(2, 9))
+    nodes, inits, vals = [], {}, ["x"]
+    for i in range(n):
+        a = draw(st.sampled_from(vals))
+        kind = draw(st.sampled_from(["Relu", "Add", "Conv", "Concat"]))
+        if kind == "Add":
+            nodes.append(helper.make_node("Add", [a, draw(st.sampled_from(vals))], [f"v{i}"]))
+        elif kind == "Conv":
+            inits[f"w{i}"] = rand(4, 4, 1, 1, seed=i)
+            nodes.append(helper.make_node("Conv", [a, f"w{i}"], [f"v{i}"]))
+        elif kind == "Concat":
+            b = draw(st.sampled_from(vals))
+            inits[f"w{i}"] = rand(4, 8, 1, 1, seed=i)
+            nodes += [helper.make_node("Concat", [a, b], [f"c{i}"], axis=1),
+                      helper.make_node("Conv", [f"c{i}", f"w{i}"], [f"v{i}"])]
+        else:
+            nodes.append(helper.make_node(kind, [a], [f"v{i}"]))
+        vals.append(f"v{i}")
+    outs = [v for v in vals[1:] if draw(st.booleans())] or [vals[-1]]
+    return make_model(nodes, [("x", [1, 4, 5, 5])], [(v, [1, 4, 5, 5]) for v in outs], inits)
+
+
+@settings(max_examples=40, deadline=None)
+@given(chains())
+def test_arena_on_random_graphs(model):
+    x = rand(1, 4, 5, 5, seed=3)
+    plain = woodpecker.compile(model, threads=1, arena=False)
+    for schedule in ("file", "memory"):
+        compiled = woodpecker.compile(model, threads=1, schedule=schedule)
+        arena = compiled.plan.arena
+        assert check_arena(compiled.graph, arena) is None
+        assert arena.size >= arena.lower_bound == live_peak(lifetimes(compiled.graph))
+        a, b = plain.run({"x": x}), compiled.run({"x": x})
+        for k in a:
+            if schedule == "file":
+                np.testing.assert_array_equal(a[k], b[k])
+            else:
+                np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-5)
+        # outputs are copies: a second run does not change the first run's results
+        again = {k: v.copy() for k, v in b.items()}
+        compiled.run({"x": rand(1, 4, 5, 5, seed=4)})
+        for k in b:
+            np.testing.assert_array_equal(b[k], again[k])
+
+
+def test_arena_round_trip_and_corruption(tmp_path):
+    model = woodpecker.compile(concat_model(False, True), threads=1, schedule="memory")
+    model.save(tmp_path / "p")
+    x = rand(1, C, HW, HW, seed=1)
+    loaded = woodpecker.load(tmp_path / "p")
+    assert loaded.plan.arena.offsets == model.plan.arena.offsets
+    np.testing.assert_array_equal(loaded(x), model(x))
+    doc = json.loads((tmp_path / "p" / PLAN_FILE).read_text())
+    offsets = doc["arena"]["offsets"]
+    life = lifetimes(loaded.graph)
+    a, b = next((p[0], q[0]) for i, p in enumerate(life) for q in life[i + 1:]
+                if q[2] <= p[3] and p[2] <= q[3])
+    offsets[b] = offsets[a]     # two values alive together at one offset
+    (tmp_path / "p" / PLAN_FILE).write_text(json.dumps(doc))
+    with pytest.raises(PlanError, match="arena is corrupt"):
+        woodpecker.load(tmp_path / "p")
+
+
+def test_memory_budget():
+    model = concat_model(False, True)
+    peak = woodpecker.compile(model, threads=1, schedule="memory").plan.meta["schedule"][
+        "peak_bytes"]
+    woodpecker.compile(model, threads=1, schedule="memory", memory_budget=peak)
+    with pytest.raises(MemoryBudgetError, match="no execution order fits the memory budget"):
+        woodpecker.compile(model, threads=1, schedule="memory", memory_budget=peak - 1)
+    with pytest.raises(woodpecker.WoodpeckerError, match="needs the memory schedule"):
+        woodpecker.compile(model, threads=1, memory_budget=peak)
+
+
+def test_cli_inspect_memory_and_budget(tmp_path, capsys):
+    import onnx
+
+    path = tmp_path / "m.onnx"
+    onnx.save(concat_model(False, True), path)
+    out = tmp_path / "mem.json"
+    assert main(["inspect", str(path), "--memory", "--json", str(out),
+                 "--plot", str(tmp_path / "m.png")]) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["orders"]) == {"onnx", "kahn", "dp", "dp_rewrite"}
+    assert doc["orders"]["dp_rewrite"]["peak_bytes"] < doc["orders"]["onnx"]["peak_bytes"]
+    assert doc["arena_bytes"] >= doc["lower_bound_bytes"] > 0 and doc["schedule_seconds"] >= 0
+    assert (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG"
+    rc = main(["compile", str(path), "-o", str(tmp_path / "p"), "--schedule", "memory",
+               "--memory-budget", "1KiB"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "no execution order fits the memory budget of 1.0 KiB" in err
+    assert not (tmp_path / "p").exists()
