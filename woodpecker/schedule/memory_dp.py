@@ -255,14 +255,15 @@ class ScheduleReport:
 
 
 def schedule_part(p: MemoryProblem, nodes: int, mask: int, mem: int, soft_budget: bool = True,
-                  step_seconds: float = 0.5, total_seconds: float = 1.0
-                  ) -> tuple[list[int], PartReport]:
+                  step_seconds: float = 0.5, total_seconds: float = 1.0,
+                  deadline: float | None = None) -> tuple[list[int], PartReport]:
     """One part. Without soft budgeting: the plain exact DP. With it: first the DP over in-tree
     units (in_trees, fast), whose peak then serves as the hard budget of the exact DP's soft
     budgeting; the exact DP either finds a better order or shows that none exists below the
-    coarse peak (proving it optimal). Within `total_seconds` of each search."""
+    coarse peak (proving it optimal). Within `total_seconds` of each search; the plain DP
+    raises StepTimeout past `deadline`."""
     if not soft_budget:
-        order, peak, states = dp_schedule(p, nodes, mask, mem)
+        order, peak, states = dp_schedule(p, nodes, mask, mem, deadline=deadline)
         return order, PartReport(bin(nodes).count("1"), peak, True, "dp", states, peak)
     coarse, rep = soft_budget_schedule(p, nodes, mask, mem, in_trees(p, nodes),
                                        step_seconds, total_seconds)
@@ -281,16 +282,20 @@ def schedule_part(p: MemoryProblem, nodes: int, mask: int, mem: int, soft_budget
 
 def memory_schedule(p: MemoryProblem, divide: bool = True, soft_budget: bool = True,
                     step_seconds: float = 0.5, total_seconds: float = 1.0,
-                    budget: int | None = None) -> tuple[list[int], ScheduleReport]:
+                    budget: int | None = None, time_limit: float | None = None
+                    ) -> tuple[list[int], ScheduleReport]:
     """The least-peak order of all nodes (SERENITY): per part (divide-and-conquer) the DP with
-    soft budgeting. With `budget` (bytes), NoSolution when no order fits it."""
+    soft budgeting. With `budget` (bytes), NoSolution when no order fits it. `time_limit`
+    bounds the plain DP (without soft budgeting) for benchmarks: StepTimeout past it."""
     start = time.monotonic()
+    deadline = None if time_limit is None else start + time_limit
     groups = parts(p) if divide else [(1 << p.n) - 1]
     order: list[int] = []
     reports: list[PartReport] = []
     mask = mem = peak = 0
     for g in groups:
-        sub, rep = schedule_part(p, g, mask, mem, soft_budget, step_seconds, total_seconds)
+        sub, rep = schedule_part(p, g, mask, mem, soft_budget, step_seconds, total_seconds,
+                                 deadline)
         if budget is not None and rep.peak > budget:
             if not rep.optimal:   # settle it: the exact DP pruned at the budget
                 sub, rep.peak, rep.states = dp_schedule(p, g, mask, mem, budget)
