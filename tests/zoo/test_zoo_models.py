@@ -37,3 +37,28 @@ def test_zoo_export_is_deterministic(tmp_path):
 def test_unknown_zoo_model():
     with pytest.raises(woodpecker.WoodpeckerError, match="unknown zoo model 'vgg99'"):
         zoo.export("vgg99")
+
+
+@pytest.mark.parametrize("name", ["randwire_cifar", "darts_cifar", "swiftnet_vww"])
+def test_memory_schedule_on_irregular_networks(name):
+    """SERENITY's order and rewrites keep the outputs (vs ONNX Runtime) and never raise the
+    peak above the file's order; the arena holds the plan."""
+    import onnxruntime as ort
+
+    from woodpecker.schedule.arena import check_arena
+    from woodpecker.schedule.problem import graph_problem
+
+    path = zoo.export(name)
+    x = zoo.model_input(name, seed=2)
+    plain = woodpecker.compile(str(path), threads=2, arena=False)
+    model = woodpecker.compile(str(path), threads=2, schedule="memory")
+    sched = model.plan.meta["schedule"]
+    p = graph_problem(plain.graph)
+    assert sched["peak_bytes"] <= p.simulate(list(range(p.n)))[0]
+    assert check_arena(model.graph, model.plan.arena) is None
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    ref = ort.InferenceSession(str(path), so).run(None, {"input": x})[0]
+    y = model(x)
+    rel = float(np.max(np.abs(y - ref)) / np.max(np.abs(ref)))
+    assert rel <= 1e-4, f"{name}: max_rel_diff {rel:.2e}"
