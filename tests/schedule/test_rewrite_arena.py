@@ -20,10 +20,12 @@ from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.ir.graph import Graph
 from woodpecker.passes import optimize
 from woodpecker.passes.split_concat import candidates, split_concat
-from woodpecker.runtime.plan import PLAN_FILE
+from woodpecker.runtime.compiled import CompiledModel
+from woodpecker.runtime.plan import PLAN_FILE, Plan
 from woodpecker.schedule.arena import check_arena, lifetimes, live_peak
 from woodpecker.schedule.memory import MemoryBudgetError, schedule_memory
 from woodpecker.schedule.problem import graph_problem
+from woodpecker.target import Target
 
 C, HW = 8, 12
 
@@ -78,6 +80,36 @@ def test_split_concat_keeps_outputs_and_lowers_peak(depthwise, relu):
     compiled = woodpecker.compile(model, threads=1, schedule="memory")
     assert compiled.plan.meta["schedule"]["rewrites"] == 1 + depthwise
     np.testing.assert_allclose(compiled(x), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_spatial_slice_moves_onto_the_parts():
+    """DARTS' factorized reduce: relu(concat) feeds a strided 1x1 conv and, through
+    x[:, :, 1:, 1:], another; both readers split, outputs unchanged."""
+    inits = {f"w{i}": rand(C, C, 3, 3, seed=i) * 0.2 for i in range(2)}
+    inits.update(wa=rand(C, 2 * C, 1, 1, seed=3), wb=rand(C, 2 * C, 1, 1, seed=4),
+                 st=np.array([1, 1], np.int64), en=np.array([HW, HW], np.int64),
+                 ax=np.array([2, 3], np.int64))
+    nodes = [helper.make_node("Conv", ["x", f"w{i}"], [f"b{i}"], pads=[1, 1, 1, 1])
+             for i in range(2)]
+    nodes += [helper.make_node("Concat", ["b0", "b1"], ["cat"], axis=1),
+              helper.make_node("Relu", ["cat"], ["r"]),
+              helper.make_node("Conv", ["r", "wa"], ["a"], strides=[2, 2]),
+              helper.make_node("Slice", ["r", "st", "en", "ax"], ["s"]),
+              helper.make_node("Conv", ["s", "wb"], ["b"], strides=[2, 2]),
+              helper.make_node("Concat", ["a", "b"], ["y"], axis=1)]
+    half = HW // 2     # 12 -> 6 directly, 11 (sliced) -> 6
+    model = make_model(nodes, [("x", [1, C, HW, HW])], [("y", [1, 2 * C, half, half])], inits)
+    g = optimized(model)
+    assert [n.name for n in candidates(g)] == [g.nodes[2].name]
+    trial = g.copy()
+    split_concat(trial, trial.nodes[2])
+    assert not any(n.op == "Concat" and n.outputs[0].shape[1] == 2 * C and
+                   n.outputs[0].shape[2] == HW for n in trial.nodes)
+    x = rand(1, C, HW, HW, seed=5)
+    compiled = woodpecker.compile(model, threads=1, schedule="memory")
+    np.testing.assert_allclose(compiled(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    split = CompiledModel(Plan(trial, ["numpy"] * len(trial.nodes), Target.parse("cpu", 1), {}))
+    np.testing.assert_allclose(split(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
 def test_concat_read_elsewhere_is_not_rewritten():

@@ -8,8 +8,9 @@ split so that each concatenated part is consumed as soon as it exists.
 - Concat → depthwise Conv (kernel-wise partitioning, Eq. 3.7–3.8): y = [w_i * x_i]_i. Each part
   gets a depthwise Conv over its channels and the results are concatenated.
 
-Unary element-wise ops between the Concat and the Conv (DARTS' ReLU before its 1×1 conv) are
-moved onto the parts: relu(concat(x_i)) = concat(relu(x_i)). A Concat is rewritten only when
+Channel-wise ops between the Concat and the Conv (DARTS' ReLU before its 1×1 conv, the
+spatial Slice of its factorized reduce) are moved onto the parts:
+relu(concat(x_i)) = concat(relu(x_i)). A Concat is rewritten only when
 every reader is such a path, so the concatenated tensor disappears. Which concats to rewrite
 is decided by the memory scheduler (schedule/memory.py): only where the optimal peak goes down.
 """
@@ -18,14 +19,25 @@ from __future__ import annotations
 
 from woodpecker.ir.graph import Graph, Node, Value
 
-UNARY = ("Relu",)
 CONVS = ("Conv", "FusedConv")
 
 
+def _channelwise(node: Node) -> bool:
+    """Ops that commute with a channel concat: ReLU, and a Slice (DARTS' factorized reduce
+    takes x[:, :, 1:, 1:]) whose constant axes leave the channel axis alone."""
+    if node.op == "Relu":
+        return True
+    if node.op != "Slice" or len(node.inputs) < 4 or node.inputs[3] is None:
+        return False
+    if not all(v is None or v.is_const for v in node.inputs[1:]):
+        return False
+    return all(int(a) % 4 != 1 for a in node.inputs[3].data.reshape(-1))
+
+
 def _rewritable(graph: Graph, reader: Node, v: Value) -> bool:
-    """True when `reader` of v is a conv taking v's channels whole, or a unary element-wise op
-    all of whose readers are (recursively)."""
-    if reader.op in UNARY:
+    """True when `reader` of v is a conv taking v's channels whole, or a channel-wise op all of
+    whose readers are (recursively)."""
+    if _channelwise(reader):
         out = reader.outputs[0]
         return (reader.inputs[0] is v and not graph.is_output(out) and bool(out.consumers)
                 and all(_rewritable(graph, r, out) for r in dict.fromkeys(out.consumers)))
@@ -68,12 +80,13 @@ def split_concat(graph: Graph, concat: Node) -> None:
 def _split_reader(graph: Graph, reader: Node, parts: list[Value]) -> None:
     """Replace `reader` (of the concat of `parts`) by per-part nodes."""
     index = graph.nodes.index(reader)
-    if reader.op in UNARY:
+    if _channelwise(reader):
         new, xs = [], []
         for x in parts:
-            out = graph.value(graph.fresh_name(reader.name), x.shape, x.dtype)
-            new.append(Node(reader.op, graph.fresh_name(reader.name), [x], [out],
-                            dict(reader.attrs)))
+            shape = x.shape[:2] + reader.outputs[0].shape[2:]
+            out = graph.value(graph.fresh_name(reader.name), shape, x.dtype)
+            new.append(Node(reader.op, graph.fresh_name(reader.name),
+                            [x] + reader.inputs[1:], [out], dict(reader.attrs)))
             xs.append(out)
     elif reader.attrs.get("group", 1) == 1:
         new, xs = _channel_partitions(graph, reader, parts), []
