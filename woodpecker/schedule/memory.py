@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from woodpecker.errors import WoodpeckerError
 from woodpecker.ir.graph import Graph
 from woodpecker.passes.split_concat import candidates, split_concat
-from woodpecker.schedule.memory_dp import NoSolution, ScheduleReport, dp_schedule, memory_schedule
-from woodpecker.schedule.problem import MemoryProblem, graph_problem
+from woodpecker.schedule.memory_dp import NoSolution, ScheduleReport, memory_schedule
+from woodpecker.schedule.problem import graph_problem
 
 
 class MemoryBudgetError(WoodpeckerError):
@@ -35,10 +35,8 @@ def _score(report: ScheduleReport) -> tuple[int, int]:
     return report.peak, sum(p.peak for p in report.parts)
 
 
-def _schedule(graph: Graph, **kw) -> tuple[MemoryProblem, list[int], ScheduleReport]:
-    p = graph_problem(graph)
-    order, report = memory_schedule(p, **kw)
-    return p, order, report
+def _schedule(graph: Graph, **kw) -> tuple[list[int], ScheduleReport]:
+    return memory_schedule(graph_problem(graph), **kw)
 
 
 def apply_order(graph: Graph, order: list[int]) -> None:
@@ -51,14 +49,14 @@ def schedule_memory(graph: Graph, rewrite: bool = True, budget: int | None = Non
     With `budget` (bytes), MemoryBudgetError when no order fits."""
     start = time.monotonic()
     kw = {"divide": divide, "soft_budget": soft_budget}
-    _, order, report = _schedule(graph, **kw)
+    order, report = _schedule(graph, **kw)
     rewrites, tried = 0, []
     while rewrite:
         kept = False
         for concat in candidates(graph):
             trial = graph.copy()
             split_concat(trial, next(n for n in trial.nodes if n.name == concat.name))
-            _, t_order, t_report = _schedule(trial, **kw)
+            t_order, t_report = _schedule(trial, **kw)
             better = _score(t_report) < _score(report)
             tried.append({"concat": concat.name, "peak_before": report.peak,
                           "peak_after": t_report.peak, "kept": better})
@@ -70,12 +68,8 @@ def schedule_memory(graph: Graph, rewrite: bool = True, budget: int | None = Non
         if not kept:
             break
     if budget is not None and report.peak > budget:
-        try:
-            p = graph_problem(graph)
-            order, peak, _ = dp_schedule(p, budget=budget) if not report.optimal else ([], 0, 0)
-            if not order:
-                raise NoSolution
-            report.peak = peak
+        try:   # settles parts not proven optimal with the exact DP pruned at the budget
+            order, report = _schedule(graph, budget=budget, **kw)
         except NoSolution:
             raise MemoryBudgetError(
                 f"no execution order fits the memory budget of {format_bytes(budget)}: the "
@@ -85,11 +79,12 @@ def schedule_memory(graph: Graph, rewrite: bool = True, budget: int | None = Non
 
 
 def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    if abs(n) < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-    return f"{n} B"
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}"
 
 
 def parse_bytes(text: str) -> int:
@@ -106,23 +101,3 @@ def parse_bytes(text: str) -> int:
     if unit not in units or value < 0:
         raise WoodpeckerError(f"cannot read memory size {text!r}; use e.g. 256KiB, 1.5MiB")
     return int(value * units[unit])
-
-
-def order_peaks(graph: Graph) -> dict[str, dict]:
-    """Peak activation bytes (and the bytes live at each step) for the orders `inspect
-    --memory` compares: the file's order, Kahn's, the DP's, and the DP's after rewriting.
-    `graph` is left untouched."""
-    p = graph_problem(graph)
-    out = {}
-    for name, order in (("onnx", list(range(p.n))), ("kahn", p.kahn())):
-        peak, timeline = p.simulate(order)
-        out[name] = {"peak_bytes": peak, "timeline": timeline, "nodes": p.n}
-    for name, rewrite in (("dp", False), ("dp_rewrite", True)):
-        g = graph.copy()
-        result = schedule_memory(g, rewrite=rewrite)
-        q = graph_problem(g)
-        peak, timeline = q.simulate(list(range(q.n)))
-        out[name] = {"peak_bytes": peak, "timeline": timeline, "nodes": q.n,
-                     "optimal": result.report.optimal, "seconds": round(result.seconds, 3),
-                     "rewrites": result.rewrites, "graph": g}
-    return out

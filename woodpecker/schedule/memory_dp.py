@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from woodpecker.schedule.problem import MemoryProblem, _bits
+from woodpecker.schedule.problem import MemoryProblem, bits
 
 
 class NoSolution(Exception):
@@ -56,14 +56,14 @@ class Units:
                 need |= p.preds[u]
             need &= ~inside
             preds.append(need)
-            for q in _bits(need):
+            for q in bits(need):
                 if q in owner:
                     succs[owner[q]].add(i)
         return cls(groups, preds, [sorted(x) for x in succs])
 
 
 def singletons(p: MemoryProblem, nodes: int) -> Units:
-    return Units.group(p, [[u] for u in _bits(nodes)])
+    return Units.group(p, [[u] for u in bits(nodes)])
 
 
 def in_trees(p: MemoryProblem, nodes: int) -> Units:
@@ -72,12 +72,12 @@ def in_trees(p: MemoryProblem, nodes: int) -> Units:
     needed (a RandWire node's weighted sum, ReLU and separable conv become one unit). Exact
     for the coarse problem, not always for the original one."""
     root = {}
-    for u in reversed(_bits(nodes)):
+    for u in reversed(bits(nodes)):
         s = [v for v in p.succs[u] if nodes >> v & 1]
         only = len(s) == 1 and len(p.succs[u]) == 1 and not p.is_output[u]
         root[u] = root[s[0]] if only else u
     groups: dict[int, list[int]] = {}
-    for u in _bits(nodes):
+    for u in bits(nodes):
         groups.setdefault(root[u], []).append(u)
     return Units.group(p, list(groups.values()))
 
@@ -158,7 +158,7 @@ def lower_bound(p: MemoryProblem, nodes: int, mem: int) -> int:
     """No order of the part peaks below this: the bytes live at the start, or any node's
     outputs together with the activations it reads."""
     lb = mem
-    for u in _bits(nodes):
+    for u in bits(nodes):
         lb = max(lb, p.alloc[u] + sum(size for size, _ in p.reads[u]))
     return lb
 
@@ -211,7 +211,7 @@ def cut_points(p: MemoryProblem, nodes: int | None = None) -> list[int]:
     anc = [0] * n
     for u in range(n):
         a = 0
-        for q in _bits(p.preds[u]):
+        for q in bits(p.preds[u]):
             a |= anc[q] | 1 << q
         anc[u] = a
     desc = [0] * n
@@ -220,7 +220,7 @@ def cut_points(p: MemoryProblem, nodes: int | None = None) -> list[int]:
         for v in p.succs[u]:
             d |= desc[v] | 1 << v
         desc[u] = d
-    return [u for u in _bits(everything)
+    return [u for u in bits(everything)
             if (anc[u] | desc[u] | 1 << u) & everything == everything]
 
 
@@ -240,7 +240,7 @@ def _closure_upto(p: MemoryProblem, c: int) -> int:
     seen, stack = 1 << c, [c]
     while stack:
         u = stack.pop()
-        for q in _bits(p.preds[u] & ~seen):
+        for q in bits(p.preds[u] & ~seen):
             seen |= 1 << q
             stack.append(q)
     return seen

@@ -93,7 +93,7 @@ class MemoryProblem:
         """Kahn's algorithm (FIFO over ready nodes) on the nodes in `nodes`, from state `mask`:
         the order a plain topological sort gives, SERENITY's hard budget (Algorithm 3)."""
         nodes = (1 << self.n) - 1 if nodes is None else nodes
-        ready = deque(u for u in _bits(nodes) if not self.preds[u] & ~mask)
+        ready = deque(u for u in bits(nodes) if not self.preds[u] & ~mask)
         queued = 0
         for u in ready:
             queued |= 1 << u
@@ -109,7 +109,7 @@ class MemoryProblem:
         return order
 
 
-def _bits(mask: int) -> list[int]:
+def bits(mask: int) -> list[int]:
     out = []
     while mask:
         low = mask & -mask
