@@ -25,13 +25,14 @@ import numpy as np
 
 # -- runtimes, built inside their own processes ---------------------------------------------------
 def halide_runtime(template: str, task: dict, config: dict, threads: int):
+    from woodpecker.engines.halide.conv_common import kernel_arguments
     from woodpecker.tune.extract import template_module
     from woodpecker.tune.task import ConvTask
 
-    t = ConvTask.from_json(task)
-    kernel = template_module(template).build(t, config, threads)
-    inputs = t.random_inputs(0)
-    return lambda: kernel(*inputs)
+    t, module = ConvTask.from_json(task), template_module(template)
+    kernel = module.build(t, config, threads)
+    args = kernel_arguments(module, t, config, t.random_inputs(0))
+    return lambda: kernel(*args)
 
 
 def onnxruntime_runtime(model: bytes, feeds: dict, threads: int):

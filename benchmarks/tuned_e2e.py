@@ -47,7 +47,8 @@ def main() -> int:
             model = woodpecker.load(tmp)
             load_s = time.perf_counter() - t0
             ms = model.profile(random_feeds(model), 10)
-            halide_ms = sum(t for t, e in zip(ms, model.plan.engines) if e == "halide")
+            halide_ms = sum(t for t, step in zip(ms, model.steps)
+                            if model.plan.engines[step[0]] == "halide")
             meta = {"woodpecker.zoo": name, "woodpecker.zoo.seed": "0"}
             r = benchmark(model, data, ["onnxruntime", "torch"], runs=args.runs, warmup=5,
                           zoo_meta=meta, block=args.block)

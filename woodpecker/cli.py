@@ -85,7 +85,8 @@ def cmd_compile(args) -> None:
     model = woodpecker.compile(args.model, engines=args.engines,
                                input_shapes=_shapes(args.input_shape), threads=args.threads,
                                tuning_log=args.tuning_log, tune=tune, resume=args.resume,
-                               schedule=args.schedule, memory_budget=budget)
+                               schedule=args.schedule, memory_budget=budget,
+                               library_regions=False if args.no_regions else None)
     model.save(args.output)
     engines = {}
     for e in model.plan.engines:
@@ -149,37 +150,48 @@ def cmd_inspect(args) -> None:
         return _inspect_memory(args)
     model = _load_or_compile(args)
     rows = model.node_table()
-    ms = model.profile(random_feeds(model), args.runs) if args.runs > 0 else [0.0] * len(rows)
+    steps = model.steps
+    ms = model.profile(random_feeds(model), args.runs) if args.runs > 0 else [0.0] * len(steps)
     selection = {r["node"]: r for r in model.plan.meta.get("selection", [])}
     total = sum(r["flops"] for r in rows) or 1
     total_ms = sum(ms) or 1.0
     print(f"{'#':>3} {'node':<36} {'op':<18} {'engine':<12} {'output':<16} {'MFLOPs':>9} "
           f"{'ms':>7}")
-    for i, (r, t) in enumerate(zip(rows, ms)):
-        r["ms"] = t
-        op = r["op"] + ("+" + "+".join(r["epilogue"]) if r["epilogue"] else "")
-        out = "x".join(map(str, r["outputs"][0]))
-        print(f"{i:>3} {r['name'][:36]:<36} {op[:18]:<18} {r['engine']:<12} {out[:16]:<16} "
-              f"{r['flops'] / 1e6:>9.2f} {t:>7.3f}")
-        sel = selection.get(r["name"])
-        if sel:
-            r["selection"] = sel
-            cands = ", ".join(f"{e} {v:.3f}" for e, v in sorted(sel["total_ms"].items(),
-                                                                 key=lambda kv: kv[1]))
-            print(f"{'':>4} candidates (ms, conversions included): {cands} -> {sel['winner']}")
     by_engine: dict[str, list[float]] = {}
-    for r in rows:
-        acc = by_engine.setdefault(r["engine"], [0, 0.0])
-        acc[0] += r["flops"]
-        acc[1] += r["ms"]
+    for k, (step, t) in enumerate(zip(steps, ms)):
+        if len(step) > 1:
+            print(f"    region {k}: {len(step)} nodes in one {rows[step[0]]['engine']} session, "
+                  f"{t:.3f} ms")
+        acc = by_engine.setdefault(rows[step[0]]["engine"], [0, 0.0])
+        acc[1] += t
+        for i in step:
+            r = rows[i]
+            r["step"] = k
+            acc[0] += r["flops"]
+            if len(step) == 1:
+                r["ms"] = t
+            op = r["op"] + ("+" + "+".join(r["epilogue"]) if r["epilogue"] else "")
+            out = "x".join(map(str, r["outputs"][0]))
+            shown = f"{t:>7.3f}" if len(step) == 1 else f"{'(r' + str(k) + ')':>7}"
+            print(f"{i:>3} {r['name'][:36]:<36} {op[:18]:<18} {r['engine']:<12} {out[:16]:<16} "
+                  f"{r['flops'] / 1e6:>9.2f} {shown}")
+            sel = selection.get(r["name"])
+            if sel:
+                r["selection"] = sel
+                cands = ", ".join(f"{e} {v:.3f}" for e, v in sorted(sel["total_ms"].items(),
+                                                                     key=lambda kv: kv[1]))
+                print(f"{'':>4} candidates (ms, conversions included): {cands} -> "
+                      f"{sel['winner']}")
     gen = by_engine.get("halide", [0, 0.0])
     doc = {"model": model.graph.name, "nodes": rows, "total_flops": total,
            "flops_share": {e: f / total for e, (f, _) in by_engine.items()},
            "time_share": {e: t / total_ms for e, (_, t) in by_engine.items()},
-           "profiled_ms": sum(ms), "generated_flops_share": gen[0] / total,
+           "profiled_ms": sum(ms), "steps": len(steps),
+           "generated_flops_share": gen[0] / total,
            "generated_time_share": gen[1] / total_ms,
            "layout_conversions": model.plan.meta.get("layout_conversions", 0)}
-    print(f"total {total / 1e9:.3f} GFLOPs, {sum(ms):.2f} ms per run (sum of nodes); FLOPs: " +
+    print(f"total {total / 1e9:.3f} GFLOPs, {sum(ms):.2f} ms per run (sum of {len(steps)} "
+          "steps); FLOPs: " +
           ", ".join(f"{e} {v:.1%}" for e, v in doc["flops_share"].items()) + "; time: " +
           ", ".join(f"{e} {v:.1%}" for e, v in doc["time_share"].items()))
     print(f"generated kernels: {doc['generated_flops_share']:.1%} of FLOPs, "
@@ -298,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="node order: the model file's, or the least peak memory (SERENITY)")
     c.add_argument("--memory-budget", help="with --schedule memory: fail unless the peak of "
                                            "activations fits, e.g. 256KiB")
+    c.add_argument("--no-regions", action="store_true",
+                   help="one ONNX Runtime session per node instead of one per run of "
+                        "consecutive ONNX Runtime nodes")
     tune_opts(c)
     c.set_defaults(fn=cmd_compile)
 

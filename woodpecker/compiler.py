@@ -18,6 +18,7 @@ from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, optimize
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
+from woodpecker.runtime.regions import plan_steps
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.schedule.memory import schedule_memory
 from woodpecker.target import Target
@@ -32,7 +33,8 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
             example_inputs: Any = None, tuning_log: "str | os.PathLike | None" = None,
             tune: TuneOptions | None = None, resume: bool = False,
             progress: TextIO | None = None, schedule: str = "file",
-            memory_budget: int | None = None, arena: bool = True) -> CompiledModel:
+            memory_budget: int | None = None, arena: bool = True,
+            library_regions: bool | None = None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) or a torch.nn.Module.
 
     A torch module needs `example_inputs` (a tensor or tuple of tensors) to be exported.
@@ -49,6 +51,8 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     of live activations (SERENITY, schedule/memory.py); with `memory_budget` (bytes) a
     MemoryBudgetError says when no order fits. `schedule="file"` keeps the model's order. With
     `arena`, every activation gets a fixed offset in one buffer (schedule/arena.py).
+    `library_regions` runs consecutive ONNX Runtime nodes as one session (runtime/regions.py;
+    default: on, except for the memory schedule, whose order and arena it would undo).
     """
     if _is_torch_module(model):
         from woodpecker.frontend.torch_import import export_module
@@ -62,7 +66,9 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     ctx = BuildContext(tgt.threads, graph.opset)
     chosen = [choose(n, allowed, ctx) for n in graph.nodes]
     meta = {"source_sha256": hashlib.sha256(proto.SerializeToString()).hexdigest(),
-            "passes": stats, "engines_allowed": allowed, "schedule": memory}
+            "passes": stats, "engines_allowed": allowed, "schedule": memory,
+            "library_regions": schedule != "memory" if library_regions is None
+            else bool(library_regions)}
     if (tune is not None or tuning_log is not None) and "halide" in allowed:
         chosen = _generated_kernels(graph, chosen, allowed, ctx, tgt, tuning_log, tune, resume,
                                     progress, meta)
@@ -71,7 +77,8 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     zoo = {p.key: p.value for p in proto.metadata_props if p.key.startswith("woodpecker.")}
     if zoo:
         meta["metadata"] = zoo
-    arena_plan = plan_arena(graph) if arena else None
+    arena_plan = plan_arena(graph, plan_steps(chosen, meta["library_regions"])) if arena \
+        else None
     if arena_plan is not None:
         meta["arena"] = {"size": arena_plan.size, "lower_bound": arena_plan.lower_bound,
                          "method": arena_plan.method}

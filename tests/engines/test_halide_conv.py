@@ -14,6 +14,7 @@ from woodpecker.tune.task import ConvTask
 
 pytest.importorskip("halide")
 from woodpecker.engines.halide import conv_depthwise, conv_direct  # noqa: E402
+from woodpecker.engines.halide.conv_common import kernel_arguments  # noqa: E402
 
 DEPTHWISE = [
     ConvTask(1, 16, 10, 10, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16, True,
@@ -45,7 +46,7 @@ def test_random_valid_config_is_correct(which, seed):
     space = template.space(task)
     config = space.sample(random.Random(seed))
     inputs = task.random_inputs(seed)
-    got = template.build(task, config)(*inputs)
+    got = template.build(task, config)(*kernel_arguments(template, task, config, inputs))
     np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4,
                                err_msg=str(config))
     assert task.from_json(task.to_json()) == task
@@ -54,7 +55,8 @@ def test_random_valid_config_is_correct(which, seed):
 def test_register_constraint_prunes_the_space():
     space = conv_direct.space(TASKS[2], vector_registers=16)
     assert space.violations({"vec": 8, "co_block": 4, "x_block": 5, "parallel": "rows",
-                             "pad": "root", "unroll_kw": False, "skew": 0, "rc_block": 0}) == \
+                             "pad": "root", "unroll_kw": False, "skew": 0, "rc_block": 0,
+                             "pack": False}) == \
         ["accumulators fit the vector registers"]
     assert all(c["co_block"] * c["x_block"] <= 15 for c in space.valid_configs())
 
@@ -71,12 +73,23 @@ def test_compiled_kernel_is_cached_and_rejects_bad_buffers():
         kernel(inputs[0].astype(np.float64), *inputs[1:])
 
 
-@pytest.mark.parametrize("rc_block,skew,x_block", [(16, 16, 3), (32, 0, 7)])
-def test_reduction_split_and_skew_are_correct(rc_block, skew, x_block):
+@pytest.mark.parametrize("rc_block,skew,x_block,pack,parallel", [
+    (16, 16, 3, False, "co"), (32, 0, 7, False, "co"), (16, 16, 3, True, "co"),
+    (0, 0, 4, True, "rows"), (0, 16, 5, True, "rows_co")])
+def test_reduction_split_skew_and_packing_are_correct(rc_block, skew, x_block, pack, parallel):
     task = TASKS[3]
-    config = {"vec": 8, "co_block": 2, "x_block": x_block, "parallel": "co", "pad": "root",
-              "unroll_kw": True, "skew": skew, "rc_block": rc_block}
+    config = {"vec": 8, "co_block": 2, "x_block": x_block, "parallel": parallel, "pad": "root",
+              "unroll_kw": True, "skew": skew, "rc_block": rc_block, "pack": pack}
     assert not conv_direct.space(task).violations(config)
     inputs = task.random_inputs(1)
-    np.testing.assert_allclose(conv_direct.build(task, config)(*inputs),
-                               task.reference(inputs), rtol=1e-4, atol=1e-4)
+    got = conv_direct.build(task, config)(*kernel_arguments(conv_direct, task, config, inputs))
+    np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_packing_needs_whole_channel_tiles():
+    config = {"vec": 8, "co_block": 1, "x_block": 2, "parallel": "co", "pad": "root",
+              "unroll_kw": False, "skew": 0, "rc_block": 0, "pack": True}
+    assert conv_direct.space(TASKS[0]).violations(config) == \
+        ["packed weights: the channel tile divides the output channels"]
+    assert conv_direct.weights(TASKS[3], config, np.zeros((3, 3, 64, 16))).shape == \
+        (2, 3, 3, 64, 8)

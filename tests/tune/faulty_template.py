@@ -13,6 +13,10 @@ def space(task, vector_registers=16):
     return KnobSpace([Knob("mode", ("ok", "crash", "hang", "wrong", "raise"))])
 
 
+def weights(task, config, w):
+    return w
+
+
 def build(task, config, threads=2):
     mode = config["mode"]
     if mode == "raise":

@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from woodpecker.engines.base import NUMERIC, BuildContext, Engine, Kernel, runtime_positions
-from woodpecker.ir.graph import Node
+from woodpecker.ir.graph import Node, Value
 from woodpecker.ir.to_onnx import nodes_model
 from woodpecker.ops import OPS
 
@@ -72,21 +72,36 @@ class OrtEngine(Engine):
         sess = self._session(node, ctx)
         if sess is None:
             raise RuntimeError(f"onnxruntime cannot run {node.op} node {node.name!r}")
-        names = [node.inputs[i].name for i in runtime_positions(node)]
-        out_names = [v.name for v in node.outputs]
-        run = sess.run
-        binding = sess.io_binding()
+        return _kernel(sess, [node.inputs[i].name for i in runtime_positions(node)],
+                       [v.name for v in node.outputs])
 
-        def kernel(*args):
-            return run(None, dict(zip(names, args)))
+    def build_region(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
+                     ctx: BuildContext) -> Kernel:
+        """One session computing `outputs` from `inputs` over consecutive `nodes`
+        (runtime/regions.py)."""
+        import onnxruntime as ort
 
-        def into(outs, *args):
-            """Write into the given arrays (the executor's arena) through I/O binding."""
-            for name, a in zip(names, args):
-                binding.bind_cpu_input(name, np.ascontiguousarray(a))
-            for name, o in zip(out_names, outs):
-                binding.bind_output(name, "cpu", 0, o.dtype, o.shape, o.ctypes.data)
-            sess.run_with_iobinding(binding)
+        model = nodes_model(nodes, inputs, outputs, ctx.opset)
+        sess = ort.InferenceSession(model.SerializeToString(), session_options(ctx.threads),
+                                    providers=["CPUExecutionProvider"])
+        return _kernel(sess, [v.name for v in inputs], [v.name for v in outputs])
 
-        kernel.into = into
-        return kernel
+
+def _kernel(sess, names: list[str], out_names: list[str]) -> Kernel:
+    """`kernel(*arrays)` → outputs in `out_names` order; `kernel.into(outs, *arrays)` writes
+    into the given arrays (the executor's arena) through I/O binding."""
+    run = sess.run
+    binding = sess.io_binding()
+
+    def kernel(*args):
+        return run(out_names, dict(zip(names, args)))
+
+    def into(outs, *args):
+        for name, a in zip(names, args):
+            binding.bind_cpu_input(name, np.ascontiguousarray(a))
+        for name, o in zip(out_names, outs):
+            binding.bind_output(name, "cpu", 0, o.dtype, o.shape, o.ctypes.data)
+        sess.run_with_iobinding(binding)
+
+    kernel.into = into
+    return kernel

@@ -11,8 +11,9 @@ from woodpecker.engines.base import BuildContext
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import InputError
 from woodpecker.ops import OPS
-from woodpecker.runtime.executor import Executor
+from woodpecker.runtime.executor import Executor, step_io
 from woodpecker.runtime.plan import Plan, load_plan, save_plan
+from woodpecker.runtime.regions import plan_steps
 
 
 def _fmt(shape) -> str:
@@ -26,8 +27,16 @@ class CompiledModel:
         self.plan = plan
         g = plan.graph
         ctx = BuildContext(plan.target.threads, g.opset)
-        kernels = [get_engine(e).build(n, ctx) for n, e in zip(g.nodes, plan.engines)]
-        self._executor = Executor(g, kernels, plan.arena)
+        self.steps = plan_steps(plan.engines, plan.meta.get("library_regions", False))
+        built = []
+        for step in self.steps:
+            nodes = [g.nodes[i] for i in step]
+            engine = get_engine(plan.engines[step[0]])
+            if len(nodes) == 1:
+                built.append((nodes, engine.build(nodes[0], ctx)))
+            else:
+                built.append((nodes, engine.build_region(nodes, *step_io(nodes, g), ctx)))
+        self._executor = Executor(g, built, plan.arena)
         self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
         self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]
 
@@ -69,10 +78,11 @@ class CompiledModel:
         save_plan(self.plan, directory)
 
     def profile(self, feeds: dict[str, Any], runs: int = 20) -> list[float]:
-        """Mean milliseconds per node over `runs` runs (after one warm-up run)."""
+        """Mean milliseconds per step (`self.steps`: a node, or a library region of several)
+        over `runs` runs (after one warm-up run)."""
         feeds = self._validate(feeds)
         self._executor.run(feeds)
-        acc = [0.0] * len(self.graph.nodes)
+        acc = [0.0] * len(self.steps)
         for _ in range(runs):
             self._executor.run(feeds, acc)
         return [1e3 * t / runs for t in acc]

@@ -14,13 +14,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from woodpecker.engines.base import Kernel, runtime_positions
-from woodpecker.ir.graph import Graph
+from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.schedule.arena import Arena
 from woodpecker.schedule.problem import value_bytes
 
 
 class Executor:
-    def __init__(self, graph: Graph, kernels: Sequence[Kernel], arena: Arena | None = None) -> None:
+    """Runs `steps` in order: each a list of consecutive nodes and the one kernel computing
+    them (a single node, or a library region, runtime/regions.py). A step reads the runtime
+    inputs of its nodes that it does not produce itself and returns the values it produces
+    that later steps or the graph outputs read; the rest stay inside the kernel."""
+
+    def __init__(self, graph: Graph, steps: Sequence[tuple[Sequence[Node], Kernel]],
+                 arena: Arena | None = None) -> None:
         slot: dict[str, int] = {}
 
         def index(name: str) -> int:
@@ -32,24 +38,24 @@ class Executor:
             raw = np.empty(arena.size + arena.alignment, np.uint8)
             start = -raw.ctypes.data % arena.alignment
             buffer = raw[start:start + arena.size]
+        io = [step_io(nodes, graph) for nodes, _ in steps]
         last_use: dict[str, int] = {}
-        for i, node in enumerate(graph.nodes):
-            for p in runtime_positions(node):
-                last_use[node.inputs[p].name] = i
+        for i, (ins, _) in enumerate(io):
+            for v in ins:
+                last_use[v.name] = i
         outputs = {v.name for v in graph.outputs}
-        steps = []
-        for i, (node, kernel) in enumerate(zip(graph.nodes, kernels)):
-            ins = tuple(index(node.inputs[p].name) for p in runtime_positions(node))
-            outs = tuple(index(v.name) for v in node.outputs)
+        self._steps = []
+        for i, ((_, kernel), (ins, outs)) in enumerate(zip(steps, io)):
             free = tuple(index(n) for n, last in last_use.items()
                          if last == i and n not in outputs)
-            free += tuple(index(v.name) for v in node.outputs
+            free += tuple(index(v.name) for v in outs
                           if v.name not in last_use and v.name not in outputs)
             views = None
             if arena is not None:
-                views = tuple(_view(buffer, arena.offsets[v.name], v) for v in node.outputs)
-            steps.append((kernel, ins, outs, free, views, getattr(kernel, "into", None)))
-        self._steps = steps
+                views = tuple(_view(buffer, arena.offsets[v.name], v) for v in outs)
+            self._steps.append((kernel, tuple(index(v.name) for v in ins),
+                                tuple(index(v.name) for v in outs), free, views,
+                                getattr(kernel, "into", None)))
         self.arena = arena
         self._n_slots = len(slot)
         self._input_slots = [(v.name, slot[v.name]) for v in graph.inputs]
@@ -57,7 +63,7 @@ class Executor:
 
     def run(self, feeds: dict[str, np.ndarray],
             step_times: list[float] | None = None) -> dict[str, np.ndarray]:
-        """Run once; with `step_times` (one slot per node) each node's seconds are added."""
+        """Run once; with `step_times` (one slot per step) each step's seconds are added."""
         env: list = [None] * self._n_slots
         for name, s in self._input_slots:
             env[s] = feeds[name]
@@ -82,6 +88,23 @@ class Executor:
         copy = self.arena is not None
         return {name: (data if data is not None else np.array(env[s]) if copy else env[s])
                 for name, s, data in self._outputs}
+
+
+def step_io(nodes: Sequence[Node], graph: Graph) -> tuple[list[Value], list[Value]]:
+    """The values a step of consecutive `nodes` reads from outside (runtime inputs, each once,
+    in first-use order) and the values it produces that anything outside it reads (graph
+    outputs included). A single node's are its runtime inputs and all its outputs."""
+    if len(nodes) == 1:
+        node = nodes[0]
+        return [node.inputs[p] for p in runtime_positions(node)], list(node.outputs)
+    inside = {id(n) for n in nodes}
+    produced = {v.name for n in nodes for v in n.outputs}
+    ins = list({v.name: v for n in nodes for p in runtime_positions(n)
+                for v in [n.inputs[p]] if v.name not in produced}.values())
+    read_outside = {n.inputs[p].name for n in graph.nodes if id(n) not in inside
+                    for p in runtime_positions(n)} | {v.name for v in graph.outputs}
+    outs = [v for n in nodes for v in n.outputs if v.name in read_outside]
+    return ins, outs
 
 
 def _view(buffer: np.ndarray, offset: int, v) -> np.ndarray:

@@ -23,6 +23,7 @@ from woodpecker.engines.halide.aot import RUNTIME_NAME, runtime_path
 from woodpecker.errors import PlanError
 from woodpecker.ir.graph import Graph
 from woodpecker.ops import OPS
+from woodpecker.runtime.regions import plan_steps
 from woodpecker.schedule.arena import Arena, check_arena
 from woodpecker.target import Target
 from woodpecker.version import __version__
@@ -249,7 +250,7 @@ def _build(d: Path, doc: dict) -> Plan:
     arena = None
     if "arena" in doc:
         arena = Arena.from_json(doc["arena"])
-        problem = check_arena(g, arena)
+        problem = check_arena(g, arena, plan_steps(engines, meta.get("library_regions", False)))
         if problem:
             raise PlanError(f"plan.json: arena is corrupt: {problem}")
     return Plan(g, engines, Target.from_json(doc["target"]), meta, arena)

@@ -37,22 +37,33 @@ class Arena:
                    int(d["lower_bound"]), int(d["alignment"]), str(d.get("method", "")))
 
 
+Steps = list[list[int]] | None   # node indices per execution step
+
+
 def _aligned(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def lifetimes(graph: Graph) -> list[tuple[str, int, int, int]]:
-    """(value name, aligned bytes, first step, last step) for every activation, in order."""
-    step = {id(n): i for i, n in enumerate(graph.nodes)}
-    end = len(graph.nodes)
+def lifetimes(graph: Graph, steps: Steps = None) -> list[tuple[str, int, int, int]]:
+    """(value name, aligned bytes, first step, last step) for every activation, in order.
+
+    `steps`: node indices per execution step (default one node each). A multi-node step (a
+    library region, runtime/regions.py) runs as one call: its inputs stay live until it ends,
+    its outputs are live from its start, and values produced and read only inside it never
+    reach the arena."""
+    steps = steps or [[i] for i in range(len(graph.nodes))]
+    at = {id(graph.nodes[i]): k for k, step in enumerate(steps) for i in step}
+    end = len(steps)
     outputs = {id(v) for v in graph.outputs}
     out = []
-    for i, node in enumerate(graph.nodes):
+    for node in graph.nodes:
+        k = at[id(node)]
         for v in dict.fromkeys(node.outputs):
-            last = max((step[id(c)] for c in v.consumers), default=i)
-            if id(v) in outputs:
-                last = end
-            out.append((v.name, _aligned(max(value_bytes(v), 1), ALIGNMENT), i, last))
+            readers = [at[id(c)] for c in v.consumers]
+            if len(steps[k]) > 1 and id(v) not in outputs and all(r == k for r in readers):
+                continue
+            last = end if id(v) in outputs else max(readers, default=k)
+            out.append((v.name, _aligned(max(value_bytes(v), 1), ALIGNMENT), k, last))
     return out
 
 
@@ -117,10 +128,11 @@ ORDERS = {
 }
 
 
-def plan_arena(graph: Graph) -> Arena:
-    """Offsets for the activations of `graph` in its current node order: every placement order
-    in ORDERS with best-fit and first-fit gaps; the smallest arena wins."""
-    life = lifetimes(graph)
+def plan_arena(graph: Graph, steps: Steps = None) -> Arena:
+    """Offsets for the activations of `graph` in its current node order (grouped into `steps`,
+    see `lifetimes`): every placement order in ORDERS with best-fit and first-fit gaps; the
+    smallest arena wins."""
+    life = lifetimes(graph, steps)
     bound = live_peak(life)
     best = None
     for name, order in ORDERS.items():
@@ -144,12 +156,12 @@ def plan_arena(graph: Graph) -> Arena:
     return best
 
 
-def check_arena(graph: Graph, arena: Arena) -> str | None:
-    """Why `arena` cannot hold `graph`'s activations in its node order (None when it can): a
-    value without an offset, out of bounds, misaligned, or overlapping a value alive at the
-    same time."""
+def check_arena(graph: Graph, arena: Arena, steps: Steps = None) -> str | None:
+    """Why `arena` cannot hold `graph`'s activations in its node order and `steps` (None when
+    it can): a value without an offset, out of bounds, misaligned, or overlapping a value
+    alive at the same time."""
     spans = []
-    for name, size, first, last in lifetimes(graph):
+    for name, size, first, last in lifetimes(graph, steps):
         if name not in arena.offsets:
             return f"value {name!r} has no offset"
         o = arena.offsets[name]

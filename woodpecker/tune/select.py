@@ -29,6 +29,7 @@ import numpy as np
 
 from woodpecker.bench.timing import time_interleaved
 from woodpecker.engines.base import BuildContext
+from woodpecker.engines.halide.conv_common import kernel_arguments
 from woodpecker.engines.registry import get_engine
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.tune.extract import extract_tasks, template_module
@@ -56,19 +57,21 @@ def _copy_ms(shape: tuple[int, ...], perm: tuple[int, ...], runs: int) -> float:
 
 def _time_group(task: ConvTask, record: dict, node: Node, allowed: list[str],
                 ctx: BuildContext, runs: int, out: TextIO) -> GroupTiming | None:
+    template = template_module(record["template"])
     try:
-        kernel = template_module(record["template"]).build(task, record["config"], ctx.threads)
+        kernel = template.build(task, record["config"], ctx.threads)
     except Exception as e:  # noqa: BLE001 - a kernel that no longer builds is skipped
         print(f"  {task_line(task)}: tuned kernel does not build ({e}); not used", file=out)
         return None
     inputs = task.random_inputs(0)
     ref = task.reference(inputs)
-    err = float(np.max(np.abs(kernel(*inputs) - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
+    args = kernel_arguments(template, task, record["config"], inputs)
+    err = float(np.max(np.abs(kernel(*args) - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
     if not err <= TOLERANCE:
         print(f"  {task_line(task)}: tuned kernel differs from the reference ({err:.1e}); "
               "not used", file=out)
         return None
-    runners = {"halide": lambda: kernel(*inputs)}
+    runners = {"halide": lambda: kernel(*args)}
     nchw = [np.ascontiguousarray(inputs[0].transpose(0, 3, 1, 2))] + \
         [np.ascontiguousarray(r.transpose(0, 3, 1, 2)) for r in inputs[2 + task.has_bias:]]
     for name in LIBRARIES:

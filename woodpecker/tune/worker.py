@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from woodpecker.engines.halide.conv_common import kernel_arguments
 from woodpecker.tune.task import ConvTask
 
 TOLERANCE = 1e-4
@@ -38,6 +39,7 @@ def measure_one(req: dict, threads: int, cache: dict) -> dict:
     except Exception as e:  # noqa: BLE001 - a compile error invalidates this candidate only
         return {"ok": False, "error": f"build failed: {str(e).splitlines()[0][:300]}"}
     compile_s = time.perf_counter() - t0
+    inputs = kernel_arguments(template, task, req["config"], inputs)
     out = run(*inputs)
     scale = max(float(np.max(np.abs(ref))), 1e-30)
     if out.shape != ref.shape:

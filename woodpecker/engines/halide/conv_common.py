@@ -11,26 +11,36 @@ EPILOGUE_OPS = {"Add", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish"}
 class ConvInputs:
     """Parameters in `ConvTask.random_inputs` order: x (NHWC), w, bias if any, residuals."""
 
-    def __init__(self, hl, task: ConvTask) -> None:
+    def __init__(self, hl, task: ConvTask, weight_dims: int = 4) -> None:
         self.hl, self.task = hl, task
         f32 = hl.Float(32)
-        self.x, self.w = hl.ImageParam(f32, 4, "x"), hl.ImageParam(f32, 4, "w")
+        self.x, self.w = hl.ImageParam(f32, 4, "x"), hl.ImageParam(f32, weight_dims, "w")
         self.b = hl.ImageParam(f32, 1, "b") if task.has_bias else None
         self.residuals = [hl.ImageParam(f32, 4, f"r{i}") for i, s in enumerate(task.epilogue)
                           if s[0] == "Add"]
         self.params = [self.x, self.w] + ([self.b] if self.b is not None else []) \
             + self.residuals
-        bounds = [(0, task.c), (0, task.w), (0, task.h), (0, task.n)]
+        # Unpadded layers (1×1 and valid convs) read only inside the image: bounds-check just
+        # the channels, which a skewed materialised input reads past.
+        bounds = [(0, task.c)] + ([(0, task.w), (0, task.h), (0, task.n)] if any(task.pads)
+                                  else [])
         self.padded = hl.BoundaryConditions.constant_exterior(self.x, 0.0, bounds)
 
     def bias(self, c):
         return self.b[c] if self.b is not None else self.hl.f32(0.0)
 
-    def output(self, acc, args):
-        """The output Func: the fused epilogue applied to `acc` at `args`."""
+    def output(self, value, args):
+        """The output Func at `args`: the fused epilogue applied to expression `value`."""
         out = self.hl.Func("out")
-        out[args] = epilogue_expr(self.hl, acc[args], self.task.epilogue, self.residuals, args)
+        out[args] = epilogue_expr(self.hl, value, self.task.epilogue, self.residuals, args)
         return out
+
+
+def kernel_arguments(template, task: ConvTask, config: dict, inputs: list) -> list:
+    """`ConvTask.random_inputs`-ordered arrays (HWIO weights) → the arguments of `template`'s
+    kernel built with `config`: the weights in the layout the kernel reads (see each
+    template's `weights`); computed once per kernel, never per call."""
+    return [inputs[0], template.weights(task, config, inputs[1]), *inputs[2:]]
 
 
 def epilogue_expr(hl, e, epilogue, residuals, args):

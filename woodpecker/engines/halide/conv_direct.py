@@ -15,10 +15,13 @@ parallel, so one tile's weights stay in cache across every pixel: wide layers wh
 exceed the cache need it), `pad` (materialise the zero-padded input once, or bounds-check inline),
 `unroll_kw` (unroll the kernel-width reduction), `skew` (pad the materialised input's channels
 so that pixels are not a power-of-two stride apart, which maps them to the same L1 sets),
-`rc_block` (reduction split: input channels per block, see `_blocked_reduction`; 0 = none).
+`rc_block` (reduction split: input channels per block, see `_blocked_reduction`; 0 = none),
+`pack` (weights blocked per channel tile, see `weights`).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs
@@ -37,7 +40,7 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
              Knob("x_block", (1, 2, 3, 4, 5, 6, 7, 8)), Knob("parallel", PARALLEL),
              Knob("pad", ("root", "inline")), Knob("unroll_kw", (False, True)),
              Knob("skew", (0, 16)),
-             Knob("rc_block", (0, 16, 32, 64, 128))]
+             Knob("rc_block", (0, 16, 32, 64, 128)), Knob("pack", (False, True))]
     # Tiles shift inwards at the edges (constant-size tiles keep the accumulator loops
     # unrollable), so a tile may not exceed the output it covers.
     constraints = [
@@ -53,15 +56,31 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
                    lambda c: c["rc_block"] == 0 or (task.c % c["rc_block"] == 0
                                                     and c["rc_block"] < task.c
                                                     and c["parallel"] == "co")),
+        Constraint("packed weights: the channel tile divides the output channels",
+                   lambda c: not c["pack"] or task.k % (c["vec"] * c["co_block"]) == 0),
     ]
     return KnobSpace(knobs, constraints)
 
 
+def weights(task: ConvTask, config: dict, w):
+    """The weights as the kernel reads them: HWIO, or with `pack` blocked per channel tile —
+    numpy (K/T, kh, kw, C, T) for tile T = vec · co_block, so that one tile's reduction reads
+    its weights as one contiguous stream instead of T floats every K (2 KiB apart at K = 512,
+    all in the same few L1 sets). Like oneDNN's blocked OIhw16o layouts; done once per plan."""
+    if not config.get("pack"):
+        return w
+    tile = config["vec"] * config["co_block"]
+    kh, kw, c, k = w.shape
+    return np.ascontiguousarray(w.reshape(kh, kw, c, k // tile, tile).transpose(3, 0, 1, 2, 4))
+
+
 def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
-    """Compile `task` with `config`; returns run(*arrays) taking `ConvTask.random_inputs`'s
-    order: x (NHWC), w (HWIO), bias when the task has one, then one residual per Add step."""
+    """Compile `task` with `config`; returns run(*arrays) taking `kernel_arguments`' order:
+    x (NHWC), the weights (see `weights`), bias when the task has one, then one residual per
+    Add step."""
     hl = halide_module()
-    io = ConvInputs(hl, task)
+    tile, packed = config["vec"] * config["co_block"], bool(config.get("pack"))
+    io = ConvInputs(hl, task, weight_dims=5 if packed else 4)
     co, ox, oy, n = hl.Var("co"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
     rc = config.get("rc_block", 0) or task.c
     # (channels within a block, kx, ky, channel blocks): the block loop can then move outside
@@ -69,37 +88,48 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     r = hl.RDom([(0, rc), (0, task.kw), (0, task.kh), (0, task.c // rc)])
     ci = r[3] * rc + r[0]
     (sy, sx), (dy, dx) = task.stride, task.dilation
+    pixel = io.padded[ci, ox * sx + r[1] * dx - task.pads[1],
+                      oy * sy + r[2] * dy - task.pads[0], n]
     acc = hl.Func("acc")
-    acc[co, ox, oy, n] = io.bias(co)
-    acc[co, ox, oy, n] += io.w[co, ci, r[1], r[2]] * io.padded[
-        ci, ox * sx + r[1] * dx - task.pads[1], oy * sy + r[2] * dy - task.pads[0], n]
-    out = io.output(acc, (co, ox, oy, n))
+    if packed:
+        # The accumulator is blocked like the weights, (lane, x, y, tile): indexing flat
+        # channels as co % T, co / T inside the reduction defeats dense vector loads.
+        cl, cot = hl.Var("cl"), hl.Var("cot")
+        acc[cl, ox, oy, cot, n] = io.bias(cot * tile + cl)
+        acc[cl, ox, oy, cot, n] += io.w[cl, ci, r[1], r[2], cot] * pixel
+        acc.bound(cl, 0, tile)
+        value, acc_c = acc[co % tile, ox, oy, co // tile, n], cl
+    else:
+        acc[co, ox, oy, n] = io.bias(co)
+        acc[co, ox, oy, n] += io.w[co, ci, r[1], r[2]] * pixel
+        value, acc_c = acc[co, ox, oy, n], co
+    out = io.output(value, (co, ox, oy, n))
 
     rvars = (r[0], r[1], r[2], r[3])
     if config.get("rc_block"):
-        upd = _blocked_reduction(hl, out, acc, (co, ox, oy, n), rvars, config)
+        upd = _blocked_reduction(hl, out, acc, (co, ox, oy, n), rvars, config, acc_c)
     else:
         upd = register_tile(hl, out, acc, (co, ox, oy, n), rvars, config["vec"],
-                            config["co_block"], config["x_block"], config["parallel"])
+                            config["co_block"], config["x_block"], config["parallel"], acc_c)
     if config["unroll_kw"]:
         upd.unroll(r[1])
     pad_input(io.padded, config["pad"], task.c, config.get("skew", 0))
     return compiled(__name__, task, config, threads, out, io.params)
 
 
-def _blocked_reduction(hl, out, acc, axes, rvars, config: dict):
+def _blocked_reduction(hl, out, acc, axes, rvars, config: dict, acc_c):
     """Reduction split (`rc_block`): each parallel channel tile keeps its accumulators for the
     whole image in a buffer and sweeps every pixel tile once per block of input channels, so
     the block's weights (T · rc · kh · kw floats) stay in L1 across the sweep instead of being
     streamed from L2 for every pixel tile — what deep layers (256–512 channels, 7–14 pixels)
-    need."""
+    need. `acc_c`: the accumulator's channel (or lane) variable."""
     co, ox, oy, n = axes
     vec, tile = config["vec"], config["vec"] * config["co_block"]
     cot, cl, oxo, oxi = hl.Var("cot"), hl.Var("cl"), hl.Var("oxo"), hl.Var("oxi")
     out.split(co, cot, cl, tile, hl.TailStrategy.ShiftInwards)
     out.reorder(cl, ox, oy, cot, n).parallel(cot).vectorize(cl, vec)
-    acc.compute_at(out, cot).vectorize(co, vec)
+    acc.compute_at(out, cot).vectorize(acc_c, vec)
     upd = acc.update()
     upd.split(ox, oxo, oxi, config["x_block"], hl.TailStrategy.RoundUp)
-    upd.reorder(co, oxi, rvars[0], rvars[1], rvars[2], oxo, oy, rvars[3], n)
-    return upd.vectorize(co, vec).unroll(co).unroll(oxi)
+    upd.reorder(acc_c, oxi, rvars[0], rvars[1], rvars[2], oxo, oy, rvars[3], n)
+    return upd.vectorize(acc_c, vec).unroll(acc_c).unroll(oxi)

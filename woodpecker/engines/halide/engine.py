@@ -5,7 +5,7 @@ A node it runs carries `attrs["halide"] = {"template", "config", "task", "kernel
 (NHWC shapes), the template and tuned config, and the compiled kernel's path (the kernel cache,
 or the plan's own copy; a loaded plan also names its copy of the Halide runtime, `runtime`).
 Its data input, residuals and output are NHWC (`Value.layout`); the layout pass inserts the
-conversions. Weights are turned to HWIO once, when the kernel is built.
+conversions. Weights are turned to the template's layout once, when the kernel is built.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ class HalideEngine(Engine):
 
     def build(self, node: Node, ctx: BuildContext) -> Kernel:
         from woodpecker.engines.halide.aot import AotKernel
+        from woodpecker.engines.halide.conv_common import kernel_arguments
+        from woodpecker.tune.extract import template_module
         from woodpecker.tune.task import ConvTask
 
         spec = node.attrs["halide"]
@@ -46,14 +48,17 @@ class HalideEngine(Engine):
         runtime = spec.get("runtime")
         run = AotKernel(spec["kernel"], n_in, (task.n, task.out_h, task.out_w, task.k),
                         ctx.threads, Path(runtime) if runtime else None)
-        w = np.ascontiguousarray(node.inputs[1].data.transpose(2, 3, 1, 0))
-        b = [node.inputs[2].data] if task.has_bias else []
+        hwio = np.ascontiguousarray(node.inputs[1].data.transpose(2, 3, 1, 0))
+        bias = [node.inputs[2].data] if task.has_bias else []
+        params = kernel_arguments(template_module(spec["template"]), task, spec["config"],
+                                  [None, hwio, *bias])[1:]
 
         def kernel(x, *residuals):
-            return [run(np.ascontiguousarray(x), w, *b, *map(np.ascontiguousarray, residuals))]
+            return [run(np.ascontiguousarray(x), *params,
+                        *map(np.ascontiguousarray, residuals))]
 
         def into(outs, x, *residuals):
-            run(np.ascontiguousarray(x), w, *b, *map(np.ascontiguousarray, residuals),
+            run(np.ascontiguousarray(x), *params, *map(np.ascontiguousarray, residuals),
                 out=outs[0].reshape(run.out_shape))
 
         kernel.into = into

@@ -3,13 +3,17 @@ reduction computed into each tile, the padded-input strategy, and the compiled k
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
+
 from woodpecker.engines.halide.aot import AotKernel, compile_kernel
 
 PARALLEL = ("rows", "rows_co", "co")
 
 
 def register_tile(hl, out, acc, axes, rvars, vec: int, c_block: int, x_block: int,
-                  parallel: str):
+                  parallel: str, acc_c=None):
     """Tile `out` (axes: channel, x, y, n) into (c_block vectors × x_block pixels) register
     tiles and compute `acc` (the reduction over `rvars`) into each tile; returns acc's update
     stage for template-specific unrolling.
@@ -17,8 +21,10 @@ def register_tile(hl, out, acc, axes, rvars, vec: int, c_block: int, x_block: in
     `parallel`: `rows` — channel tiles inside each pixel tile, rows in parallel; `rows_co` —
     channel tiles × rows in parallel; `co` — channel tiles outermost and parallel, so one tile's
     weights stay in cache across every pixel. Tiles shift inwards at the edges, so every tile
-    has a constant size and its loops can be unrolled."""
+    has a constant size and its loops can be unrolled. `acc_c`: acc's channel variable when it
+    is not out's (a channel-blocked accumulator)."""
     c, ox, oy, n = axes
+    ac = c if acc_c is None else acc_c
     co, ci, xo, xi = hl.Var("co"), hl.Var("ci"), hl.Var("xo"), hl.Var("xi")
     tail = hl.TailStrategy.ShiftInwards
     out.split(c, co, ci, vec * c_block, tail).split(ox, xo, xi, x_block, tail)
@@ -32,8 +38,8 @@ def register_tile(hl, out, acc, axes, rvars, vec: int, c_block: int, x_block: in
     else:
         out.reorder(ci, xi, co, xo, oy, n).parallel(oy)
         acc.compute_at(out, co)
-    acc.vectorize(c, vec).unroll(c).unroll(ox)
-    return acc.update().reorder(c, ox, *rvars).vectorize(c, vec).unroll(c).unroll(ox)
+    acc.vectorize(ac, vec).unroll(ac).unroll(ox)
+    return acc.update().reorder(ac, ox, *rvars).vectorize(ac, vec).unroll(ac).unroll(ox)
 
 
 def pad_input(padded, mode: str, channels: int = 0, skew: int = 0) -> None:
@@ -47,9 +53,20 @@ def pad_input(padded, mode: str, channels: int = 0, skew: int = 0) -> None:
             padded.bound(padded.args()[0], 0, channels + skew)
 
 
+@functools.cache
+def source_digest() -> str:
+    """A digest of the Halide engine's source: a changed algorithm or schedule must not reuse
+    kernels compiled from the old code."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def compiled(template: str, task, config: dict, threads: int, out, params) -> AotKernel:
-    """The ahead-of-time kernel of `out` (cached by template, config, task and target); it
+    """The ahead-of-time kernel of `out` (cached by template, config, task, engine source and
+    target); it
     takes numpy arrays in `params` order and returns the NHWC output."""
-    key = {"template": template, "config": config, "task": task.key}
+    key = {"template": template, "config": config, "task": task.key, "source": source_digest()}
     path = compile_kernel(out, params, key)
     return AotKernel(path, len(params), (task.n, task.out_h, task.out_w, task.k), threads)

@@ -1,0 +1,73 @@
+"""Library regions: consecutive ONNX Runtime nodes run as one session and give the outputs of
+one session per node, with and without the arena, and survive a plan round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import woodpecker
+from tests.helpers import ort_run, rand
+from tests.schedule.test_rewrite_arena import chains, concat_model
+from woodpecker.runtime.compiled import CompiledModel
+from woodpecker.runtime.executor import step_io
+from woodpecker.runtime.plan import Plan
+from woodpecker.runtime.regions import plan_steps
+from woodpecker.schedule.arena import check_arena, plan_arena
+
+
+def test_steps_group_consecutive_onnxruntime_nodes():
+    engines = ["onnxruntime", "onnxruntime", "halide", "onnxruntime", "numpy", "onnxruntime",
+               "onnxruntime", "onnxruntime"]
+    assert plan_steps(engines, True) == [[0, 1], [2], [3], [4], [5, 6, 7]]
+    assert plan_steps(engines, False) == [[i] for i in range(len(engines))]
+
+
+@settings(max_examples=30, deadline=None)
+@given(chains(), st.lists(st.booleans(), min_size=12, max_size=12), st.booleans())
+def test_regions_match_one_session_per_node(model, on_ort, arena):
+    """Random DAGs, each node on ONNX Runtime or numpy at random: region steps read exactly
+    what their nodes read from outside and give the per-node plan's outputs."""
+    base = woodpecker.compile(model, threads=1, engines="onnxruntime,numpy",
+                              library_regions=False, arena=arena)
+    g = base.graph
+    engines = ["onnxruntime" if on_ort[i % len(on_ort)] else "numpy"
+               for i in range(len(g.nodes))]
+    runs = {}
+    for regions in (False, True):
+        steps = plan_steps(engines, regions)
+        plan = Plan(g, engines, base.plan.target, {"library_regions": regions},
+                    plan_arena(g, steps) if arena else None)
+        if arena:   # region outputs never overwrite a region input still being read
+            assert check_arena(g, plan.arena, steps) is None
+        m = CompiledModel(plan)
+        assert len(m.steps) == len(plan_steps(engines, regions))
+        runs[regions] = m.run({"x": rand(1, 4, 5, 5, seed=3)})
+    expected = dict(zip([o.name for o in model.graph.output],
+                        ort_run(model, {"x": rand(1, 4, 5, 5, seed=3)})))
+    for name, want in expected.items():
+        np.testing.assert_allclose(runs[True][name], runs[False][name], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(runs[True][name], want, rtol=1e-4, atol=1e-4)
+    for step in plan_steps(engines, True):
+        nodes = [g.nodes[i] for i in step]
+        ins, outs = step_io(nodes, g)
+        produced = {v.name for n in nodes for v in n.outputs}
+        assert not {v.name for v in ins} & produced
+        later = {v.name for n in g.nodes[step[-1] + 1:] for v in n.inputs if v is not None}
+        assert {v.name for v in outs} == produced & (later | {v.name for v in g.outputs})
+
+
+def test_default_plan_is_one_session_and_round_trips(tmp_path):
+    model = woodpecker.compile(concat_model(False, True), threads=1, engines="onnxruntime")
+    assert model.plan.meta["library_regions"] and len(model.steps) == 1
+    model.save(tmp_path / "p")
+    loaded = woodpecker.load(tmp_path / "p")
+    assert loaded.steps == model.steps
+    x = rand(1, 8, 12, 12, seed=1)
+    np.testing.assert_array_equal(loaded(x), model(x))
+    memory = woodpecker.compile(concat_model(False, True), threads=1, engines="onnxruntime",
+                                schedule="memory")
+    assert not memory.plan.meta["library_regions"]
+    assert len(memory.steps) == len(memory.graph.nodes)
+    np.testing.assert_allclose(memory(x), model(x), rtol=1e-5, atol=1e-5)
