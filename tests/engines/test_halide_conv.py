@@ -86,6 +86,18 @@ def test_reduction_split_skew_and_packing_are_correct(rc_block, skew, x_block, p
     np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4)
 
 
+def test_unpadded_layer_with_rounded_up_pixel_tiles_is_correct():
+    """A reduction split rounds pixel tiles up past the row: an unpadded layer must then
+    still bounds-check its reads."""
+    task = ConvTask(1, 32, 5, 7, 16, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True, ())
+    config = {"vec": 8, "co_block": 2, "x_block": 3, "parallel": "co", "pad": "inline",
+              "unroll_kw": False, "skew": 0, "rc_block": 16, "pack": True}
+    assert not conv_direct.space(task).violations(config)
+    inputs = task.random_inputs(2)
+    got = conv_direct.build(task, config)(*kernel_arguments(conv_direct, task, config, inputs))
+    np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4)
+
+
 def test_packing_needs_whole_channel_tiles():
     config = {"vec": 8, "co_block": 1, "x_block": 2, "parallel": "co", "pad": "root",
               "unroll_kw": False, "skew": 0, "rc_block": 0, "pack": True}

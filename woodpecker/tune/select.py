@@ -31,6 +31,7 @@ from woodpecker.bench.timing import time_interleaved
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.halide.conv_common import kernel_arguments
 from woodpecker.engines.registry import get_engine
+from woodpecker.errors import EngineError
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.tune.extract import extract_tasks, template_module
 from woodpecker.tune.records import TuningLog
@@ -66,7 +67,12 @@ def _time_group(task: ConvTask, record: dict, node: Node, allowed: list[str],
     inputs = task.random_inputs(0)
     ref = task.reference(inputs)
     args = kernel_arguments(template, task, record["config"], inputs)
-    err = float(np.max(np.abs(kernel(*args) - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
+    try:
+        got = kernel(*args)
+    except EngineError as e:
+        print(f"  {task_line(task)}: tuned kernel fails ({e}); not used", file=out)
+        return None
+    err = float(np.max(np.abs(got - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
     if not err <= TOLERANCE:
         print(f"  {task_line(task)}: tuned kernel differs from the reference ({err:.1e}); "
               "not used", file=out)

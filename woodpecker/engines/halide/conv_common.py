@@ -11,7 +11,8 @@ EPILOGUE_OPS = {"Add", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish"}
 class ConvInputs:
     """Parameters in `ConvTask.random_inputs` order: x (NHWC), w, bias if any, residuals."""
 
-    def __init__(self, hl, task: ConvTask, weight_dims: int = 4) -> None:
+    def __init__(self, hl, task: ConvTask, weight_dims: int = 4,
+                 reads_inside: bool = True) -> None:
         self.hl, self.task = hl, task
         f32 = hl.Float(32)
         self.x, self.w = hl.ImageParam(f32, 4, "x"), hl.ImageParam(f32, weight_dims, "w")
@@ -20,10 +21,11 @@ class ConvInputs:
                           if s[0] == "Add"]
         self.params = [self.x, self.w] + ([self.b] if self.b is not None else []) \
             + self.residuals
-        # Unpadded layers (1×1 and valid convs) read only inside the image: bounds-check just
-        # the channels, which a skewed materialised input reads past.
-        bounds = [(0, task.c)] + ([(0, task.w), (0, task.h), (0, task.n)] if any(task.pads)
-                                  else [])
+        # Unpadded layers (1×1 and valid convs) read only inside the image unless the schedule
+        # rounds pixel tiles up (`reads_inside` false): bounds-check just the channels then,
+        # which a skewed materialised input reads past.
+        spatial = any(task.pads) or not reads_inside
+        bounds = [(0, task.c)] + ([(0, task.w), (0, task.h), (0, task.n)] if spatial else [])
         self.padded = hl.BoundaryConditions.constant_exterior(self.x, 0.0, bounds)
 
     def bias(self, c):

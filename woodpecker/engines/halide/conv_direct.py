@@ -80,7 +80,9 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     Add step."""
     hl = halide_module()
     tile, packed = config["vec"] * config["co_block"], bool(config.get("pack"))
-    io = ConvInputs(hl, task, weight_dims=5 if packed else 4)
+    # The reduction split rounds pixel tiles up past the row's end (see _blocked_reduction).
+    rounded = bool(config.get("rc_block")) and task.out_w % config["x_block"] != 0
+    io = ConvInputs(hl, task, weight_dims=5 if packed else 4, reads_inside=not rounded)
     co, ox, oy, n = hl.Var("co"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
     rc = config.get("rc_block", 0) or task.c
     # (channels within a block, kx, ky, channel blocks): the block loop can then move outside
