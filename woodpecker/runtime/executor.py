@@ -101,9 +101,9 @@ def step_io(nodes: Sequence[Node], graph: Graph) -> tuple[list[Value], list[Valu
     produced = {v.name for n in nodes for v in n.outputs}
     ins = list({v.name: v for n in nodes for p in runtime_positions(n)
                 for v in [n.inputs[p]] if v.name not in produced}.values())
-    read_outside = {n.inputs[p].name for n in graph.nodes if id(n) not in inside
-                    for p in runtime_positions(n)} | {v.name for v in graph.outputs}
-    outs = [v for n in nodes for v in n.outputs if v.name in read_outside]
+    graph_outputs = {id(v) for v in graph.outputs}
+    outs = [v for n in nodes for v in n.outputs
+            if id(v) in graph_outputs or any(id(c) not in inside for c in v.consumers)]
     return ins, outs
 
 

@@ -65,8 +65,7 @@ def source_digest() -> str:
 
 def compiled(template: str, task, config: dict, threads: int, out, params) -> AotKernel:
     """The ahead-of-time kernel of `out` (cached by template, config, task, engine source and
-    target); it
-    takes numpy arrays in `params` order and returns the NHWC output."""
+    target); it takes numpy arrays in `params` order and returns the NHWC output."""
     key = {"template": template, "config": config, "task": task.key, "source": source_digest()}
     path = compile_kernel(out, params, key)
     return AotKernel(path, len(params), (task.n, task.out_h, task.out_w, task.k), threads)
