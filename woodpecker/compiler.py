@@ -12,13 +12,13 @@ from typing import Any, TextIO
 import onnx
 
 from woodpecker.engines.base import BuildContext
-from woodpecker.engines.registry import choose, parse_engines
+from woodpecker.engines.registry import MOVEMENT, choose, get_engine, parse_engines
 from woodpecker.errors import WoodpeckerError
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, optimize
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
-from woodpecker.runtime.regions import plan_steps
+from woodpecker.runtime.regions import absorb_movement, plan_steps
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.schedule.memory import schedule_memory
 from woodpecker.target import Target
@@ -77,6 +77,10 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     zoo = {p.key: p.value for p in proto.metadata_props if p.key.startswith("woodpecker.")}
     if zoo:
         meta["metadata"] = zoo
+    if meta["library_regions"] and "onnxruntime" in allowed:
+        ort = get_engine("onnxruntime")
+        chosen = absorb_movement(chosen, [n.op in MOVEMENT and ort.supports(n, ctx)
+                                          for n in graph.nodes])
     arena_plan = plan_arena(graph, plan_steps(chosen, meta["library_regions"])) if arena \
         else None
     if arena_plan is not None:

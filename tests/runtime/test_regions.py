@@ -13,7 +13,7 @@ from tests.schedule.test_rewrite_arena import chains, concat_model
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.executor import step_io
 from woodpecker.runtime.plan import Plan
-from woodpecker.runtime.regions import plan_steps
+from woodpecker.runtime.regions import absorb_movement, plan_steps
 from woodpecker.schedule.arena import check_arena, plan_arena
 
 
@@ -22,6 +22,34 @@ def test_steps_group_consecutive_onnxruntime_nodes():
                "onnxruntime", "onnxruntime"]
     assert plan_steps(engines, True) == [[0, 1], [2], [3], [4], [5, 6, 7]]
     assert plan_steps(engines, False) == [[i] for i in range(len(engines))]
+
+
+ENGINES = ("onnxruntime", "numpy", "halide", "torch")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(ENGINES), st.booleans()), max_size=20))
+def test_absorb_moves_only_movable_numpy_runs_next_to_ort(nodes):
+    engines, movable = [e for e, _ in nodes], [m for _, m in nodes]
+    out = absorb_movement(engines, movable)
+    for i, (before, after) in enumerate(zip(engines, out)):
+        assert after == before or (before == "numpy" and movable[i] and after == "onnxruntime")
+        if after == "numpy" and movable[i]:   # a kept numpy view touches no ORT node
+            assert "onnxruntime" not in (out[i - 1] if i else None,
+                                         out[i + 1] if i + 1 < len(out) else None)
+    assert absorb_movement(out, movable) == out
+
+
+def test_concat_between_library_convs_joins_their_region():
+    """The fixed preference gives Concat to numpy; with regions it joins the ORT session."""
+    split = woodpecker.compile(concat_model(False, True), threads=1, library_regions=False)
+    joined = woodpecker.compile(concat_model(False, True), threads=1)
+    cat = [i for i, n in enumerate(joined.graph.nodes) if n.op == "Concat"]
+    assert [split.plan.engines[i] for i in cat] == ["numpy"]
+    assert [joined.plan.engines[i] for i in cat] == ["onnxruntime"]
+    assert len(joined.steps) == 1
+    x = rand(1, 8, 12, 12, seed=2)
+    np.testing.assert_allclose(joined(x), split(x), rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=30, deadline=None)

@@ -12,7 +12,7 @@ from woodpecker.ir.graph import Node
 
 ENGINE_NAMES = ("torch", "onnxruntime", "numpy", "halide")
 # Data-movement ops cost nothing in numpy (views); compute ops go to the fastest library first.
-_MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather",
+MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather",
              "Concat", "Split", "Shape", "Identity", "Dropout", "Constant", "ConstantOfShape",
              "Cast", "Expand", "Where", "Equal", "Pad"}
 
@@ -63,7 +63,7 @@ def preference(node: Node) -> tuple[str, ...]:
     keeping compute in one library avoids one library's idle threads spinning while the other
     works. torch is the fallback for what ORT declines. Halide kernels are not in the order:
     only measured selection (tune/select.py) puts a node on them."""
-    if node.op in _MOVEMENT:
+    if node.op in MOVEMENT:
         return ("numpy", "torch", "onnxruntime")
     return ("onnxruntime", "torch", "numpy")
 
