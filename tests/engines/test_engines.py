@@ -47,6 +47,18 @@ def test_engine_matches_numpy(engine, case):
     np.testing.assert_allclose(got_model(x), ref, rtol=1e-4, atol=1e-5)
 
 
+def test_attributes_the_opset_lacks_are_not_sent_to_onnxruntime():
+    """The window geometry fills in `dilations`; AveragePool has none before opset 19, and ORT
+    rejected the node (inception_v3's pools fell back to torch, splitting its ORT region)."""
+    nodes, inits, shape, out_shape = CASES["avgpool_pads"]
+    model = make_model(nodes, [("x", shape)], [("y", out_shape)], inits, opset=17)
+    compiled = woodpecker.compile(model, engines="onnxruntime,torch")
+    assert compiled.plan.engines == ["onnxruntime"]
+    x = rand(*shape, seed=3)
+    np.testing.assert_allclose(compiled(x), woodpecker.compile(model, engines="numpy")(x),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_restricted_engines_that_cannot_run_a_node():
     model = make_model([helper.make_node("Shape", ["x"], ["s"]),
                         helper.make_node("Cast", ["s"], ["y"], to=1)],

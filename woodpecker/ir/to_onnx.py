@@ -18,28 +18,37 @@ from woodpecker.ir.types import to_onnx_type
 from woodpecker.ops.fused import BASE_INPUTS
 
 
-def _attrs(attrs: dict) -> dict:
+def _attrs(op: str, attrs: dict, opset: int) -> dict:
+    """The node's ONNX attributes: resolved `_` ones dropped, and so are normalised defaults the
+    op does not have at this opset (the window geometry fills in `dilations`, which
+    AveragePool only has from opset 19 — ORT rejects the node otherwise)."""
+    try:
+        known = set(onnx.defs.get_schema(op, opset).attributes)
+    except onnx.defs.SchemaError:
+        known = None
     out = {}
     for k, v in attrs.items():
-        if k.startswith("_") or k == "epilogue":
+        if k.startswith("_") or k == "epilogue" or (known is not None and k not in known):
             continue
         out[k] = numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v
     return out
 
 
-def node_protos(node: Node, fresh) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
+                                                        list[onnx.TensorProto]]:
     """ONNX nodes (and extra initializers) computing `node`."""
     name = lambda v: "" if v is None else v.name  # noqa: E731
     if node.op not in BASE_INPUTS:
         return [helper.make_node(node.op, [name(v) for v in node.inputs],
                                  [v.name for v in node.outputs], name=node.name,
-                                 **_attrs(node.attrs))], []
+                                 **_attrs(node.op, node.attrs, opset))], []
     base, n_base = BASE_INPUTS[node.op]
     ins = [name(v) for v in node.inputs[:n_base]]
     while ins and ins[-1] == "":
         ins.pop()
     cur = fresh(node.name)
-    protos = [helper.make_node(base, ins, [cur], name=node.name, **_attrs(node.attrs))]
+    protos = [helper.make_node(base, ins, [cur], name=node.name,
+                               **_attrs(base, node.attrs, opset))]
     inits: list[onnx.TensorProto] = []
     operands = iter(node.inputs[n_base:])
     steps = node.attrs["epilogue"]
@@ -81,7 +90,7 @@ def nodes_model(nodes: Iterable[Node], inputs: list[Value], outputs: list[Value]
     protos: list[onnx.NodeProto] = []
     inits: dict[str, onnx.TensorProto] = {}
     for n in nodes:
-        ps, extra = node_protos(n, fresh)
+        ps, extra = node_protos(n, fresh, opset)
         protos += ps
         for t in extra:
             inits[t.name] = t
