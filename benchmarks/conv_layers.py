@@ -101,11 +101,10 @@ def main() -> int:
     from woodpecker.engines.halide.runtime import host_vector_registers
     from woodpecker.ir.to_onnx import nodes_model
     from woodpecker.target import Target
-    from woodpecker.tune.extract import extract_tasks, parse_budget, template_module
+    from woodpecker.tune.extract import extract_tasks, parse_budget
     from woodpecker.tune.measure import Measurer
     from woodpecker.tune.records import TuningLog
-    from woodpecker.tune.searchers import make_searcher
-    from woodpecker.tune.tuner import tune_task
+    from woodpecker.tune.tuner import tune_templates
 
     target = Target.parse("cpu", args.threads)
     budget = parse_budget(args.budget_per_layer)
@@ -119,13 +118,11 @@ def main() -> int:
     with Measurer(threads=args.threads) as measurer:
         for i, g in enumerate(groups):
             task = g.task
-            template = template_module(g.template)
-            space = template.space(task, host_vector_registers(target.isa))
             t0 = time.monotonic()
             n0 = len(log.records)
-            best = tune_task(task, g.template, space, make_searcher(args.search, space, i),
-                             measurer, log, searcher_name=args.search, seed=i,
-                             deadline=t0 + budget)
+            best = tune_templates(task, g.templates, measurer, log, search=args.search, seed=i,
+                                  vector_registers=host_vector_registers(target.isa),
+                                  deadline=t0 + budget)
             tune_s, trials = time.monotonic() - t0, len(log.records) - n0
             if best is None:
                 print(f"layer {i}: no valid Halide configuration", flush=True)
@@ -142,7 +139,7 @@ def main() -> int:
             torch_args = dict(x=nchw[0], w=w, b=b, residuals=nchw[1:], attrs=node.attrs,
                               epilogue=list(task.epilogue), threads=args.threads)
             runtimes = {
-                "halide": IsolatedRuntime(f"{__name__}:halide_runtime", template=g.template,
+                "halide": IsolatedRuntime(f"{__name__}:halide_runtime", template=best["template"],
                                           task=task.to_json(), config=best["config"],
                                           threads=args.threads),
                 "torch_nchw": IsolatedRuntime(f"{__name__}:torch_runtime", channels_last=False,
@@ -165,7 +162,8 @@ def main() -> int:
                    "count": len(g.nodes), "flops": task.flops, "median_ms": med,
                    "gflops": gf, "speedup_vs_torch": torch_ms / med["halide"],
                    "speedup_vs_onnxruntime": med["onnxruntime"] / med["halide"],
-                   "tuning_seconds": tune_s, "trials": trials, "best_config": best["config"]}
+                   "tuning_seconds": tune_s, "trials": trials, "best_config": best["config"],
+                   "best_template": best["template"].rsplit(".", 1)[1]}
             layers.append(row)
             print(f"layer {i:>2} {row['shape']:<24} halide {gf['halide']:6.1f}  torch "
                   f"{task.flops / (torch_ms * 1e-3) / 1e9:6.1f}  ort {gf['onnxruntime']:6.1f} "

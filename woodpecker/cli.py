@@ -241,15 +241,17 @@ def cmd_tune(args) -> None:
     if args.show_space:
         regs = host_vector_registers(target.isa)
         for i, g in enumerate(extract_tasks(model.graph)):
-            sp = template_module(g.template).space(g.task, regs)
-            valid = sum(1 for _ in sp.valid_configs())
             print(f"task {i}: {task_line(g.task)}  ({len(g.nodes)} layer(s), "
-                  f"{g.task.flops / 1e6:.1f} MFLOP)  template {g.template.rsplit('.', 1)[1]}")
-            print(f"  space: {sp.size} configurations, {valid} valid")
-            for k in sp.knobs:
-                print(f"    {k.name}: {list(k.values)}")
-            for c in sp.constraints:
-                print(f"    constraint: {c.name}")
+                  f"{g.task.flops / 1e6:.1f} MFLOP)")
+            for template in g.templates:
+                sp = template_module(template).space(g.task, regs)
+                valid = sum(1 for _ in sp.valid_configs())
+                print(f"  template {template.rsplit('.', 1)[1]}: {sp.size} configurations, "
+                      f"{valid} valid")
+                for k in sp.knobs:
+                    print(f"    {k.name}: {list(k.values)}")
+                for c in sp.constraints:
+                    print(f"    constraint: {c.name}")
         return
     if not args.tuning_log:
         raise WoodpeckerError("tune needs --tuning-log FILE (or --show-space)")

@@ -1,5 +1,5 @@
-"""Every valid configuration of the conv templates (direct, depthwise) computes the reference
-result (any knob setting may be slow, none may be wrong)."""
+"""Every valid configuration of the conv templates (direct, GEMM-style, depthwise) computes the
+reference result (any knob setting may be slow, none may be wrong)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from woodpecker.tune.task import ConvTask
 
 pytest.importorskip("halide")
-from woodpecker.engines.halide import conv_depthwise, conv_direct  # noqa: E402
+from woodpecker.engines.halide import conv_depthwise, conv_direct, conv_gemm  # noqa: E402
 from woodpecker.engines.halide.conv_common import kernel_arguments  # noqa: E402
 
 DEPTHWISE = [
@@ -35,10 +35,11 @@ TASKS = [
 ]
 
 
-CASES = [(conv_direct, t) for t in TASKS] + [(conv_depthwise, t) for t in DEPTHWISE]
+CASES = [(conv_direct, t) for t in TASKS] + [(conv_depthwise, t) for t in DEPTHWISE] + \
+    [(conv_gemm, t) for t in TASKS if conv_gemm.supports(t)]
 
 
-@settings(max_examples=24, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.sampled_from(range(len(CASES))), st.integers(0, 2**16))
 def test_random_valid_config_is_correct(which, seed):
     template, task = CASES[which]
@@ -105,3 +106,19 @@ def test_packing_needs_whole_channel_tiles():
         ["packed weights: the channel tile divides the output channels"]
     assert conv_direct.weights(TASKS[3], config, np.zeros((3, 3, 64, 16))).shape == \
         (2, 3, 3, 64, 8)
+
+
+@pytest.mark.parametrize("col,parallel,panel", [("panel", "p", 4), ("root", "co", 1),
+                                                ("inline", "p", 2)])
+def test_gemm_panels_across_row_ends_are_correct(col, parallel, panel):
+    """Pixel tiles of the GEMM template run across row ends (5 pixels, 7-wide rows) and the
+    im2col panel gathers a strided, dilated, padded window."""
+    task = ConvTask(1, 6, 13, 15, 16, 3, 3, (2, 2), (1, 2, 1, 0), (2, 1), 1, True,
+                    (("Add",), ("Relu",)))
+    config = {"vec": 8, "co_block": 2, "x_block": 5, "panel": panel, "col": col,
+              "parallel": parallel, "pad": "root", "unroll_kw": True}
+    assert not conv_gemm.space(task).violations(config)
+    inputs = task.random_inputs(4)
+    got = conv_gemm.build(task, config)(*kernel_arguments(conv_gemm, task, config, inputs))
+    np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4)
+    assert not conv_gemm.supports(TASKS[1])       # 7 output channels: no whole tile

@@ -91,3 +91,29 @@ def test_log_resume_and_torn_lines(tmp_path):
 def test_sample_rng_is_seeded():
     a = SPACE.sample(random.Random(3))
     assert a == SPACE.sample(random.Random(3))
+
+
+def test_templates_share_the_trials_and_the_best_wins(tmp_path):
+    """Every template supporting the task is tuned; trials are split among them and the
+    fastest record over all templates is returned."""
+    from woodpecker.tune.measure import Measurement
+    from woodpecker.tune.task import ConvTask
+    from woodpecker.tune.tuner import tune_templates
+
+    class TemplateMeasurer:
+        def __init__(self):
+            self.calls = []
+
+        def measure(self, template, task, config):
+            self.calls.append(template)
+            fast = template.endswith("conv_gemm")
+            return Measurement((1.0 if fast else 2.0) * 1e-3 / config["vec"], None, 0.0)
+
+    task = ConvTask(1, 16, 8, 8, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, ())
+    templates = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_gemm")
+    m, log = TemplateMeasurer(), TuningLog(tmp_path / "log.jsonl")
+    best = tune_templates(task, templates, m, log, search="random", seed=0,
+                          vector_registers=16, max_trials=9)
+    assert m.calls.count(templates[0]) == 5 and m.calls.count(templates[1]) == 4
+    assert best["template"] == templates[1]
+    assert best["cost_s"] == min(r["cost_s"] for r in log.records)

@@ -39,16 +39,18 @@ def _convnet():
     return make_model(nodes, [("x", [1, 8, 10, 10])], [("y", [1, 16, 1, 1])], inits)
 
 
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory):
-    """The model and a tuning log holding one valid (untimed-fast) config per task."""
+@pytest.fixture(scope="module", params=["first", "last"])
+def tuned(tmp_path_factory, request):
+    """The model and a tuning log holding one valid (untimed-fast) config per task, of each
+    task's first template (direct, depthwise) or its last (GEMM-style, depthwise)."""
     model = _convnet()
     graph = import_onnx(model)
     optimize(graph)
     log = TuningLog(tmp_path_factory.mktemp("log") / "tuning.jsonl")
     for i, g in enumerate(extract_tasks(graph)):
-        config = template_module(g.template).space(g.task).sample(random.Random(i))
-        log.append({"task": g.task.key, "template": g.template, "config": config,
+        template = g.templates[0 if request.param == "first" else -1]
+        config = template_module(template).space(g.task).sample(random.Random(i))
+        log.append({"task": g.task.key, "template": template, "config": config,
                     "cost_s": 1e-4, "error": None})
     return model, log.path
 

@@ -9,14 +9,16 @@ from dataclasses import dataclass, field
 from woodpecker.ir.graph import Graph
 from woodpecker.tune.task import ConvTask
 
-# Tried in order; a task goes to the first template that supports it.
-TEMPLATES = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_depthwise")
+# Every template that supports a task is tuned for it; the fastest measured config wins
+# (Woodpecker-DL §2.2: several schedule templates per operator).
+TEMPLATES = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_gemm",
+             "woodpecker.engines.halide.conv_depthwise")
 
 
 @dataclass
 class TaskGroup:
     task: ConvTask
-    template: str
+    templates: tuple[str, ...]
     nodes: list[str] = field(default_factory=list)
 
 
@@ -30,9 +32,9 @@ def extract_tasks(graph: Graph) -> list[TaskGroup]:
         if node.op not in ("Conv", "FusedConv") or len(node.inputs[0].shape) != 4:
             continue
         task = ConvTask.from_node(node)
-        template = next((t for t in TEMPLATES if template_module(t).supports(task)), None)
-        if template is not None:
-            groups.setdefault(task.key, TaskGroup(task, template)).nodes.append(node.name)
+        templates = tuple(t for t in TEMPLATES if template_module(t).supports(task))
+        if templates:
+            groups.setdefault(task.key, TaskGroup(task, templates)).nodes.append(node.name)
     return list(groups.values())
 
 

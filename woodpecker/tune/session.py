@@ -17,11 +17,11 @@ from woodpecker.engines.halide.runtime import host_vector_registers
 from woodpecker.errors import WoodpeckerError
 from woodpecker.ir.graph import Graph
 from woodpecker.target import Target
-from woodpecker.tune.extract import TaskGroup, extract_tasks, parse_budget, template_module
+from woodpecker.tune.extract import TaskGroup, extract_tasks, parse_budget
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
-from woodpecker.tune.searchers import SEARCHERS, make_searcher
-from woodpecker.tune.tuner import tune_task
+from woodpecker.tune.searchers import SEARCHERS
+from woodpecker.tune.tuner import tune_templates
 
 
 @dataclass(frozen=True)
@@ -86,12 +86,10 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
                       f"GFLOP/s  elapsed {el:.0f}s  left {max(0, budget - el):.0f}s",
                       end="", file=out, flush=True)
 
-            space = template_module(g.template).space(g.task, regs)
-            searcher = make_searcher(options.search, space, options.seed + i)
-            rec = tune_task(g.task, g.template, space, searcher, measurer, log,
-                            searcher_name=options.search, seed=options.seed + i,
-                            deadline=now + share, max_trials=options.max_trials,
-                            progress=progress)
+            rec = tune_templates(g.task, g.templates, measurer, log, search=options.search,
+                                 seed=options.seed + i, vector_registers=regs,
+                                 deadline=now + share, max_trials=options.max_trials,
+                                 progress=progress)
             got = f"{rec['gflops']:.1f} GFLOP/s" if rec else "no valid configuration"
             print(f"\rtask {i + 1}/{len(groups)} {task_line(g.task)}: best {got}".ljust(100),
                   file=out, flush=True)

@@ -8,8 +8,10 @@ import importlib.metadata
 import time
 from collections.abc import Callable
 
+from woodpecker.tune.extract import template_module
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
+from woodpecker.tune.searchers import make_searcher
 from woodpecker.tune.space import KnobSpace
 from woodpecker.tune.task import ConvTask
 
@@ -61,4 +63,27 @@ def tune_task(task: ConvTask, template: str, space: KnobSpace, searcher, measure
             told.append(config)
             costs.append(rec.get("cost_s"))
         searcher.tell(told, costs)
+    return log.best(task.key)
+
+
+def tune_templates(task: ConvTask, templates: tuple[str, ...], measurer: Measurer,
+                   log: TuningLog, *, search: str, seed: int, vector_registers: int,
+                   deadline: float | None = None, max_trials: int | None = None,
+                   progress: Callable[[dict], None] | None = None) -> dict | None:
+    """Tune `task` with each template in turn; returns the best record over all of them.
+
+    Budget split (WPK leaves it open): each template gets the remaining time, and the
+    remaining `max_trials`, divided by the templates left, so what a converged search leaves
+    goes to the next template. Each template's searcher is seeded with `seed`."""
+    n0 = len(log.records)
+    for j, template in enumerate(templates):
+        left = len(templates) - j
+        end = None if deadline is None else \
+            time.monotonic() + max(0.0, deadline - time.monotonic()) / left
+        trials = None if max_trials is None else \
+            -(-(max_trials - (len(log.records) - n0)) // left)
+        space = template_module(template).space(task, vector_registers)
+        tune_task(task, template, space, make_searcher(search, space, seed), measurer, log,
+                  searcher_name=search, seed=seed, deadline=end, max_trials=trials,
+                  progress=progress)
     return log.best(task.key)

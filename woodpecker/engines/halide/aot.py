@@ -156,7 +156,9 @@ class AotKernel:
     """A compiled kernel: `kernel(*arrays)` → a new output array of `out_shape` (float32)."""
 
     def __init__(self, path: "str | os.PathLike", n_inputs: int, out_shape: tuple[int, ...],
-                 threads: int, runtime: "Path | None" = None) -> None:
+                 threads: int, runtime: "Path | None" = None, views=None) -> None:
+        """`views`: per input (then the output) None, or the shape Halide sees that array as
+        (a reshape of the C-contiguous array, so no copy)."""
         set_threads(threads, runtime)
         try:
             lib = ctypes.CDLL(str(path))
@@ -167,12 +169,17 @@ class AotKernel:
         self._fn.argtypes = [ctypes.POINTER(_Buffer)] * (n_inputs + 1)
         self._fn.restype = ctypes.c_int
         self._lib, self.n_inputs, self.out_shape = lib, n_inputs, tuple(out_shape)
+        self.views = list(views) if views is not None else [None] * (n_inputs + 1)
 
     def __call__(self, *arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Run on C-contiguous float32 arrays; into `out` (C-contiguous, out_shape) if given."""
+        if len(arrays) != self.n_inputs:
+            raise EngineError(f"Halide kernel {self.path.name} takes {self.n_inputs} arrays, "
+                              f"got {len(arrays)}")
         if out is None:
             out = np.empty(self.out_shape, np.float32)
-        held = [_buffer(a) for a in arrays] + [_buffer(out)]
+        held = [_buffer(a if v is None else a.reshape(v))
+                for a, v in zip((*arrays, out), self.views, strict=True)]
         rc = self._fn(*[ctypes.byref(b) for b, _ in held])
         if rc != 0:
             raise EngineError(f"Halide kernel {self.path.name} failed ({rc}): "

@@ -12,13 +12,14 @@ class ConvInputs:
     """Parameters in `ConvTask.random_inputs` order: x (NHWC), w, bias if any, residuals."""
 
     def __init__(self, hl, task: ConvTask, weight_dims: int = 4,
-                 reads_inside: bool = True) -> None:
+                 reads_inside: bool = True, out_dims: int = 4) -> None:
         self.hl, self.task = hl, task
         f32 = hl.Float(32)
         self.x, self.w = hl.ImageParam(f32, 4, "x"), hl.ImageParam(f32, weight_dims, "w")
         self.b = hl.ImageParam(f32, 1, "b") if task.has_bias else None
-        self.residuals = [hl.ImageParam(f32, 4, f"r{i}") for i, s in enumerate(task.epilogue)
-                          if s[0] == "Add"]
+        # Residuals are indexed like the output: 3-D for flattened-pixel templates.
+        self.residuals = [hl.ImageParam(f32, out_dims, f"r{i}")
+                          for i, s in enumerate(task.epilogue) if s[0] == "Add"]
         self.params = [self.x, self.w] + ([self.b] if self.b is not None else []) \
             + self.residuals
         # Unpadded layers (1×1 and valid convs) read only inside the image unless the schedule
@@ -43,6 +44,15 @@ def kernel_arguments(template, task: ConvTask, config: dict, inputs: list) -> li
     kernel built with `config`: the weights in the layout the kernel reads (see each
     template's `weights`); computed once per kernel, never per call."""
     return [inputs[0], template.weights(task, config, inputs[1]), *inputs[2:]]
+
+
+def flat_views(task: ConvTask) -> list:
+    """Per kernel argument (then the output), the shape Halide sees it as: None keeps the
+    array's own shape; NHWC residuals and the output become (N, H·W, K) for templates that
+    flatten the output pixels into one axis (free views of C-contiguous arrays)."""
+    pixels = (task.n, task.out_h * task.out_w, task.k)
+    residuals = sum(1 for s in task.epilogue if s[0] == "Add")
+    return [None, None] + [None] * task.has_bias + [pixels] * residuals + [pixels]
 
 
 def epilogue_expr(hl, e, epilogue, residuals, args):

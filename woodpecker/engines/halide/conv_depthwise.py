@@ -45,6 +45,11 @@ def weights(task: ConvTask, config: dict, w):
     return w
 
 
+def views(task: ConvTask) -> None:
+    """Halide reads every argument in its own (NHWC, 4-D) shape."""
+    return None
+
+
 def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     """Compile `task` with `config`; run(*arrays) takes `ConvTask.random_inputs`'s order."""
     hl = halide_module()

@@ -25,7 +25,13 @@ import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs
-from woodpecker.engines.halide.schedule import PARALLEL, compiled, pad_input, register_tile
+from woodpecker.engines.halide.schedule import (
+    PARALLEL,
+    aligned_channel_tiles,
+    compiled,
+    pad_input,
+    register_tile,
+)
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.task import ConvTask
 
@@ -74,6 +80,11 @@ def weights(task: ConvTask, config: dict, w):
     return np.ascontiguousarray(w.reshape(kh, kw, c, k // tile, tile).transpose(3, 0, 1, 2, 4))
 
 
+def views(task: ConvTask) -> None:
+    """Halide reads every argument in its own (NHWC, 4-D) shape."""
+    return None
+
+
 def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     """Compile `task` with `config`; returns run(*arrays) taking `kernel_arguments`' order:
     x (NHWC), the weights (see `weights`), bias when the task has one, then one residual per
@@ -109,26 +120,31 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
 
     rvars = (r[0], r[1], r[2], r[3])
     if config.get("rc_block"):
-        upd = _blocked_reduction(hl, out, acc, (co, ox, oy, n), rvars, config, acc_c)
+        upd = _blocked_reduction(hl, out, acc, (co, ox, oy, n), rvars, config, acc_c, packed)
     else:
         upd = register_tile(hl, out, acc, (co, ox, oy, n), rvars, config["vec"],
-                            config["co_block"], config["x_block"], config["parallel"], acc_c)
+                            config["co_block"], config["x_block"], config["parallel"], acc_c,
+                            aligned=packed)
     if config["unroll_kw"]:
         upd.unroll(r[1])
     pad_input(io.padded, config["pad"], task.c, config.get("skew", 0))
     return compiled(__name__, task, config, threads, out, io.params)
 
 
-def _blocked_reduction(hl, out, acc, axes, rvars, config: dict, acc_c):
+def _blocked_reduction(hl, out, acc, axes, rvars, config: dict, acc_c, packed: bool):
     """Reduction split (`rc_block`): each parallel channel tile keeps its accumulators for the
     whole image in a buffer and sweeps every pixel tile once per block of input channels, so
     the block's weights (T · rc · kh · kw floats) stay in L1 across the sweep instead of being
     streamed from L2 for every pixel tile — what deep layers (256–512 channels, 7–14 pixels)
-    need. `acc_c`: the accumulator's channel (or lane) variable."""
+    need. `acc_c`: the accumulator's channel (or lane) variable; `packed`: the accumulator
+    is channel-blocked, so tiles must be aligned."""
     co, ox, oy, n = axes
     vec, tile = config["vec"], config["vec"] * config["co_block"]
     cot, cl, oxo, oxi = hl.Var("cot"), hl.Var("cl"), hl.Var("oxo"), hl.Var("oxi")
-    out.split(co, cot, cl, tile, hl.TailStrategy.ShiftInwards)
+    if packed:
+        aligned_channel_tiles(hl, out, co, cot, cl, tile)
+    else:
+        out.split(co, cot, cl, tile, hl.TailStrategy.ShiftInwards)
     out.reorder(cl, ox, oy, cot, n).parallel(cot).vectorize(cl, vec)
     acc.compute_at(out, cot).vectorize(acc_c, vec)
     upd = acc.update()

@@ -44,14 +44,14 @@ class HalideEngine(Engine):
 
         spec = node.attrs["halide"]
         task = ConvTask.from_json(spec["task"])
+        template = template_module(spec["template"])
         n_in = 2 + task.has_bias + sum(1 for s in task.epilogue if s[0] == "Add")
         runtime = spec.get("runtime")
         run = AotKernel(spec["kernel"], n_in, (task.n, task.out_h, task.out_w, task.k),
-                        ctx.threads, Path(runtime) if runtime else None)
+                        ctx.threads, Path(runtime) if runtime else None, template.views(task))
         hwio = np.ascontiguousarray(node.inputs[1].data.transpose(2, 3, 1, 0))
         bias = [node.inputs[2].data] if task.has_bias else []
-        params = kernel_arguments(template_module(spec["template"]), task, spec["config"],
-                                  [None, hwio, *bias])[1:]
+        params = kernel_arguments(template, task, spec["config"], [None, hwio, *bias])[1:]
 
         def kernel(x, *residuals):
             return [run(np.ascontiguousarray(x), *params,

@@ -13,7 +13,7 @@ PARALLEL = ("rows", "rows_co", "co")
 
 
 def register_tile(hl, out, acc, axes, rvars, vec: int, c_block: int, x_block: int,
-                  parallel: str, acc_c=None):
+                  parallel: str, acc_c=None, aligned: bool = False):
     """Tile `out` (axes: channel, x, y, n) into (c_block vectors × x_block pixels) register
     tiles and compute `acc` (the reduction over `rvars`) into each tile; returns acc's update
     stage for template-specific unrolling.
@@ -22,12 +22,17 @@ def register_tile(hl, out, acc, axes, rvars, vec: int, c_block: int, x_block: in
     channel tiles × rows in parallel; `co` — channel tiles outermost and parallel, so one tile's
     weights stay in cache across every pixel. Tiles shift inwards at the edges, so every tile
     has a constant size and its loops can be unrolled. `acc_c`: acc's channel variable when it
-    is not out's (a channel-blocked accumulator)."""
+    is not out's (a channel-blocked accumulator); `aligned`: the tile divides the channels, so
+    channel tiles start at its multiples (see `aligned_channel_tiles`)."""
     c, ox, oy, n = axes
     ac = c if acc_c is None else acc_c
     co, ci, xo, xi = hl.Var("co"), hl.Var("ci"), hl.Var("xo"), hl.Var("xi")
     tail = hl.TailStrategy.ShiftInwards
-    out.split(c, co, ci, vec * c_block, tail).split(ox, xo, xi, x_block, tail)
+    if aligned:
+        aligned_channel_tiles(hl, out, c, co, ci, vec * c_block)
+    else:
+        out.split(c, co, ci, vec * c_block, tail)
+    out.split(ox, xo, xi, x_block, tail)
     out.vectorize(ci, vec).unroll(ci).unroll(xi)
     if parallel == "rows_co":
         out.reorder(ci, xi, xo, co, oy, n).fuse(co, oy, oy).parallel(oy)
@@ -40,6 +45,15 @@ def register_tile(hl, out, acc, axes, rvars, vec: int, c_block: int, x_block: in
         acc.compute_at(out, co)
     acc.vectorize(ac, vec).unroll(ac).unroll(ox)
     return acc.update().reorder(ac, ox, *rvars).vectorize(ac, vec).unroll(ac).unroll(ox)
+
+
+def aligned_channel_tiles(hl, out, c, co, ci, tile: int) -> None:
+    """Split `out`'s channels `c` into tiles that start at multiples of `tile` (which must
+    divide the channel count): a channel-blocked accumulator (lane, …, tile) is then read with
+    dense vectors. Shifted tiles (ShiftInwards) made Halide compute two blocks per tile and
+    gather the output through `% tile`."""
+    out.output_buffer().dim(0).set_min(0)
+    out.split(c, co, ci, tile, hl.TailStrategy.RoundUp)
 
 
 def pad_input(padded, mode: str, channels: int = 0, skew: int = 0) -> None:
@@ -63,9 +77,12 @@ def source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def compiled(template: str, task, config: dict, threads: int, out, params) -> AotKernel:
+def compiled(template: str, task, config: dict, threads: int, out, params,
+             views=None) -> AotKernel:
     """The ahead-of-time kernel of `out` (cached by template, config, task, engine source and
-    target); it takes numpy arrays in `params` order and returns the NHWC output."""
+    target); it takes numpy arrays in `params` order and returns the NHWC output. `views`: the
+    shapes Halide sees the arguments as (see AotKernel)."""
     key = {"template": template, "config": config, "task": task.key, "source": source_digest()}
     path = compile_kernel(out, params, key)
-    return AotKernel(path, len(params), (task.n, task.out_h, task.out_w, task.k), threads)
+    return AotKernel(path, len(params), (task.n, task.out_h, task.out_w, task.k), threads,
+                     views=views)

@@ -1,0 +1,115 @@
+"""GEMM-style 2-d convolution, NHWC: output pixels flattened to one axis and the input gathered
+into im2col panels, then a register-blocked matrix product with the fused epilogue.
+
+Algorithm (Halide's innermost-first order): out[co, p, n] = act(b[co] + Σ_{ci,kx,ky}
+W[co, (ky·kw + kx)·C + ci] · col[ci, kx, ky, p, n] + residual), where p = oy·OW + ox runs over
+all output pixels and col[ci, kx, ky, p, n] = in[ci, ox·s + kx·d − pad, oy·s + ky·d − pad, n]
+is the im2col matrix. The output and residuals are the NHWC arrays viewed as (N, H·W, K).
+
+Why a second conv template (Woodpecker-DL §2.2 tunes several per op): the direct template tiles
+pixels within a row, so a 7- or 14-pixel row leaves part tiles, and a strided layer reads its
+input pixels `stride` apart. Here register tiles run across row ends, and the `col` panel
+gathers a strided or padded window once into contiguous memory that every channel tile then
+reuses — the GotoBLAS/oneDNN gemm-conv structure (pack the activation panel, stream packed
+weight panels through a register-blocked micro-kernel).
+
+Knobs: `vec` lanes, `co_block` vectors of output channels and `x_block` pixels per register
+tile; `panel` register tiles of pixels per im2col panel (channel tiles loop inside a panel, so a
+panel is gathered once and a weight panel is reused across its pixel tiles); `col` — `panel`
+(gather per panel), `root` (the whole im2col matrix first) or `inline` (read the padded input
+directly); `parallel` — `p` (panels in parallel) or `co` (channel tiles outermost, parallel);
+`pad` (materialise the zero-padded input, or bounds-check inline); `unroll_kw`. Weights are
+always packed per channel tile, (K/T, kh·kw·C, T) in numpy for tile T, so the tile divides K.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from woodpecker.engines.halide.aot import AotKernel, halide_module
+from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs, flat_views
+from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled, pad_input
+from woodpecker.tune.space import Constraint, Knob, KnobSpace
+from woodpecker.tune.task import ConvTask
+
+
+def supports(task: ConvTask) -> bool:
+    return task.groups == 1 and task.dtype == "float32" and task.k % 4 == 0 and \
+        all(step[0] in EPILOGUE_OPS for step in task.epilogue)
+
+
+def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
+    pixels = task.out_h * task.out_w
+    knobs = [Knob("vec", (4, 8, 16)), Knob("co_block", (1, 2, 3, 4)),
+             Knob("x_block", (1, 2, 3, 4, 5, 6, 7, 8)), Knob("panel", (1, 2, 4, 8, 16)),
+             Knob("col", ("panel", "root", "inline")), Knob("parallel", ("p", "co")),
+             Knob("pad", ("root", "inline")), Knob("unroll_kw", (False, True))]
+    constraints = [
+        Constraint("accumulators fit the vector registers",
+                   lambda c: c["co_block"] * c["x_block"] * max(1, c["vec"] // 8)
+                   <= vector_registers - 1),
+        Constraint("packed weights: the channel tile divides the output channels",
+                   lambda c: task.k % (c["vec"] * c["co_block"]) == 0),
+        Constraint("panel within the output pixels",
+                   lambda c: c["x_block"] * c["panel"] <= pixels),
+        Constraint("per-panel gathering needs panels in parallel",
+                   lambda c: c["col"] != "panel" or c["parallel"] == "p"),
+    ]
+    return KnobSpace(knobs, constraints)
+
+
+def weights(task: ConvTask, config: dict, w):
+    """HWIO weights as (K/T, kh·kw·C, T): tile T's weights for the whole reduction in the
+    order the micro-kernel reads them, one contiguous stream per channel tile."""
+    tile = config["vec"] * config["co_block"]
+    kh, kw, c, k = w.shape
+    return np.ascontiguousarray(w.reshape(kh * kw * c, k // tile, tile).transpose(1, 0, 2))
+
+
+def views(task: ConvTask) -> list:
+    """The NHWC residuals and output are read as (N, H·W, K) (see aot.AotKernel)."""
+    return flat_views(task)
+
+
+def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
+    """Compile `task` with `config`; run(*arrays) takes `kernel_arguments`' order."""
+    hl = halide_module()
+    tile, vec, xb = config["vec"] * config["co_block"], config["vec"], config["x_block"]
+    io = ConvInputs(hl, task, weight_dims=3, out_dims=3)
+    co, p, n = hl.Var("co"), hl.Var("p"), hl.Var("n")
+    ci, kx, ky = hl.Var("ci"), hl.Var("kx"), hl.Var("ky")
+    (sy, sx), (dy, dx), ow = task.stride, task.dilation, task.out_w
+    col = hl.Func("col")
+    col[ci, kx, ky, p, n] = io.padded[ci, (p % ow) * sx + kx * dx - task.pads[1],
+                                      (p / ow) * sy + ky * dy - task.pads[0], n]
+    r = hl.RDom([(0, task.c), (0, task.kw), (0, task.kh)])
+    cl, cot = hl.Var("cl"), hl.Var("cot")
+    acc = hl.Func("acc")
+    acc[cl, p, cot, n] = io.bias(cot * tile + cl)
+    acc[cl, p, cot, n] += io.w[cl, (r[2] * task.kw + r[1]) * task.c + r[0], cot] * \
+        col[r[0], r[1], r[2], p, n]
+    acc.bound(cl, 0, tile)
+    out = io.output(acc[co % tile, p, co // tile, n], (co, p, n))
+
+    pp, pi, pt, px = hl.Var("pp"), hl.Var("pi"), hl.Var("pt"), hl.Var("px")
+    oco, oci = hl.Var("oco"), hl.Var("oci")
+    tail = hl.TailStrategy.ShiftInwards
+    aligned_channel_tiles(hl, out, co, oco, oci, tile)
+    out.split(p, pp, pi, xb * config["panel"], tail) \
+        .split(pi, pt, px, xb, tail)
+    out.vectorize(oci, vec).unroll(oci).unroll(px)
+    if config["parallel"] == "p":
+        out.reorder(oci, px, pt, oco, pp, n).parallel(pp)
+    else:
+        out.reorder(oci, px, pt, pp, oco, n).parallel(oco)
+    acc.compute_at(out, pt).vectorize(cl, vec).unroll(cl).unroll(p)
+    upd = acc.update().reorder(cl, p, r[0], r[1], r[2]).vectorize(cl, vec).unroll(cl).unroll(p)
+    if config["unroll_kw"]:
+        upd.unroll(r[1])
+    if config["col"] == "panel":
+        col.compute_at(out, pp).vectorize(ci, vec, hl.TailStrategy.GuardWithIf)
+    elif config["col"] == "root":
+        col.compute_root().parallel(p, max(1, xb * config["panel"])) \
+            .vectorize(ci, vec, hl.TailStrategy.GuardWithIf)
+    pad_input(io.padded, config["pad"])
+    return compiled(__name__, task, config, threads, out, io.params, views(task))
