@@ -69,14 +69,31 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
             "passes": stats, "engines_allowed": allowed, "schedule": memory,
             "library_regions": schedule != "memory" if library_regions is None
             else bool(library_regions)}
-    if (tune is not None or tuning_log is not None) and "halide" in allowed:
-        chosen = _generated_kernels(graph, chosen, allowed, ctx, tgt, tuning_log, tune, resume,
-                                    progress, meta)
     if isinstance(model, (str, os.PathLike)):
         meta["source"] = os.path.basename(os.fspath(model))
     zoo = {p.key: p.value for p in proto.metadata_props if p.key.startswith("woodpecker.")}
     if zoo:
         meta["metadata"] = zoo
+
+    def assemble(g, engines: list[str]) -> Plan:
+        return _assemble(g, engines, allowed, ctx, tgt, dict(meta), arena)
+
+    if (tune is not None or tuning_log is not None) and "halide" in allowed:
+        chosen = _generated_kernels(graph, chosen, allowed, ctx, tgt, tuning_log, tune, resume,
+                                    progress, meta, assemble)
+    return CompiledModel(assemble(graph, chosen))
+
+
+def _assemble(graph, chosen: list[str], allowed: list[str], ctx: BuildContext, tgt: Target,
+              meta: dict, arena: bool) -> Plan:
+    """The plan of `graph` (rewritten in place) with engines `chosen`: NHWC layouts and their
+    conversions around Halide nodes, movement nodes absorbed into library regions, the arena."""
+    if "halide" in chosen:
+        from woodpecker.passes.layout import assign_layouts
+
+        chosen, meta["layout_conversions"] = assign_layouts(graph, chosen)
+    elif "selection" in meta:
+        meta["layout_conversions"] = 0
     if meta["library_regions"] and "onnxruntime" in allowed:
         ort = get_engine("onnxruntime")
         chosen = absorb_movement(chosen, [n.op in MOVEMENT and ort.supports(n, ctx)
@@ -86,7 +103,7 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     if arena_plan is not None:
         meta["arena"] = {"size": arena_plan.size, "lower_bound": arena_plan.lower_bound,
                          "method": arena_plan.method}
-    return CompiledModel(Plan(graph, chosen, tgt, meta, arena_plan))
+    return Plan(graph, chosen, tgt, meta, arena_plan)
 
 
 def _schedule(graph, schedule: str, budget: int | None) -> dict:
@@ -114,10 +131,11 @@ def _is_torch_module(model: Any) -> bool:
 
 
 def _generated_kernels(graph, chosen, allowed, ctx, target, tuning_log, tune, resume, progress,
-                       meta) -> list[str]:
-    """Tune (optionally), select kernels by measurement, assign layouts; fills `meta`."""
+                       meta, assemble) -> list[str]:
+    """Tune (optionally), select kernels by measurement per node, then confirm the winners on
+    the whole plan (tune/refine.py, plans built with `assemble`); fills `meta`."""
     from woodpecker.cache import cache_dir
-    from woodpecker.passes.layout import assign_layouts
+    from woodpecker.tune.refine import refine_selection
     from woodpecker.tune.select import select_kernels
     from woodpecker.tune.session import open_log, tune_graph
 
@@ -135,6 +153,14 @@ def _generated_kernels(graph, chosen, allowed, ctx, target, tuning_log, tune, re
                           "measurements": len(log.records) - n0}
     print("selecting kernels: timing tuned Halide kernels against the libraries",
           file=progress, flush=True)
-    meta["selection"] = select_kernels(graph, chosen, allowed, ctx, log, out=progress)
-    chosen, meta["layout_conversions"] = assign_layouts(graph, chosen)
+    before = list(chosen)
+    meta["selection"] = select_kernels(graph, chosen, allowed, ctx, log, out=progress,
+                                       regions=meta["library_regions"])
+    if "halide" in chosen:
+        print("checking the chosen Halide kernels on the whole plan", file=progress, flush=True)
+        chosen, meta["plan_check"] = refine_selection(graph, before, chosen, meta["selection"],
+                                                      assemble, out=progress)
+    for node, engine in zip(graph.nodes, chosen):
+        if engine != "halide":
+            node.attrs.pop("halide", None)
     return chosen

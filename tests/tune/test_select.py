@@ -41,6 +41,10 @@ def _convnet():
 
 @pytest.fixture(scope="module", params=["first", "last"])
 def tuned(tmp_path_factory, request):
+    return _tuned_log(tmp_path_factory, request.param)
+
+
+def _tuned_log(tmp_path_factory, which: str):
     """The model and a tuning log holding one valid (untimed-fast) config per task, of each
     task's first template (direct, depthwise) or its last (GEMM-style, depthwise)."""
     model = _convnet()
@@ -48,7 +52,7 @@ def tuned(tmp_path_factory, request):
     optimize(graph)
     log = TuningLog(tmp_path_factory.mktemp("log") / "tuning.jsonl")
     for i, g in enumerate(extract_tasks(graph)):
-        template = g.templates[0 if request.param == "first" else -1]
+        template = g.templates[0 if which == "first" else -1]
         config = template_module(template).space(g.task).sample(random.Random(i))
         log.append({"task": g.task.key, "template": template, "config": config,
                     "cost_s": 1e-4, "error": None})
@@ -93,6 +97,10 @@ def test_selection_times_the_libraries_too(tuned):
     for r in records:
         assert set(r["kernel_ms"]) == {"halide", "onnxruntime"}
         assert r["winner"] == min(r["total_ms"], key=r["total_ms"].get)
+        # A Halide node would split the ORT session: charged to the Halide candidate.
+        assert r["region_split_ms"] > 0
+        assert r["total_ms"]["halide"] == pytest.approx(
+            r["kernel_ms"]["halide"] + r["conversion_ms"]["halide"] + r["region_split_ms"])
     x = rand(1, 8, 10, 10, seed=9)
     want = ort_run(model, {"x": x})[0]
     assert np.max(np.abs(compiled(x) - want)) <= 1e-4 * np.max(np.abs(want))

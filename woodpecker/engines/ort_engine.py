@@ -105,3 +105,24 @@ def _kernel(sess, names: list[str], out_names: list[str]) -> Kernel:
 
     kernel.into = into
     return kernel
+
+
+def call_overhead_ms(threads: int, runs: int = 50) -> float:
+    """Median milliseconds of one call into a session that does (almost) nothing — an Identity
+    of one float written into a bound output, as the executor calls a region. What splitting
+    a library region into two sessions costs beyond the work itself (tune/select.py)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from woodpecker.bench.timing import time_interleaved
+
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1])  # noqa: E731
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])],
+                                                "overhead", [vi("x")], [vi("y")]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    sess = ort.InferenceSession(model.SerializeToString(), session_options(threads),
+                                providers=["CPUExecutionProvider"])
+    kernel = _kernel(sess, ["x"], ["y"])
+    x, y = np.ones(1, np.float32), np.empty(1, np.float32)
+    t = time_interleaved({"call": lambda: kernel.into([y], x)}, runs, 2)
+    return float(np.median(t["call"]))

@@ -10,6 +10,10 @@ Choices left open by the paper, made here:
   is not a Halide node, and an NHWC→NCHW copy when some consumer cannot take NHWC (it is not a
   conv node whose task has a faster Halide kernel, or the value is a graph output); a library
   candidate pays the NHWC→NCHW copy of each input a Halide node produced.
+- With library regions (runtime/regions.py) a Halide node amid ONNX Runtime nodes splits their
+  session in two: the Halide candidate is charged two session calls (measured on a near-empty
+  session) — the call the split adds, and the one the per-node library timing includes but a
+  node inside a region does not pay.
 - Timing is interleaved in blocks (see bench/timing.py) on one seeded input.
 - Every allowed library is timed and recorded, but the tuned kernel competes with the library
   the preference order picked for the node (ONNX Runtime where it runs the node), not with all of
@@ -30,6 +34,7 @@ import numpy as np
 from woodpecker.bench.timing import time_interleaved
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.halide.conv_common import kernel_arguments
+from woodpecker.engines.ort_engine import call_overhead_ms
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import EngineError
 from woodpecker.ir.graph import Graph, Node
@@ -91,9 +96,11 @@ def _time_group(task: ConvTask, record: dict, node: Node, allowed: list[str],
 
 
 def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: BuildContext,
-                   log: TuningLog, runs: int = 12, out: TextIO | None = None) -> list[dict]:
+                   log: TuningLog, runs: int = 12, out: TextIO | None = None,
+                   regions: bool = False) -> list[dict]:
     """Set `chosen[i] = "halide"` (and the node's `attrs["halide"]`) where the tuned kernel wins;
-    returns one record per timed node: candidates with their times, conversions, winner."""
+    returns one record per timed node: candidates with their times, conversions, winner.
+    `regions`: the plan runs consecutive ONNX Runtime nodes as one session."""
     out = out or sys.stderr
     by_name = {n.name: n for n in graph.nodes}
     timing: dict[str, GroupTiming] = {}
@@ -114,6 +121,7 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
             [v for k, v in t.kernel_ms.items() if k != "halide"], default=np.inf)
 
     copy_cache: dict[tuple, float] = {}
+    split_ms = 2 * call_overhead_ms(ctx.threads) if regions else 0.0
 
     def copy_ms(shape, perm) -> float:
         key = (tuple(shape), perm)
@@ -138,16 +146,19 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
             halide_conv += copy_ms((n, h, w, c), (0, 3, 1, 2))
         lib_conv = sum(copy_ms([v.shape[i] for i in (0, 2, 3, 1)], (0, 3, 1, 2))
                        for v in from_halide)
-        totals = {k: v + (halide_conv if k == "halide" else lib_conv)
-                  for k, v in t.kernel_ms.items()}
         i = index[id(node)]
+        split = split_ms if chosen[i] == "onnxruntime" else 0.0
+        totals = {k: v + (halide_conv + split if k == "halide" else lib_conv)
+                  for k, v in t.kernel_ms.items()}
         contenders = [k for k in totals if k in ("halide", chosen[i])]
         winner = min(contenders, key=totals.get) if chosen[i] in totals else "halide"
         if winner == "halide":
             node.attrs["halide"] = t.spec
-        chosen[i] = winner
+        library, chosen[i] = chosen[i], winner
         records.append({"node": node.name, "op": node.op, "task": task_line(t.task),
+                        "library": library,
                         "kernel_ms": t.kernel_ms, "total_ms": totals,
                         "conversion_ms": {"halide": halide_conv, "library": lib_conv},
+                        "region_split_ms": split,
                         "winner": winner})
     return records

@@ -1,0 +1,89 @@
+"""Plan-level confirmation of selected Halide kernels: chains are the connected components of
+the candidate nodes, and a chain stays on Halide exactly when the whole plan got faster."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.ir.test_graph import _build, random_dag
+from woodpecker.tune.refine import halide_chains
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_dag(), st.data())
+def test_chains_are_connected_components_of_the_candidates(dag, data):
+    g = _build(*dag)
+    g.toposort()
+    n = len(g.nodes)
+    candidates = data.draw(st.sets(st.integers(0, n - 1)))
+    chains = halide_chains(g, ["halide"] * n, candidates)
+    index = {id(node): i for i, node in enumerate(g.nodes)}
+    ref = nx.Graph()
+    ref.add_nodes_from(candidates)
+    ref.add_edges_from((index[id(v.producer)], i) for i in candidates
+                       for v in g.nodes[i].inputs
+                       if v.producer is not None and index[id(v.producer)] in candidates)
+    assert sorted(map(sorted, nx.connected_components(ref))) == sorted(chains)
+    assert all(c == sorted(c) for c in chains)
+    assert [c[0] for c in chains] == sorted(c[0] for c in chains)
+
+
+def test_plan_check_keeps_a_chain_only_when_the_plan_gets_faster(tuned):
+    """Every conv node of the test net given a tuned kernel and claimed a large per-node gain:
+    the one chain (conv → conv → depthwise) is timed on the whole plan, and it stays on Halide
+    exactly when that plan was faster; the result still matches ONNX Runtime."""
+    from tests.helpers import ort_run, rand
+    from woodpecker.compiler import _assemble
+    from woodpecker.engines.base import BuildContext
+    from woodpecker.engines.registry import choose
+    from woodpecker.frontend.onnx_import import import_onnx
+    from woodpecker.passes import optimize
+    from woodpecker.runtime.compiled import CompiledModel
+    from woodpecker.target import Target
+    from woodpecker.tune.extract import extract_tasks, template_module
+    from woodpecker.tune.records import TuningLog
+    from woodpecker.tune.refine import refine_selection
+
+    model, log_path = tuned
+    graph = import_onnx(model)
+    optimize(graph)
+    ctx, allowed = BuildContext(2, graph.opset), ["halide", "onnxruntime", "numpy"]
+    before = [choose(n, allowed, ctx) for n in graph.nodes]
+    by_name = {n.name: n for n in graph.nodes}
+    log, selected, records = TuningLog(log_path), list(before), []
+    for g in extract_tasks(graph):
+        rec = log.best(g.task.key)
+        kernel = template_module(rec["template"]).build(g.task, rec["config"], 2)
+        for name in g.nodes:
+            by_name[name].attrs["halide"] = {"template": rec["template"],
+                                             "config": rec["config"],
+                                             "task": g.task.to_json(), "kernel": str(kernel.path)}
+            selected[graph.nodes.index(by_name[name])] = "halide"
+            records.append({"node": name, "library": "onnxruntime",
+                            "total_ms": {"halide": 0.0, "onnxruntime": 1.0}})
+    meta = {"library_regions": True}
+    engines, report = refine_selection(
+        graph, before, selected, records,
+        lambda g, e: _assemble(g, e, allowed, ctx, Target.parse("cpu", 2), dict(meta), True),
+        runs=5)
+    assert len(report) == 1 and sorted(report[0]["nodes"]) == sorted(r["node"] for r in records)
+    check = report[0]
+    assert check["kept"] == (check["with_chain_ms"] < check["plan_ms"])
+    on_halide = {n.name for n, e in zip(graph.nodes, engines) if e == "halide"}
+    assert on_halide == (set(check["nodes"]) if check["kept"] else set())
+    plan = _assemble(graph, engines, allowed, ctx, Target.parse("cpu", 2), dict(meta), True)
+    x = rand(1, 8, 10, 10, seed=9)
+    want = ort_run(model, {"x": x})[0]
+    got = CompiledModel(plan)(x)
+    assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    from tests.tune.test_select import _tuned_log
+
+    return _tuned_log(tmp_path_factory, "first")

@@ -1,0 +1,99 @@
+"""Plan-level confirmation of system-level exploration (WPK §2.5).
+
+Per-node selection (tune/select.py) times each library on a one-node model. Inside a library
+region ONNX Runtime does better than that: consecutive convs stay in its blocked NCHWc layout
+without reorders and it fuses across nodes, so per-node timings overstate the library (on
+mobilenet_v2 the per-node ORT times of its convs summed to about 1.5× ORT's whole-model time)
+and a plan of per-node Halide winners ran 1.5× slower than the library-only plan.
+
+So the per-node winners are confirmed on the whole plan. Choices left open by the paper, made
+here: Halide nodes are tried in connected chains (nodes joined by NHWC values, which share
+their layout conversions), largest estimated per-node gain first; starting from the plan with
+no chain, a chain is kept when the whole plan with it, timed interleaved against the current
+best plan on one seeded input, has a lower median. Nodes that have no timed library
+alternative (only numpy) keep their Halide kernel.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+import numpy as np
+
+from woodpecker.bench.timing import time_interleaved
+from woodpecker.ir.graph import Graph
+from woodpecker.runtime.compiled import CompiledModel
+from woodpecker.runtime.plan import Plan
+
+
+def halide_chains(graph: Graph, engines: list[str], candidates: set[int]) -> list[list[int]]:
+    """Connected components (through producer → consumer edges) of the candidate nodes,
+    each as sorted node indices, in graph order of their first node."""
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    parent = {i: i for i in candidates}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in candidates:
+        for v in graph.nodes[i].inputs:
+            if v is not None and v.producer is not None and index[id(v.producer)] in candidates:
+                parent[find(i)] = find(index[id(v.producer)])
+    chains: dict[int, list[int]] = {}
+    for i in sorted(candidates):
+        chains.setdefault(find(i), []).append(i)
+    return list(chains.values())
+
+
+def refine_selection(graph: Graph, before: list[str], selected: list[str], records: list[dict],
+                     assemble: Callable[[Graph, list[str]], Plan], runs: int = 15,
+                     out: TextIO | None = None) -> tuple[list[str], list[dict]]:
+    """The engines to keep: `selected` with the Halide chains that do not speed up the whole
+    plan given back to their engine in `before`; plus one record per chain tried.
+    `assemble(graph_copy, engines)` builds a plan (layouts, regions, arena) to time."""
+    out = out or sys.stderr
+    gain = {r["node"]: r["total_ms"].get(r["library"], np.inf) - r["total_ms"]["halide"]
+            for r in records}
+    names = [n.name for n in graph.nodes]
+    tried = {i for i, e in enumerate(selected)
+             if e == "halide" and before[i] != "halide" and names[i] in gain
+             and np.isfinite(gain[names[i]])}
+    if not tried:
+        return selected, []
+    chains = sorted(halide_chains(graph, selected, tried),
+                    key=lambda c: -sum(gain[names[i]] for i in c))
+    current = [before[i] if i in tried else e for i, e in enumerate(selected)]
+    feeds = None
+    report = []
+
+    def runner(engines: list[str]):
+        nonlocal feeds
+        model = CompiledModel(assemble(graph.copy(), engines))
+        if feeds is None:
+            rng = np.random.default_rng(0)
+            feeds = {name: rng.standard_normal(shape).astype(dtype)
+                     for name, shape, dtype in model.inputs}
+        return lambda: model.run(feeds)
+
+    best_run = runner(current)
+    for k, chain in enumerate(chains):
+        trial = list(current)
+        for i in chain:
+            trial[i] = "halide"
+        trial_run = runner(trial)
+        times = time_interleaved({"best": best_run, "trial": trial_run}, runs, 2, block=3)
+        best_ms, trial_ms = (float(np.median(times[key])) for key in ("best", "trial"))
+        kept = trial_ms < best_ms
+        print(f"  plan check {k + 1}/{len(chains)}: {len(chain)} Halide node(s) from "
+              f"{names[chain[0]]!r}: plan {best_ms:.2f} -> {trial_ms:.2f} ms, "
+              f"{'kept' if kept else 'dropped'}", file=out, flush=True)
+        report.append({"nodes": [names[i] for i in chain], "plan_ms": best_ms,
+                       "with_chain_ms": trial_ms, "kept": kept})
+        if kept:
+            current, best_run = trial, trial_run
+    return current, report
