@@ -96,8 +96,9 @@ def _assemble(graph, chosen: list[str], allowed: list[str], ctx: BuildContext, t
         meta["layout_conversions"] = 0
     if meta["library_regions"] and "onnxruntime" in allowed:
         ort = get_engine("onnxruntime")
-        chosen = absorb_movement(chosen, [n.op in MOVEMENT and ort.supports(n, ctx)
-                                          for n in graph.nodes])
+        chosen = absorb_movement(chosen, [e == "numpy" and n.op in MOVEMENT
+                                          and ort.supports(n, ctx)
+                                          for n, e in zip(graph.nodes, chosen)])
     arena_plan = plan_arena(graph, plan_steps(chosen, meta["library_regions"])) if arena \
         else None
     if arena_plan is not None:

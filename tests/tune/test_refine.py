@@ -20,7 +20,7 @@ def test_chains_are_connected_components_of_the_candidates(dag, data):
     g.toposort()
     n = len(g.nodes)
     candidates = data.draw(st.sets(st.integers(0, n - 1)))
-    chains = halide_chains(g, ["halide"] * n, candidates)
+    chains = halide_chains(g, candidates)
     index = {id(node): i for i, node in enumerate(g.nodes)}
     ref = nx.Graph()
     ref.add_nodes_from(candidates)

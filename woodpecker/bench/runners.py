@@ -13,13 +13,9 @@ RUNTIMES = ("onnxruntime", "torch", "openvino")
 
 
 def onnxruntime_runner(onnx_bytes: bytes, threads: int) -> Runner:
-    import onnxruntime as ort
+    from woodpecker.engines.ort_engine import new_session
 
-    from woodpecker.engines.ort_engine import session_options
-
-    so = session_options(threads)
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sess = ort.InferenceSession(onnx_bytes, so, providers=["CPUExecutionProvider"])
+    sess = new_session(onnx_bytes, threads)   # every graph optimisation (ORT's default level)
     return lambda feeds: sess.run(None, feeds)
 
 

@@ -32,6 +32,14 @@ def session_options(threads: int):
     return so
 
 
+def new_session(model_bytes: bytes, threads: int):
+    """A CPU session of a serialized model with Woodpecker's options (`session_options`)."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(model_bytes, session_options(threads),
+                                providers=["CPUExecutionProvider"])
+
+
 class OrtEngine(Engine):
     name = "onnxruntime"
     ops = frozenset(OPS)
@@ -48,8 +56,6 @@ class OrtEngine(Engine):
         return True
 
     def _session(self, node: Node, ctx: BuildContext):
-        import onnxruntime as ort
-
         key = (ctx.threads, ctx.opset)
         cached = self._sessions.get(node)
         if cached is not None and cached[0] == key:
@@ -58,8 +64,7 @@ class OrtEngine(Engine):
         inputs = list(dict.fromkeys(node.inputs[i] for i in runtime_positions(node)))
         model = nodes_model([node], inputs, node.outputs, ctx.opset)
         try:
-            sess = ort.InferenceSession(model.SerializeToString(), session_options(ctx.threads),
-                                        providers=["CPUExecutionProvider"])
+            sess = new_session(model.SerializeToString(), ctx.threads)
         except Exception:  # noqa: BLE001 - ORT raises its own types for "no kernel"
             sess = None
         self._sessions[node] = (key, sess)
@@ -79,11 +84,8 @@ class OrtEngine(Engine):
                      ctx: BuildContext) -> Kernel:
         """One session computing `outputs` from `inputs` over consecutive `nodes`
         (runtime/regions.py)."""
-        import onnxruntime as ort
-
         model = nodes_model(nodes, inputs, outputs, ctx.opset)
-        sess = ort.InferenceSession(model.SerializeToString(), session_options(ctx.threads),
-                                    providers=["CPUExecutionProvider"])
+        sess = new_session(model.SerializeToString(), ctx.threads)
         return _kernel(sess, [v.name for v in inputs], [v.name for v in outputs])
 
 
@@ -111,7 +113,6 @@ def call_overhead_ms(threads: int, runs: int = 50) -> float:
     """Median milliseconds of one call into a session that does (almost) nothing — an Identity
     of one float written into a bound output, as the executor calls a region. What splitting
     a library region into two sessions costs beyond the work itself (tune/select.py)."""
-    import onnxruntime as ort
     from onnx import TensorProto, helper
 
     from woodpecker.bench.timing import time_interleaved
@@ -120,9 +121,7 @@ def call_overhead_ms(threads: int, runs: int = 50) -> float:
     model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])],
                                                 "overhead", [vi("x")], [vi("y")]),
                               opset_imports=[helper.make_opsetid("", 17)])
-    sess = ort.InferenceSession(model.SerializeToString(), session_options(threads),
-                                providers=["CPUExecutionProvider"])
-    kernel = _kernel(sess, ["x"], ["y"])
+    kernel = _kernel(new_session(model.SerializeToString(), threads), ["x"], ["y"])
     x, y = np.ones(1, np.float32), np.empty(1, np.float32)
     t = time_interleaved({"call": lambda: kernel.into([y], x)}, runs, 2)
     return float(np.median(t["call"]))

@@ -22,13 +22,14 @@ from typing import TextIO
 
 import numpy as np
 
+from woodpecker.bench.compare import random_feeds
 from woodpecker.bench.timing import time_interleaved
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
 
 
-def halide_chains(graph: Graph, engines: list[str], candidates: set[int]) -> list[list[int]]:
+def halide_chains(graph: Graph, candidates: set[int]) -> list[list[int]]:
     """Connected components (through producer → consumer edges) of the candidate nodes,
     each as sorted node indices, in graph order of their first node."""
     index = {id(n): i for i, n in enumerate(graph.nodes)}
@@ -65,19 +66,14 @@ def refine_selection(graph: Graph, before: list[str], selected: list[str], recor
              and np.isfinite(gain[names[i]])}
     if not tried:
         return selected, []
-    chains = sorted(halide_chains(graph, selected, tried),
+    chains = sorted(halide_chains(graph, tried),
                     key=lambda c: -sum(gain[names[i]] for i in c))
     current = [before[i] if i in tried else e for i, e in enumerate(selected)]
-    feeds = None
     report = []
 
     def runner(engines: list[str]):
-        nonlocal feeds
         model = CompiledModel(assemble(graph.copy(), engines))
-        if feeds is None:
-            rng = np.random.default_rng(0)
-            feeds = {name: rng.standard_normal(shape).astype(dtype)
-                     for name, shape, dtype in model.inputs}
+        feeds = random_feeds(model)
         return lambda: model.run(feeds)
 
     best_run = runner(current)

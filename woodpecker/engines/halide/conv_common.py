@@ -3,6 +3,7 @@ optional bias, one residual per epilogue Add), the zero-padded input, and the fu
 
 from __future__ import annotations
 
+from woodpecker.tune.space import Constraint
 from woodpecker.tune.task import ConvTask
 
 EPILOGUE_OPS = {"Add", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish"}
@@ -37,6 +38,26 @@ class ConvInputs:
         out = self.hl.Func("out")
         out[args] = epilogue_expr(self.hl, value, self.task.epilogue, self.residuals, args)
         return out
+
+
+def fits_registers(vector_registers: int, block: str, spare: int) -> Constraint:
+    """The (`block` vectors × x_block pixels) accumulator tile, at 8 lanes per register, fits
+    the vector registers with `spare` left for operands."""
+    return Constraint("accumulators fit the vector registers",
+                      lambda c: c[block] * c["x_block"] * max(1, c["vec"] // 8)
+                      <= vector_registers - spare)
+
+
+def whole_channel_tiles(task: ConvTask) -> Constraint:
+    """Packed weights and channel-blocked accumulators need tiles that divide K."""
+    return Constraint("packed weights: the channel tile divides the output channels",
+                      lambda c: not c.get("pack", True)
+                      or task.k % (c["vec"] * c["co_block"]) == 0)
+
+
+def own_shapes(task: ConvTask) -> None:
+    """`views` of templates whose kernel reads every argument in its own (NHWC, 4-D) shape."""
+    return None
 
 
 def kernel_arguments(template, task: ConvTask, config: dict, inputs: list) -> list:

@@ -15,7 +15,12 @@ kernel window).
 from __future__ import annotations
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs
+from woodpecker.engines.halide.conv_common import (
+    EPILOGUE_OPS,
+    ConvInputs,
+    fits_registers,
+    own_shapes,
+)
 from woodpecker.engines.halide.schedule import PARALLEL, compiled, pad_input, register_tile
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.task import ConvTask
@@ -31,9 +36,7 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
              Knob("x_block", (1, 2, 4, 7, 8)), Knob("parallel", PARALLEL),
              Knob("pad", ("root", "inline")), Knob("unroll_k", (False, True))]
     constraints = [
-        Constraint("accumulators fit the vector registers",
-                   lambda c: c["c_block"] * c["x_block"] * max(1, c["vec"] // 8)
-                   <= vector_registers - 2),
+        fits_registers(vector_registers, "c_block", 2),
         Constraint("channel tile within the channels", lambda c: c["vec"] * c["c_block"] <= task.c),
         Constraint("pixel tile within the output row", lambda c: c["x_block"] <= task.out_w),
     ]
@@ -45,9 +48,7 @@ def weights(task: ConvTask, config: dict, w):
     return w
 
 
-def views(task: ConvTask) -> None:
-    """Halide reads every argument in its own (NHWC, 4-D) shape."""
-    return None
+views = own_shapes
 
 
 def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:

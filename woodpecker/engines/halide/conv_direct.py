@@ -24,7 +24,13 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs
+from woodpecker.engines.halide.conv_common import (
+    EPILOGUE_OPS,
+    ConvInputs,
+    fits_registers,
+    own_shapes,
+    whole_channel_tiles,
+)
 from woodpecker.engines.halide.schedule import (
     PARALLEL,
     aligned_channel_tiles,
@@ -50,9 +56,7 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     # Tiles shift inwards at the edges (constant-size tiles keep the accumulator loops
     # unrollable), so a tile may not exceed the output it covers.
     constraints = [
-        Constraint("accumulators fit the vector registers",
-                   lambda c: c["co_block"] * c["x_block"] * max(1, c["vec"] // 8)
-                   <= vector_registers - 1),
+        fits_registers(vector_registers, "co_block", 1),
         Constraint("channel tile within the output channels",
                    lambda c: c["vec"] * c["co_block"] <= task.k),
         Constraint("pixel tile within the output row", lambda c: c["x_block"] <= task.out_w),
@@ -62,8 +66,7 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
                    lambda c: c["rc_block"] == 0 or (task.c % c["rc_block"] == 0
                                                     and c["rc_block"] < task.c
                                                     and c["parallel"] == "co")),
-        Constraint("packed weights: the channel tile divides the output channels",
-                   lambda c: not c["pack"] or task.k % (c["vec"] * c["co_block"]) == 0),
+        whole_channel_tiles(task),
     ]
     return KnobSpace(knobs, constraints)
 
@@ -80,9 +83,7 @@ def weights(task: ConvTask, config: dict, w):
     return np.ascontiguousarray(w.reshape(kh, kw, c, k // tile, tile).transpose(3, 0, 1, 2, 4))
 
 
-def views(task: ConvTask) -> None:
-    """Halide reads every argument in its own (NHWC, 4-D) shape."""
-    return None
+views = own_shapes
 
 
 def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:

@@ -27,7 +27,13 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs, flat_views
+from woodpecker.engines.halide.conv_common import (
+    EPILOGUE_OPS,
+    ConvInputs,
+    fits_registers,
+    flat_views,
+    whole_channel_tiles,
+)
 from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled, pad_input
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.task import ConvTask
@@ -45,11 +51,8 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
              Knob("col", ("panel", "root", "inline")), Knob("parallel", ("p", "co")),
              Knob("pad", ("root", "inline")), Knob("unroll_kw", (False, True))]
     constraints = [
-        Constraint("accumulators fit the vector registers",
-                   lambda c: c["co_block"] * c["x_block"] * max(1, c["vec"] // 8)
-                   <= vector_registers - 1),
-        Constraint("packed weights: the channel tile divides the output channels",
-                   lambda c: task.k % (c["vec"] * c["co_block"]) == 0),
+        fits_registers(vector_registers, "co_block", 1),
+        whole_channel_tiles(task),
         Constraint("panel within the output pixels",
                    lambda c: c["x_block"] * c["panel"] <= pixels),
         Constraint("per-panel gathering needs panels in parallel",
@@ -66,9 +69,7 @@ def weights(task: ConvTask, config: dict, w):
     return np.ascontiguousarray(w.reshape(kh * kw * c, k // tile, tile).transpose(1, 0, 2))
 
 
-def views(task: ConvTask) -> list:
-    """The NHWC residuals and output are read as (N, H·W, K) (see aot.AotKernel)."""
-    return flat_views(task)
+views = flat_views   # NHWC residuals and output read as (N, H·W, K) (see aot.AotKernel)
 
 
 def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
