@@ -167,8 +167,9 @@ def test_arena_on_random_graphs(model):
         for k in a:
             if schedule == "file":
                 np.testing.assert_array_equal(a[k], b[k])
-            else:
-                np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-5)
+            else:   # rewritten concats sum in another order: fp32 error scales with the output
+                scale = max(1.0, float(np.max(np.abs(a[k]))))
+                np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6 * scale)
         # outputs are copies: a second run does not change the first run's results
         again = {k: v.copy() for k, v in b.items()}
         compiled.run({"x": rand(1, 4, 5, 5, seed=4)})
