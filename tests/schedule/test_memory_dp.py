@@ -9,8 +9,11 @@ from woodpecker.schedule.memory_dp import (
     NoSolution,
     cut_points,
     dp_schedule,
+    least_peak_floor,
+    lower_bound,
     memory_schedule,
     parts,
+    proven_floor,
 )
 from woodpecker.schedule.problem import MemoryProblem
 
@@ -105,6 +108,19 @@ def test_schedule_never_worse_than_input_or_kahn(p):
     assert is_topological(p, order)
     assert rep.peak == p.simulate(order)[0]
     assert rep.peak <= min(p.simulate(range(p.n))[0], p.simulate(p.kahn())[0])
+
+
+@settings(max_examples=100, deadline=None)
+@given(dags())
+def test_proven_floor_bisects_to_the_optimum(p):
+    everything = (1 << p.n) - 1
+    kahn, _ = p.simulate(p.kahn())
+    floor, order, peak = proven_floor(p, everything, 0, 0, lower_bound(p, everything, 0), kahn,
+                                      seconds=60)
+    assert floor == peak == brute_force(p)
+    assert order is None if peak == kahn else p.simulate(order)[0] == peak
+    _, rep = memory_schedule(p)
+    assert least_peak_floor(p, rep, 60) == rep.peak == floor
 
 
 @settings(max_examples=100, deadline=None)

@@ -209,6 +209,49 @@ def soft_budget_schedule(p: MemoryProblem, nodes: int, mask: int, mem: int,
     return None, report
 
 
+def proven_floor(p: MemoryProblem, nodes: int, mask: int, mem: int, lower: int, upper: int,
+                 seconds: float) -> tuple[int, list[int] | None, int]:
+    """Bisect the part's least peak between `lower` (no order peaks below it) and `upper` (an
+    order reaches it) with the exact DP pruned at each trial budget: "no solution" raises the
+    proven floor, a solution is a better order, a timeout moves the next trial down (a low
+    budget prunes more, so it is proven faster). Returns (floor, order or None, its peak) —
+    how far from optimal a schedule the time-limited search returned can be."""
+    best, stop = None, time.monotonic() + seconds
+    lo, hi, tau = lower - 1, upper, (lower - 1 + upper) // 2
+    while lo < tau < hi and time.monotonic() < stop:
+        try:
+            order, peak, _ = dp_schedule(p, nodes, mask, mem, tau,
+                                         min(stop, time.monotonic() + seconds / 2))
+        except NoSolution:
+            lo = tau
+            tau = (lo + hi) // 2
+        except StepTimeout:
+            tau = (lo + tau) // 2
+        else:
+            best, hi = order, peak
+            tau = (lo + hi) // 2
+    return lo + 1, best, hi
+
+
+def least_peak_floor(p: MemoryProblem, report: "ScheduleReport", seconds_per_part: float
+                     ) -> int:
+    """A proven lower bound on the least peak of any order of the whole graph, for a report of
+    memory_schedule with divide-and-conquer: the largest of its parts' floors (every order
+    enters a part from the same state), proven_floor on the parts not proven optimal whose
+    peak is above the floor so far (below it, they cannot raise it)."""
+    floor = mask = mem = 0
+    for nodes, rep in zip(parts(p), report.parts, strict=True):
+        if rep.optimal or rep.peak <= floor:
+            floor = max(floor, rep.peak if rep.optimal else rep.lower)
+        else:
+            floor = max(floor, proven_floor(p, nodes, mask, mem, rep.lower, rep.peak,
+                                            seconds_per_part)[0])
+        for u in bits(nodes):   # node indices are a topological order
+            _, mem = p.step(mask, mem, u)
+            mask |= 1 << u
+    return floor
+
+
 def cut_points(p: MemoryProblem, nodes: int | None = None) -> list[int]:
     """Nodes of which every other node is an ancestor or a descendant (hourglass points), in
     order. Ancestor/descendant sets are bitsets built in one pass each way."""
