@@ -24,6 +24,7 @@ best order found, reported as not proven optimal.
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 
@@ -137,7 +138,7 @@ def dp_schedule(p: MemoryProblem, nodes: int | None = None, mask: int = 0, mem: 
         if not nxt:
             raise NoSolution
         if width is not None and len(nxt) > width:
-            nxt = dict(sorted(nxt.items(), key=lambda kv: kv[1][:2])[:width])
+            nxt = dict(heapq.nsmallest(width, nxt.items(), key=lambda kv: kv[1][:2]))
         back.append(links)
         level = nxt
     (end, (peak, _, _)), = level.items()
@@ -169,24 +170,18 @@ def lower_bound(p: MemoryProblem, nodes: int, mem: int) -> int:
     return lb
 
 
-def soft_budget_schedule(p: MemoryProblem, nodes: int, mask: int, mem: int,
+def soft_budget_schedule(p: MemoryProblem, nodes: int, mask: int, mem: int, hard: int,
                          units: Units | None = None, step_seconds: float = 0.5,
-                         total_seconds: float = 1.0, hard: int | None = None
-                         ) -> tuple[list[int] | None, PartReport]:
+                         total_seconds: float = 1.0) -> tuple[list[int] | None, PartReport]:
     """Algorithm 3 on one part: the DP under a soft budget tau found by binary search below the
-    hard budget (Kahn's peak unless a feasible `hard` is known; then the search starts just
-    under it, looking for a better order). A timeout lowers tau, "no solution" raises it; we
-    keep the bracket (highest tau without a solution, lowest that timed out) and bisect it,
-    which is Algorithm 3's update with its bounds remembered. The order is None when no
-    solution turned up within `total_seconds`; `report.lower` is then what was proven."""
-    report = PartReport(bin(nodes).count("1"), 0, False, "kahn")
-    if hard is None:
-        kahn = p.kahn(nodes, mask)
-        hard, _ = p.simulate(kahn, mask, mem)
-        tau = hard
-    else:
-        tau = hard - 1
-    report.peak = hard
+    hard budget `hard`, the peak of an order already known (schedule_part picks it), so the
+    search starts just under it, looking for a better order. A timeout lowers tau, "no
+    solution" raises it; we keep the bracket (highest tau without a solution, lowest that timed
+    out) and bisect it, which is Algorithm 3's update with its bounds remembered. The order is
+    None when no solution turned up within `total_seconds`; `report.lower` is then what was
+    proven."""
+    report = PartReport(bin(nodes).count("1"), hard, False, "kahn")
+    tau = hard - 1
     lo, hi = lower_bound(p, nodes, mem) - 1, None
     stop = time.monotonic() + total_seconds
     while tau > lo and time.monotonic() < stop:
@@ -241,11 +236,14 @@ def least_peak_floor(p: MemoryProblem, report: "ScheduleReport", seconds_per_par
     peak is above the floor so far (below it, they cannot raise it)."""
     floor = mask = mem = 0
     for nodes, rep in zip(parts(p), report.parts, strict=True):
-        if rep.optimal or rep.peak <= floor:
-            floor = max(floor, rep.peak if rep.optimal else rep.lower)
+        if rep.optimal:
+            part_floor = rep.peak
+        elif rep.peak <= floor:
+            part_floor = rep.lower
         else:
-            floor = max(floor, proven_floor(p, nodes, mask, mem, rep.lower, rep.peak,
-                                            seconds_per_part)[0])
+            part_floor = proven_floor(p, nodes, mask, mem, rep.lower, rep.peak,
+                                      seconds_per_part)[0]
+        floor = max(floor, part_floor)
         for u in bits(nodes):   # node indices are a topological order
             _, mem = p.step(mask, mem, u)
             mask |= 1 << u
@@ -340,12 +338,12 @@ def schedule_part(p: MemoryProblem, nodes: int, mask: int, mem: int, soft_budget
         return order, PartReport(bin(nodes).count("1"), peak, True, "dp", states, peak)
     best = min((p.simulate(order, mask, mem)[0], method, order)
                for method, order in (("input", bits(nodes)), ("kahn", p.kahn(nodes, mask))))
-    coarse, rep = soft_budget_schedule(p, nodes, mask, mem, in_trees(p, nodes),
-                                       step_seconds, total_seconds, hard=best[0])
+    coarse, rep = soft_budget_schedule(p, nodes, mask, mem, best[0], in_trees(p, nodes),
+                                       step_seconds, total_seconds)
     if coarse is not None:
         best = (rep.peak, rep.method, coarse)
-    exact, rep2 = soft_budget_schedule(p, nodes, mask, mem, None, step_seconds, total_seconds,
-                                       hard=best[0])
+    exact, rep2 = soft_budget_schedule(p, nodes, mask, mem, best[0], None, step_seconds,
+                                       total_seconds)
     rep2.budgets = rep.budgets + rep2.budgets
     rep2.states += rep.states
     if exact is not None:
