@@ -25,9 +25,8 @@ import numpy as np
 
 # -- runtimes, built inside their own processes ---------------------------------------------------
 def halide_runtime(template: str, task: dict, config: dict, threads: int):
-    from woodpecker.engines.halide.conv_common import kernel_arguments
-    from woodpecker.tune.extract import template_module
-    from woodpecker.tune.task import ConvTask
+    from woodpecker.engines.halide.templates import kernel_arguments, template_module
+    from woodpecker.tune.tasks.conv import ConvTask
 
     t, module = ConvTask.from_json(task), template_module(template)
     kernel = module.build(t, config, threads)
@@ -110,7 +109,7 @@ def main() -> int:
     budget = parse_budget(args.budget_per_layer)
     model = woodpecker.compile(str(zoo.export(args.model)), engines="numpy",
                                threads=args.threads)
-    groups = extract_tasks(model.graph)
+    groups = [g for g in extract_tasks(model.graph) if g.task.kind == "conv2d"]
     by_name = {n.name: n for n in model.graph.nodes}
     log_path = Path(args.tuning_log or f"benchmarks/results/tuning_{args.model}.jsonl")
     log = TuningLog(log_path)

@@ -232,16 +232,17 @@ def _inspect_memory(args) -> None:
 
 def cmd_tune(args) -> None:
     from woodpecker.engines.halide.runtime import host_vector_registers
+    from woodpecker.engines.halide.templates import template_module
     from woodpecker.target import Target
-    from woodpecker.tune.extract import extract_tasks, template_module
-    from woodpecker.tune.session import open_log, task_line, tune_graph
+    from woodpecker.tune.extract import extract_tasks
+    from woodpecker.tune.session import open_log, tune_graph
 
     model = _load_or_compile(args)
     target = Target.parse("cpu", args.threads)
     if args.show_space:
         regs = host_vector_registers(target.isa)
         for i, g in enumerate(extract_tasks(model.graph)):
-            print(f"task {i}: {task_line(g.task)}  ({len(g.nodes)} layer(s), "
+            print(f"task {i}: {g.task.describe()}  ({len(g.nodes)} layer(s), "
                   f"{g.task.flops / 1e6:.1f} MFLOP)")
             for template in g.templates:
                 sp = template_module(template).space(g.task, regs)

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.tune.task import ConvTask
+from woodpecker.tune.tasks.conv import ConvTask
 
 pytest.importorskip("halide")
 from woodpecker.engines.halide import conv_depthwise, conv_direct, conv_gemm  # noqa: E402
-from woodpecker.engines.halide.conv_common import kernel_arguments  # noqa: E402
+from woodpecker.engines.halide.templates import kernel_arguments  # noqa: E402
 
 DEPTHWISE = [
     ConvTask(1, 16, 10, 10, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16, True,

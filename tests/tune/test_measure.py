@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from woodpecker.tune.measure import Measurer
-from woodpecker.tune.task import ConvTask
+from woodpecker.tune.tasks.conv import ConvTask
 
 TASK = ConvTask(1, 4, 6, 6, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, (("Relu",),))
 FAULTY = "tests.tune.faulty_template"

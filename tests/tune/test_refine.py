@@ -39,12 +39,13 @@ def test_plan_check_keeps_a_chain_only_when_the_plan_gets_faster(tuned):
     from tests.helpers import ort_run, rand
     from woodpecker.compiler import _assemble
     from woodpecker.engines.base import BuildContext
+    from woodpecker.engines.halide.templates import template_module
     from woodpecker.engines.registry import choose
     from woodpecker.frontend.onnx_import import import_onnx
     from woodpecker.passes import optimize
     from woodpecker.runtime.compiled import CompiledModel
     from woodpecker.target import Target
-    from woodpecker.tune.extract import extract_tasks, template_module
+    from woodpecker.tune.extract import extract_tasks
     from woodpecker.tune.records import TuningLog
     from woodpecker.tune.refine import refine_selection
 
@@ -59,7 +60,7 @@ def test_plan_check_keeps_a_chain_only_when_the_plan_gets_faster(tuned):
         rec = log.best(g.task.key)
         kernel = template_module(rec["template"]).build(g.task, rec["config"], 2)
         for name in g.nodes:
-            by_name[name].attrs["halide"] = {"template": rec["template"],
+            by_name[name].attrs["halide"] = {"template": rec["template"], "kind": g.task.kind,
                                              "config": rec["config"],
                                              "task": g.task.to_json(), "kernel": str(kernel.path)}
             selected[graph.nodes.index(by_name[name])] = "halide"

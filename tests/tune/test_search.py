@@ -97,7 +97,7 @@ def test_templates_share_the_trials_and_the_best_wins(tmp_path):
     """Every template supporting the task is tuned; trials are split among them and the
     fastest record over all templates is returned."""
     from woodpecker.tune.measure import Measurement
-    from woodpecker.tune.task import ConvTask
+    from woodpecker.tune.tasks.conv import ConvTask
     from woodpecker.tune.tuner import tune_templates
 
     class TemplateMeasurer:

@@ -12,17 +12,19 @@ from onnx import helper
 
 import woodpecker
 from tests.helpers import make_model, ort_run, rand
+from woodpecker.engines.halide.templates import template_module
 from woodpecker.errors import PlanError
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.passes import optimize
-from woodpecker.tune.extract import extract_tasks, template_module
+from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.records import TuningLog
 
 pytest.importorskip("halide")
 
 
 def _convnet():
-    """conv+relu → conv+add+relu (residual) → depthwise conv → global average pool."""
+    """conv+relu → conv+add+relu (residual) → depthwise conv → global average pool: four
+    tasks, all in NHWC."""
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -63,11 +65,11 @@ def test_halide_plan_matches_onnxruntime_and_round_trips(tuned, tmp_path):
     model, log = tuned
     compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=log, threads=2)
     engines = compiled.plan.engines
-    assert engines.count("halide") == 3
+    assert engines.count("halide") == 4
     assert compiled.generated_flops_share() > 0.95
-    # x enters NHWC once; the depthwise output leaves NHWC once for the pool; none in between
+    # x enters NHWC once; the pool's output leaves NHWC once; none in between
     assert compiled.plan.meta["layout_conversions"] == 2
-    assert [r["winner"] for r in compiled.plan.meta["selection"]] == ["halide"] * 3
+    assert [r["winner"] for r in compiled.plan.meta["selection"]] == ["halide"] * 4
     x = rand(1, 8, 10, 10, seed=9)
     want = ort_run(model, {"x": x})[0]
     got = compiled(x)
@@ -75,7 +77,7 @@ def test_halide_plan_matches_onnxruntime_and_round_trips(tuned, tmp_path):
 
     compiled.save(tmp_path / "p")
     kernels = sorted(p.name for p in (tmp_path / "p" / "kernels").iterdir())
-    assert len(kernels) == 4 and "libwoodpecker_halide_runtime.so" in kernels
+    assert len(kernels) == 5 and "libwoodpecker_halide_runtime.so" in kernels
     np.testing.assert_array_equal(woodpecker.load(tmp_path / "p")(x), got)
 
     victim = next(p for p in (tmp_path / "p" / "kernels").iterdir() if p.name != kernels[-1])
@@ -93,7 +95,7 @@ def test_selection_times_the_libraries_too(tuned):
     compiled = woodpecker.compile(model, engines="halide,onnxruntime,numpy", tuning_log=log,
                                   threads=2)
     records = compiled.plan.meta["selection"]
-    assert len(records) == 3
+    assert len(records) == 4
     for r in records:
         assert set(r["kernel_ms"]) == {"halide", "onnxruntime"}
         assert r["winner"] == min(r["total_ms"], key=r["total_ms"].get)

@@ -1,30 +1,35 @@
-"""Layout assignment after engine selection: Halide kernels compute in NHWC (channels innermost
-vectorise), every other engine in the model's NCHW. Where a value crosses between the two a
+"""Layout assignment after engine selection: Halide conv and pool kernels compute in NHWC
+(channels innermost vectorise), every other engine (and Halide's dense kernels, whose operands
+have no channel axis) in the model's own layout. Where a value crosses between the two a
 Transpose is inserted (run by numpy); chains of Halide nodes pass NHWC values straight through,
 so only the boundaries pay. The number of conversions is returned and recorded in the plan.
 """
 
 from __future__ import annotations
 
-from woodpecker.engines.halide.engine import NHWC
 from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.tune.tasks import NHWC, spec_kind
 
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 
 
 def _data_slots(node: Node) -> list[int]:
-    """The activation inputs of a Halide conv: x and the epilogue's residuals."""
-    return [0] + [i for i in range(3, len(node.inputs)) if node.inputs[i] is not None]
+    """The activation inputs of an NHWC Halide node: those that arrive at run time."""
+    return [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
+
+
+def _nhwc(node: Node, engine: str) -> bool:
+    return engine == "halide" and spec_kind(node.attrs["halide"]).layout == NHWC
 
 
 def assign_layouts(graph: Graph, engines: list[str]) -> tuple[list[str], int]:
-    """Rewrite `graph` so Halide nodes read and write NHWC values; returns the engine list of
+    """Rewrite `graph` so NHWC Halide nodes read and write NHWC values; returns the engine list of
     the rewritten graph and the number of layout conversions left in it."""
     engine_of = {id(n): e for n, e in zip(graph.nodes, engines)}
     nhwc: dict[str, Value] = {}
     inserted: list[Node] = []
     for node in list(graph.nodes):
-        if engine_of[id(node)] != "halide":
+        if not _nhwc(node, engine_of[id(node)]):
             continue
         index = graph.nodes.index(node)
         for i in _data_slots(node):

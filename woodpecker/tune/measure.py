@@ -12,7 +12,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from woodpecker.tune.task import ConvTask
+from woodpecker.tune.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,9 @@ class Measurer:
             self._proc.wait()
             self._proc = None
 
-    def measure(self, template: str, task: ConvTask, config: dict) -> Measurement:
+    def measure(self, template: str, task: Task, config: dict) -> Measurement:
         proc = self._start()
-        req = {"template": template, "task": task.to_json(), "config": config,
+        req = {"template": template, "kind": task.kind, "task": task.to_json(), "config": config,
                "repeats": self.repeats, "seed": self.seed}
         try:
             proc.stdin.write(json.dumps(req) + "\n")

@@ -1,15 +1,16 @@
-"""System-level exploration (WPK §2.5): for every conv node with a tuned kernel, time that kernel
-and each library engine on the node's own shapes, count the layout conversions each choice
-brings, and keep the fastest.
+"""System-level exploration (WPK §2.5): for every node with a tuned kernel (conv, dense, pool),
+time that kernel and each library engine on the node's own shapes, count the layout conversions
+each choice brings, and keep the fastest.
 
 Choices left open by the paper, made here:
 - A tuned kernel must match the numpy reference on a seeded input before it is timed; one that
   fails to build or differs is reported and never chosen.
 - Identical nodes (one task) share the kernel timings; conversions are charged per node, in
-  graph order: the Halide candidate pays an NCHW→NHWC copy for each data input whose producer
-  is not a Halide node, and an NHWC→NCHW copy when some consumer cannot take NHWC (it is not a
-  conv node whose task has a faster Halide kernel, or the value is a graph output); a library
-  candidate pays the NHWC→NCHW copy of each input a Halide node produced.
+  graph order: an NHWC Halide candidate (conv, pool) pays an NCHW→NHWC copy for each run-time
+  input whose producer is not an NHWC Halide node, and an NHWC→NCHW copy when some consumer
+  cannot take NHWC (it is not a node whose NHWC task has a faster Halide kernel, or the value
+  is a graph output); a library candidate, or a Halide kernel in the node's own layout (dense),
+  pays the NHWC→NCHW copy of each input an NHWC Halide node produced.
 - With library regions (runtime/regions.py) a Halide node amid ONNX Runtime nodes splits their
   session in two: the Halide candidate is charged two session calls (measured on a near-empty
   session) — the call the split adds, and the one the per-node library timing includes but a
@@ -33,15 +34,14 @@ import numpy as np
 
 from woodpecker.bench.timing import time_interleaved
 from woodpecker.engines.base import BuildContext
-from woodpecker.engines.halide.conv_common import kernel_arguments
+from woodpecker.engines.halide.templates import kernel_arguments, template_module
 from woodpecker.engines.ort_engine import call_overhead_ms
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import EngineError
 from woodpecker.ir.graph import Graph, Node
-from woodpecker.tune.extract import extract_tasks, template_module
+from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.records import TuningLog
-from woodpecker.tune.session import task_line
-from woodpecker.tune.task import ConvTask
+from woodpecker.tune.tasks import NHWC, Task
 from woodpecker.tune.worker import TOLERANCE
 
 LIBRARIES = ("onnxruntime", "torch")
@@ -49,7 +49,7 @@ LIBRARIES = ("onnxruntime", "torch")
 
 @dataclass
 class GroupTiming:
-    task: ConvTask
+    task: Task
     kernel_ms: dict[str, float]                 # engine -> median ms of the bare kernel
     spec: dict                                  # node.attrs["halide"] when Halide is chosen
     nodes: list[str] = field(default_factory=list)
@@ -61,13 +61,25 @@ def _copy_ms(shape: tuple[int, ...], perm: tuple[int, ...], runs: int) -> float:
     return float(np.median(t["copy"]))
 
 
-def _time_group(task: ConvTask, record: dict, node: Node, allowed: list[str],
+def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The task's random arguments that arrive at run time, in the node's own layout and
+    shapes: what a library kernel of the node is called with."""
+    present = [v for v in node.inputs if v is not None]
+    out = []
+    for v, a in zip(present, inputs):
+        if v.data is None:
+            a = a.transpose(0, 3, 1, 2) if task.layout == NHWC else a
+            out.append(np.ascontiguousarray(a).reshape(v.shape))
+    return out
+
+
+def _time_group(task: Task, record: dict, node: Node, allowed: list[str],
                 ctx: BuildContext, runs: int, out: TextIO) -> GroupTiming | None:
     template = template_module(record["template"])
     try:
         kernel = template.build(task, record["config"], ctx.threads)
     except Exception as e:  # noqa: BLE001 - a kernel that no longer builds is skipped
-        print(f"  {task_line(task)}: tuned kernel does not build ({e}); not used", file=out)
+        print(f"  {task.describe()}: tuned kernel does not build ({e}); not used", file=out)
         return None
     inputs = task.random_inputs(0)
     ref = task.reference(inputs)
@@ -75,22 +87,21 @@ def _time_group(task: ConvTask, record: dict, node: Node, allowed: list[str],
     try:
         got = kernel(*args)
     except EngineError as e:
-        print(f"  {task_line(task)}: tuned kernel fails ({e}); not used", file=out)
+        print(f"  {task.describe()}: tuned kernel fails ({e}); not used", file=out)
         return None
     err = float(np.max(np.abs(got - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
     if not err <= TOLERANCE:
-        print(f"  {task_line(task)}: tuned kernel differs from the reference ({err:.1e}); "
+        print(f"  {task.describe()}: tuned kernel differs from the reference ({err:.1e}); "
               "not used", file=out)
         return None
     runners = {"halide": lambda: kernel(*args)}
-    nchw = [np.ascontiguousarray(inputs[0].transpose(0, 3, 1, 2))] + \
-        [np.ascontiguousarray(r.transpose(0, 3, 1, 2)) for r in inputs[2 + task.has_bias:]]
+    own = library_inputs(task, node, inputs)
     for name in LIBRARIES:
         if name in allowed and get_engine(name).supports(node, ctx):
             lib = get_engine(name).build(node, ctx)
-            runners[name] = (lambda k: lambda: k(*nchw))(lib)
+            runners[name] = (lambda k: lambda: k(*own))(lib)
     times = time_interleaved(runners, runs, 2, block=3)
-    spec = {"template": record["template"], "config": record["config"],
+    spec = {"template": record["template"], "kind": task.kind, "config": record["config"],
             "task": task.to_json(), "kernel": str(kernel.path)}
     return GroupTiming(task, {k: float(np.median(v)) for k, v in times.items()}, spec)
 
@@ -116,8 +127,9 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
         return []
 
     def hopeful(node: Node) -> bool:
+        """Likely to run as an NHWC Halide kernel (its kernel beats every library alone)."""
         t = timing.get(node.name)
-        return t is not None and t.kernel_ms["halide"] < min(
+        return t is not None and t.task.layout == NHWC and t.kernel_ms["halide"] < min(
             [v for k, v in t.kernel_ms.items() if k != "halide"], default=np.inf)
 
     copy_cache: dict[tuple, float] = {}
@@ -135,17 +147,21 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
         t = timing.get(node.name)
         if t is None:
             continue
-        data = [v for i, v in enumerate(node.inputs) if v is not None and (i == 0 or i >= 3)]
+        data = [v for v in node.inputs if v is not None and v.data is None]
         from_halide = [v for v in data if v.producer is not None
-                       and chosen[index[id(v.producer)]] == "halide"]
-        out_v = node.outputs[0]
-        needs_nchw = out_v in graph.outputs or not all(hopeful(c) for c in out_v.consumers)
-        halide_conv = sum(copy_ms(v.shape, (0, 2, 3, 1)) for v in data if v not in from_halide)
-        if needs_nchw:
-            n, c, h, w = out_v.shape
-            halide_conv += copy_ms((n, h, w, c), (0, 3, 1, 2))
+                       and chosen[index[id(v.producer)]] == "halide"
+                       and timing[v.producer.name].task.layout == NHWC]
         lib_conv = sum(copy_ms([v.shape[i] for i in (0, 2, 3, 1)], (0, 3, 1, 2))
                        for v in from_halide)
+        halide_conv = lib_conv
+        if t.task.layout == NHWC:
+            out_v = node.outputs[0]
+            needs_nchw = out_v in graph.outputs or not all(hopeful(c) for c in out_v.consumers)
+            halide_conv = sum(copy_ms(v.shape, (0, 2, 3, 1)) for v in data
+                              if v not in from_halide)
+            if needs_nchw:
+                n, c, h, w = out_v.shape
+                halide_conv += copy_ms((n, h, w, c), (0, 3, 1, 2))
         i = index[id(node)]
         split = split_ms if chosen[i] == "onnxruntime" else 0.0
         totals = {k: v + (halide_conv + split if k == "halide" else lib_conv)
@@ -155,7 +171,7 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
         if winner == "halide":
             node.attrs["halide"] = t.spec
         library, chosen[i] = chosen[i], winner
-        records.append({"node": node.name, "op": node.op, "task": task_line(t.task),
+        records.append({"node": node.name, "op": node.op, "task": t.task.describe(),
                         "library": library,
                         "kernel_ms": t.kernel_ms, "total_ms": totals,
                         "conversion_ms": {"halide": halide_conv, "library": lib_conv},

@@ -51,12 +51,6 @@ def open_log(path: str, resume: bool, out: TextIO | None = None) -> TuningLog:
     return log
 
 
-def task_line(t) -> str:
-    kind = "dwconv" if t.groups > 1 else "conv"
-    return (f"{kind} {t.kh}x{t.kw}/{t.stride[0]} {t.c}->{t.k} @ {t.h}x{t.w}"
-            + (" +" + "+".join(s[0] for s in t.epilogue) if t.epilogue else ""))
-
-
 def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOptions,
                out: TextIO | None = None) -> list[tuple[TaskGroup, dict | None]]:
     """Tune each task of `graph` into `log`; returns (task group, best record) per task."""
@@ -91,7 +85,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
                                  deadline=now + share, max_trials=options.max_trials,
                                  progress=progress)
             got = f"{rec['gflops']:.1f} GFLOP/s" if rec else "no valid configuration"
-            print(f"\rtask {i + 1}/{len(groups)} {task_line(g.task)}: best {got}".ljust(100),
+            print(f"\rtask {i + 1}/{len(groups)} {g.task.describe()}: best {got}".ljust(100),
                   file=out, flush=True)
             results.append((g, rec))
     return results

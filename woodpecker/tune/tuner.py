@@ -8,12 +8,12 @@ import importlib.metadata
 import time
 from collections.abc import Callable
 
-from woodpecker.tune.extract import template_module
+from woodpecker.engines.halide.templates import template_module
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import make_searcher
 from woodpecker.tune.space import KnobSpace
-from woodpecker.tune.task import ConvTask
+from woodpecker.tune.tasks import Task
 
 
 def versions() -> dict[str, str]:
@@ -26,7 +26,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-def tune_task(task: ConvTask, template: str, space: KnobSpace, searcher, measurer: Measurer,
+def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: Measurer,
               log: TuningLog, *, searcher_name: str, seed: int, deadline: float | None = None,
               max_trials: int | None = None,
               progress: Callable[[dict], None] | None = None) -> dict | None:
@@ -66,7 +66,7 @@ def tune_task(task: ConvTask, template: str, space: KnobSpace, searcher, measure
     return log.best(task.key)
 
 
-def tune_templates(task: ConvTask, templates: tuple[str, ...], measurer: Measurer,
+def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                    log: TuningLog, *, search: str, seed: int, vector_registers: int,
                    deadline: float | None = None, max_trials: int | None = None,
                    progress: Callable[[dict], None] | None = None) -> dict | None:

@@ -2,8 +2,9 @@
 kernel which crashes, hangs or corrupts memory takes down only this process.
 
 Protocol: one JSON request per line on stdin, one JSON reply per line on stdout (no pickle).
-Request: {"template": module path, "task": ConvTask JSON, "config": {...}, "repeats": int,
-"seed": int}. Reply: {"ok": true, "cost_s", "compile_s", "rel_err"} or {"ok": false, "error"}.
+Request: {"template": module path, "kind": task kind, "task": task JSON, "config": {...},
+"repeats": int, "seed": int}. Reply: {"ok": true, "cost_s", "compile_s", "rel_err"} or
+{"ok": false, "error"}.
 A candidate is valid only when its output matches the numpy reference (max error relative to
 the reference's largest magnitude ≤ 1e-4).
 """
@@ -18,14 +19,14 @@ import time
 
 import numpy as np
 
-from woodpecker.engines.halide.conv_common import kernel_arguments
-from woodpecker.tune.task import ConvTask
+from woodpecker.engines.halide.templates import kernel_arguments
+from woodpecker.tune.tasks import spec_task
 
 TOLERANCE = 1e-4
 
 
 def measure_one(req: dict, threads: int, cache: dict) -> dict:
-    task = ConvTask.from_json(req["task"])
+    task = spec_task(req)
     template = importlib.import_module(req["template"])
     key = (task.key, req.get("seed", 0))
     if key not in cache:

@@ -3,8 +3,9 @@ optional bias, one residual per epilogue Add), the zero-padded input, and the fu
 
 from __future__ import annotations
 
-from woodpecker.tune.space import Constraint
-from woodpecker.tune.task import ConvTask
+from woodpecker.engines.halide.schedule import PARALLEL
+from woodpecker.tune.space import Constraint, Knob, KnobSpace
+from woodpecker.tune.tasks.conv import ConvTask
 
 EPILOGUE_OPS = {"Add", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish"}
 
@@ -40,12 +41,30 @@ class ConvInputs:
         return out
 
 
-def fits_registers(vector_registers: int, block: str, spare: int) -> Constraint:
-    """The (`block` vectors × x_block pixels) accumulator tile, at 8 lanes per register, fits
+def fits_registers(vector_registers: int, block: str, spare: int,
+                   pixels: str = "x_block") -> Constraint:
+    """The (`block` vectors × `pixels` pixels) accumulator tile, at 8 lanes per register, fits
     the vector registers with `spare` left for operands."""
     return Constraint("accumulators fit the vector registers",
-                      lambda c: c[block] * c["x_block"] * max(1, c["vec"] // 8)
+                      lambda c: c[block] * c[pixels] * max(1, c["vec"] // 8)
                       <= vector_registers - spare)
+
+
+def window_space(task, vector_registers: int, extra: tuple[Constraint, ...] = ()) -> KnobSpace:
+    """The knobs of a per-channel window reduction (depthwise conv, pooling; `register_tile`'s
+    schedule): `vec` lanes, `c_block` channel vectors and `x_block` pixels per register tile,
+    `parallel`, `pad`, `unroll_k` (unroll the window), with the tile within the channels, the
+    output row and the vector registers, plus the caller's `extra` constraints."""
+    knobs = [Knob("vec", (4, 8, 16)), Knob("c_block", (1, 2, 4)),
+             Knob("x_block", (1, 2, 4, 7, 8)), Knob("parallel", PARALLEL),
+             Knob("pad", ("root", "inline")), Knob("unroll_k", (False, True))]
+    constraints = [
+        fits_registers(vector_registers, "c_block", 2),
+        Constraint("channel tile within the channels", lambda c: c["vec"] * c["c_block"] <= task.c),
+        Constraint("pixel tile within the output row", lambda c: c["x_block"] <= task.out_w),
+        *extra,
+    ]
+    return KnobSpace(knobs, constraints)
 
 
 def whole_channel_tiles(task: ConvTask) -> Constraint:
@@ -58,13 +77,6 @@ def whole_channel_tiles(task: ConvTask) -> Constraint:
 def own_shapes(task: ConvTask) -> None:
     """`views` of templates whose kernel reads every argument in its own (NHWC, 4-D) shape."""
     return None
-
-
-def kernel_arguments(template, task: ConvTask, config: dict, inputs: list) -> list:
-    """`ConvTask.random_inputs`-ordered arrays (HWIO weights) → the arguments of `template`'s
-    kernel built with `config`: the weights in the layout the kernel reads (see each
-    template's `weights`); computed once per kernel, never per call."""
-    return [inputs[0], template.weights(task, config, inputs[1]), *inputs[2:]]
 
 
 def flat_views(task: ConvTask) -> list:

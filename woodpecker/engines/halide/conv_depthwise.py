@@ -18,12 +18,14 @@ from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import (
     EPILOGUE_OPS,
     ConvInputs,
-    fits_registers,
     own_shapes,
+    window_space,
 )
-from woodpecker.engines.halide.schedule import PARALLEL, compiled, pad_input, register_tile
-from woodpecker.tune.space import Constraint, Knob, KnobSpace
-from woodpecker.tune.task import ConvTask
+from woodpecker.engines.halide.schedule import compiled, pad_input, register_tile
+from woodpecker.tune.space import KnobSpace
+from woodpecker.tune.tasks.conv import ConvTask
+
+KIND = "conv2d"
 
 
 def supports(task: ConvTask) -> bool:
@@ -32,15 +34,7 @@ def supports(task: ConvTask) -> bool:
 
 
 def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
-    knobs = [Knob("vec", (4, 8, 16)), Knob("c_block", (1, 2, 4)),
-             Knob("x_block", (1, 2, 4, 7, 8)), Knob("parallel", PARALLEL),
-             Knob("pad", ("root", "inline")), Knob("unroll_k", (False, True))]
-    constraints = [
-        fits_registers(vector_registers, "c_block", 2),
-        Constraint("channel tile within the channels", lambda c: c["vec"] * c["c_block"] <= task.c),
-        Constraint("pixel tile within the output row", lambda c: c["x_block"] <= task.out_w),
-    ]
-    return KnobSpace(knobs, constraints)
+    return window_space(task, vector_registers)
 
 
 def weights(task: ConvTask, config: dict, w):

@@ -39,7 +39,9 @@ from woodpecker.engines.halide.schedule import (
     register_tile,
 )
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
-from woodpecker.tune.task import ConvTask
+from woodpecker.tune.tasks.conv import ConvTask
+
+KIND = "conv2d"
 
 
 def supports(task: ConvTask) -> bool:

@@ -36,7 +36,9 @@ from woodpecker.engines.halide.conv_common import (
 )
 from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled, pad_input
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
-from woodpecker.tune.task import ConvTask
+from woodpecker.tune.tasks.conv import ConvTask
+
+KIND = "conv2d"
 
 
 def supports(task: ConvTask) -> bool:

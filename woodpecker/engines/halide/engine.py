@@ -1,11 +1,12 @@
-"""The Halide engine: runs Conv/FusedConv nodes with the tuned kernel that system-level
-selection attached to them (WPK §2.5).
+"""The Halide engine: runs the nodes that system-level selection gave a tuned kernel
+(WPK §2.5) — convolutions, dense products and pools.
 
-A node it runs carries `attrs["halide"] = {"template", "config", "task", "kernel"}`: the task
-(NHWC shapes), the template and tuned config, and the compiled kernel's path (the kernel cache,
-or the plan's own copy; a loaded plan also names its copy of the Halide runtime, `runtime`).
-Its data input, residuals and output are NHWC (`Value.layout`); the layout pass inserts the
-conversions. Weights are turned to the template's layout once, when the kernel is built.
+A node it runs carries `attrs["halide"] = {"template", "kind", "config", "task", "kernel"}`:
+the task, the template and tuned config, and the compiled kernel's path (the kernel cache, or
+the plan's own copy; a loaded plan also names its copy of the Halide runtime, `runtime`).
+An NHWC task's activations and output are NHWC (`Value.layout`; the layout pass inserts the
+conversions); a dense task reads the node's own arrays. Constant inputs are turned to the
+kernel's layout once, when the kernel is built.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import numpy as np
 
 from woodpecker.engines.base import BuildContext, Engine, Kernel
 from woodpecker.ir.graph import Node
-
-NHWC = "NHWC"
+from woodpecker.tune.tasks import NHWC
 
 
 class HalideEngine(Engine):
     name = "halide"
-    ops = frozenset({"Conv", "FusedConv"})
+    ops = frozenset({"Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul",
+                     "MaxPool", "AveragePool", "GlobalAveragePool"})
     dtypes = frozenset({"float32"})
     layouts = frozenset({"", NHWC})
 
@@ -38,28 +39,33 @@ class HalideEngine(Engine):
 
     def build(self, node: Node, ctx: BuildContext) -> Kernel:
         from woodpecker.engines.halide.aot import AotKernel
-        from woodpecker.engines.halide.conv_common import kernel_arguments
-        from woodpecker.tune.extract import template_module
-        from woodpecker.tune.task import ConvTask
+        from woodpecker.engines.halide.templates import kernel_arguments, template_module
+        from woodpecker.tune.tasks import spec_task
 
         spec = node.attrs["halide"]
-        task = ConvTask.from_json(spec["task"])
+        task = spec_task(spec)
         template = template_module(spec["template"])
-        n_in = 2 + task.has_bias + sum(1 for s in task.epilogue if s[0] == "Add")
+        present = [i for i, v in enumerate(node.inputs) if v is not None]
+        constants = [None if node.inputs[i].data is None else task.constant(node, i)
+                     for i in present]
+        args = kernel_arguments(template, task, spec["config"], constants)
+        slots = [j for j, a in enumerate(args) if a is None]
         runtime = spec.get("runtime")
-        run = AotKernel(spec["kernel"], n_in, (task.n, task.out_h, task.out_w, task.k),
-                        ctx.threads, Path(runtime) if runtime else None, template.views(task))
-        hwio = np.ascontiguousarray(node.inputs[1].data.transpose(2, 3, 1, 0))
-        bias = [node.inputs[2].data] if task.has_bias else []
-        params = kernel_arguments(template, task, spec["config"], [None, hwio, *bias])[1:]
+        run = AotKernel(spec["kernel"], len(args), task.out_shape, ctx.threads,
+                        Path(runtime) if runtime else None, template.views(task))
+        shape = tuple(node.outputs[0].shape)
 
-        def kernel(x, *residuals):
-            return [run(np.ascontiguousarray(x), *params,
-                        *map(np.ascontiguousarray, residuals))]
+        def arguments(arrays) -> list:
+            full = list(args)
+            for j, a in zip(slots, arrays):
+                full[j] = np.ascontiguousarray(a)
+            return full
 
-        def into(outs, x, *residuals):
-            run(np.ascontiguousarray(x), *params, *map(np.ascontiguousarray, residuals),
-                out=outs[0].reshape(run.out_shape))
+        def kernel(*arrays):
+            return [run(*arguments(arrays)).reshape(shape)]
+
+        def into(outs, *arrays):
+            run(*arguments(arrays), out=outs[0].reshape(run.out_shape))
 
         kernel.into = into
         return kernel

@@ -1,4 +1,4 @@
-"""Schedule pieces shared by the conv templates: the register-tiled, vectorised output with the
+"""Schedule pieces shared by the templates: the register-tiled, vectorised output with the
 reduction computed into each tile, the padded-input strategy, and the compiled kernel."""
 
 from __future__ import annotations
@@ -80,9 +80,9 @@ def source_digest() -> str:
 def compiled(template: str, task, config: dict, threads: int, out, params,
              views=None) -> AotKernel:
     """The ahead-of-time kernel of `out` (cached by template, config, task, engine source and
-    target); it takes numpy arrays in `params` order and returns the NHWC output. `views`: the
+    target); it takes numpy arrays in `params` order and returns the task's output (its
+    `out_shape`: NHWC for convs and pools, (batch, M, N) for dense products). `views`: the
     shapes Halide sees the arguments as (see AotKernel)."""
     key = {"template": template, "config": config, "task": task.key, "source": source_digest()}
     path = compile_kernel(out, params, key)
-    return AotKernel(path, len(params), (task.n, task.out_h, task.out_w, task.k), threads,
-                     views=views)
+    return AotKernel(path, len(params), task.out_shape, threads, views=views)

@@ -1,0 +1,72 @@
+"""Every valid configuration of the dense and pool templates computes the reference result
+(any knob setting may be slow, none may be wrong)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from woodpecker.tune.tasks.dense import DenseTask
+from woodpecker.tune.tasks.pool import PoolTask
+
+pytest.importorskip("halide")
+from woodpecker.engines.halide import dense, pool  # noqa: E402
+from woodpecker.engines.halide.templates import kernel_arguments, templates_for  # noqa: E402
+
+DENSE = [
+    DenseTask(1, 1, 64, 40, True, "row", (), ()),                     # a classifier (GEMV)
+    DenseTask(1, 13, 24, 32, True, "full", ("row",), (("Relu",),)),   # Gemm C (M, N), + bias
+    DenseTask(3, 10, 16, 24, False, "", ("full",), (("Sigmoid",),)),  # attention-like, batched
+    DenseTask(1, 7, 12, 8, False, "row", (), (("Clip", 0.0, 6.0),)),  # run-time 2-d B
+]
+POOL = [
+    PoolTask(1, 16, 11, 11, "max", 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), False, False),
+    PoolTask(2, 8, 10, 10, "max", 3, 3, (2, 2), (0, 0, 0, 0), (1, 1), True, False),
+    PoolTask(1, 12, 10, 10, "avg", 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), True, False),
+    PoolTask(1, 12, 10, 10, "avg", 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), False, True),
+    PoolTask(1, 20, 7, 7, "avg", 7, 7, (1, 1), (0, 0, 0, 0), (1, 1), False, False),  # global
+    PoolTask(1, 8, 12, 12, "max", 2, 2, (1, 1), (0, 0, 1, 1), (2, 2), False, False),
+]
+CASES = [(dense, t) for t in DENSE] + [(pool, t) for t in POOL]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(range(len(CASES))), st.integers(0, 2**16))
+def test_random_valid_config_is_correct(which, seed):
+    template, task = CASES[which]
+    assert templates_for(task) == (template.__name__,)
+    config = template.space(task).sample(random.Random(seed))
+    inputs = task.random_inputs(seed)
+    got = template.build(task, config)(*kernel_arguments(template, task, config, inputs))
+    want = task.reference(inputs)
+    assert got.shape == want.shape == task.out_shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.max(np.abs(want)))
+
+
+def test_dense_space_constraints():
+    gemv, attention = DENSE[0], DENSE[2]
+    for config in dense.space(gemv).valid_configs():
+        assert config["m_block"] == 1 and gemv.n % (config["vec"] * config["n_block"]) == 0
+    assert not any(c["pack"] for c in dense.space(attention).valid_configs())
+    assert dense.space(gemv).violations({"vec": 16, "n_block": 3, "m_block": 1,
+                                         "parallel": "n", "k_unroll": 1, "pack": True}) == \
+        ["the column tile divides the output columns"]
+
+
+def test_pool_space_constraints():
+    global_pool, small = POOL[4], POOL[1]
+    configs = list(pool.space(global_pool).valid_configs())
+    assert configs and all(not c["unroll_k"] and c["pad"] == "inline" and c["x_block"] == 1
+                           for c in configs)
+    assert any(c["pad"] == "root" for c in pool.space(small).valid_configs()), \
+        "ceil_mode's last window leaves the image: materialising the padding is an option"
+
+
+def test_unsupported_shapes_have_no_template():
+    assert templates_for(DenseTask(1, 4, 8, 10, True, "", (), ())) == ()    # N not a vector
+    assert templates_for(PoolTask(1, 3, 8, 8, "max", 2, 2, (2, 2), (0, 0, 0, 0), (1, 1),
+                                  False, False)) == ()

@@ -1,0 +1,36 @@
+"""The schedule templates and how a template's kernel is called.
+
+Every template module offers `KIND` (the task kind it computes), `supports(task)`,
+`space(task, vector_registers)`, `views(task)`, `build(task, config, threads)` and optionally
+`weights(task, config, w)` (argument 1 turned into the layout the kernel reads). Every template
+that supports a task is tuned for it and the fastest measured config wins (Woodpecker-DL §2.2:
+several schedule templates per operator)."""
+
+from __future__ import annotations
+
+import importlib
+
+TEMPLATES = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_gemm",
+             "woodpecker.engines.halide.conv_depthwise", "woodpecker.engines.halide.dense",
+             "woodpecker.engines.halide.pool")
+
+
+def template_module(name: str):
+    return importlib.import_module(name)
+
+
+def templates_for(task) -> tuple[str, ...]:
+    """The templates that can compute `task`."""
+    return tuple(t for t in TEMPLATES if template_module(t).KIND == task.kind
+                 and template_module(t).supports(task))
+
+
+def kernel_arguments(template, task, config: dict, inputs: list) -> list:
+    """The task's arguments (`random_inputs` order, argument 1 in the task's own layout) →
+    those of `template`'s kernel built with `config`: the weights in the layout the kernel
+    reads, computed once per kernel, never per call. A None (an argument that arrives at run
+    time) is left as it is."""
+    weights = getattr(template, "weights", None)
+    if weights is None or len(inputs) < 2 or inputs[1] is None:
+        return list(inputs)
+    return [inputs[0], weights(task, config, inputs[1]), *inputs[2:]]

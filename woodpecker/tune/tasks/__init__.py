@@ -1,0 +1,98 @@
+"""Tuning tasks: a distinct (op or fused group, shapes, dtype, layout) extracted from a node.
+Identical layers map to equal tasks and so share one tuning result (Woodpecker-DL §3.1).
+
+Every kind of task (conv2d, dense, pool) offers the same interface, so extraction, the
+measurement worker, the tuner, system-level selection and the Halide engine handle them alike:
+
+- `kind`, `layout` ("NHWC": the kernel reads and writes channels-innermost activations and the
+  layout pass converts around it; "": the node's own layout), `key`, `to_json`/`from_json`;
+- `from_node(node)` (ValueError for a variant no template computes), `flops`, `out_shape`;
+- `random_inputs(seed)` (the kernel's arguments: the node's present inputs, in order, in the
+  kernel's layout), `reference(inputs)` (numpy), `constant(node, i)` (node input `i`'s
+  constant in the kernel's layout), `describe()`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar
+
+from woodpecker.ir.graph import Node
+
+NHWC = "NHWC"
+
+
+class Task:
+    """Shared serialisation of the frozen task dataclasses."""
+
+    kind: ClassVar[str]
+    layout: ClassVar[str]
+    ops: ClassVar[frozenset[str]]
+
+    def to_json(self) -> dict:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Task":
+        return cls(**{k: _tupled(v) for k, v in d.items()})
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:" + json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+
+def _tupled(v):
+    return tuple(_tupled(x) for x in v) if isinstance(v, list) else v
+
+
+def epilogue_steps(node: Node) -> tuple[tuple, ...]:
+    """A fused node's epilogue as hashable (op, *params) steps; "Add" reads a residual."""
+    steps = []
+    for s in node.attrs.get("epilogue", []):
+        params = tuple(s.get(key) for key in ("min", "max")) if s["op"] == "Clip" else ()
+        steps.append((s["op"],) + params)
+    return tuple(steps)
+
+
+def epilogue_dicts(steps: tuple[tuple, ...]) -> list[dict]:
+    """The inverse of `epilogue_steps`, as `ops.fused.apply_epilogue` reads it."""
+    return [{"op": s[0], **({"min": s[1], "max": s[2]} if s[0] == "Clip" else {})}
+            for s in steps]
+
+
+def steps_text(steps: tuple[tuple, ...]) -> str:
+    return " +" + "+".join(s[0] for s in steps) if steps else ""
+
+
+def _kinds() -> dict[str, type]:
+    from woodpecker.tune.tasks.conv import ConvTask
+    from woodpecker.tune.tasks.dense import DenseTask
+    from woodpecker.tune.tasks.pool import PoolTask
+
+    return {t.kind: t for t in (ConvTask, DenseTask, PoolTask)}
+
+
+def task_from_node(node: Node) -> Task | None:
+    """The task computing `node`, or None when no kind of task covers it (op or variant)."""
+    for cls in _kinds().values():
+        if node.op in cls.ops:
+            try:
+                return cls.from_node(node)
+            except ValueError:
+                return None
+    return None
+
+
+def spec_kind(spec: dict) -> type:
+    """The task class of a node's `attrs["halide"]` (plans written before dense and pool tasks
+    existed name no kind: they are convolutions)."""
+    kind = spec.get("kind", "conv2d")
+    kinds = _kinds()
+    if kind not in kinds:
+        raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(kinds)}")
+    return kinds[kind]
+
+
+def spec_task(spec: dict) -> Task:
+    """The task of a node's `attrs["halide"]`."""
+    return spec_kind(spec).from_json(spec["task"])
