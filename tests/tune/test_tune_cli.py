@@ -96,3 +96,17 @@ def test_compile_tune_then_inspect(conv_model, tmp_path, capsys):
     # a non-empty log is only extended with --resume
     assert main(["compile", str(conv_model), "-o", str(plan), "--tune", "--tuning-log",
                  str(log)]) == 1
+
+
+def test_budget_follows_the_work_with_a_floor():
+    from woodpecker.tune.extract import TaskGroup
+    from woodpecker.tune.session import MIN_SHARE, work_weights
+    from woodpecker.tune.tasks.dense import DenseTask
+    from woodpecker.tune.tasks.pool import PoolTask
+
+    big = DenseTask(1, 256, 256, 256, True, "", (), ())
+    tiny = PoolTask(1, 8, 4, 4, "avg", 4, 4, (1, 1), (0, 0, 0, 0), (1, 1), False, False)
+    groups = [TaskGroup(big, (), ["a", "b"]), TaskGroup(big, (), ["c"]), TaskGroup(tiny, (), ["d"])]
+    w = work_weights(groups)
+    assert w[0] == 2 * w[1] == 2 * big.flops
+    assert w[2] == MIN_SHARE * (3 * big.flops + tiny.flops)

@@ -1,9 +1,11 @@
 """Tune every task of a graph under one time budget, with a live progress line — what both
 `woodpecker tune` and `woodpecker compile --tune` run.
 
-Budget split (WPK leaves it open): each task gets the remaining time divided by the tasks left,
-so time a task does not use (its search converged, or every config is already in the log) goes
-to the tasks after it.
+Budget split (WPK leaves it open): each task gets the remaining time in proportion to its work
+(its FLOPs times the layers that share it) among the tasks left, but never less than
+`MIN_SHARE` of the total work, so a pool or a classifier does not take a convolution's time yet
+still gets a search. Time a task does not use (its search converged, or every config is already
+in the log) goes to the tasks after it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import SEARCHERS
 from woodpecker.tune.tuner import tune_templates
+
+MIN_SHARE = 0.02
+
+
+def work_weights(groups: list[TaskGroup]) -> list[float]:
+    """Each task's weight in the budget split (see the module docstring)."""
+    work = [float(g.task.flops * len(g.nodes)) for g in groups]
+    floor = MIN_SHARE * sum(work)
+    return [max(w, floor) for w in work]
 
 
 @dataclass(frozen=True)
@@ -64,10 +75,11 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
     results = []
     start = time.monotonic()
     end = start + budget
+    weights = work_weights(groups)
     with Measurer(threads=target.threads, timeout_s=options.timeout_s) as measurer:
         for i, g in enumerate(groups):
             now = time.monotonic()
-            share = max(0.0, end - now) / (len(groups) - i)
+            share = max(0.0, end - now) * weights[i] / sum(weights[i:])
             best = {"gflops": 0.0}
 
             def progress(rec, i=i, best=best):
