@@ -1,5 +1,5 @@
 """The Halide engine: runs the nodes that system-level selection gave a tuned kernel
-(WPK §2.5) — convolutions, dense products and pools.
+(WPK §2.5) — convolutions, dense products, pools, softmax and layer normalisation.
 
 A node it runs carries `attrs["halide"] = {"template", "kind", "config", "task", "kernel"}`:
 the task, the template and tuned config, and the compiled kernel's path (the kernel cache, or
@@ -23,7 +23,8 @@ from woodpecker.tune.tasks import NHWC
 class HalideEngine(Engine):
     name = "halide"
     ops = frozenset({"Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul",
-                     "MaxPool", "AveragePool", "GlobalAveragePool"})
+                     "MaxPool", "AveragePool", "GlobalAveragePool", "Softmax",
+                     "LayerNormalization"})
     dtypes = frozenset({"float32"})
     layouts = frozenset({"", NHWC})
 

@@ -12,7 +12,8 @@ import importlib
 
 TEMPLATES = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_gemm",
              "woodpecker.engines.halide.conv_depthwise", "woodpecker.engines.halide.dense",
-             "woodpecker.engines.halide.pool")
+             "woodpecker.engines.halide.pool",
+             "woodpecker.engines.halide.rows")
 
 
 def template_module(name: str):

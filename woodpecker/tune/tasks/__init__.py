@@ -1,7 +1,7 @@
 """Tuning tasks: a distinct (op or fused group, shapes, dtype, layout) extracted from a node.
 Identical layers map to equal tasks and so share one tuning result (Woodpecker-DL §3.1).
 
-Every kind of task (conv2d, dense, pool) offers the same interface, so extraction, the
+Every kind of task (conv2d, dense, pool, rows) offers the same interface, so extraction, the
 measurement worker, the tuner, system-level selection and the Halide engine handle them alike:
 
 - `kind`, `layout` ("NHWC": the kernel reads and writes channels-innermost activations and the
@@ -68,8 +68,9 @@ def _kinds() -> dict[str, type]:
     from woodpecker.tune.tasks.conv import ConvTask
     from woodpecker.tune.tasks.dense import DenseTask
     from woodpecker.tune.tasks.pool import PoolTask
+    from woodpecker.tune.tasks.rows import RowTask
 
-    return {t.kind: t for t in (ConvTask, DenseTask, PoolTask)}
+    return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask)}
 
 
 def task_from_node(node: Node) -> Task | None:

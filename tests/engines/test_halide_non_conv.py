@@ -1,5 +1,5 @@
-"""Every valid configuration of the dense and pool templates computes the reference result
-(any knob setting may be slow, none may be wrong)."""
+"""Every valid configuration of the dense, pool and rows (softmax, layernorm) templates
+computes the reference result (any knob setting may be slow, none may be wrong)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from woodpecker.tune.tasks.dense import DenseTask
 from woodpecker.tune.tasks.pool import PoolTask
+from woodpecker.tune.tasks.rows import RowTask
 
 pytest.importorskip("halide")
-from woodpecker.engines.halide import dense, pool  # noqa: E402
+from woodpecker.engines.halide import dense, pool, rows  # noqa: E402
 from woodpecker.engines.halide.templates import kernel_arguments, templates_for  # noqa: E402
 
 DENSE = [
@@ -31,7 +32,13 @@ POOL = [
     PoolTask(1, 20, 7, 7, "avg", 7, 7, (1, 1), (0, 0, 0, 0), (1, 1), False, False),  # global
     PoolTask(1, 8, 12, 12, "max", 2, 2, (1, 1), (0, 0, 1, 1), (2, 2), False, False),
 ]
-CASES = [(dense, t) for t in DENSE] + [(pool, t) for t in POOL]
+ROWS = [
+    RowTask(12, 32, "softmax", 0.0, False),
+    RowTask(5, 13, "softmax", 0.0, False),        # a row that is no whole number of vectors
+    RowTask(9, 48, "layernorm", 1e-5, True),
+    RowTask(3, 20, "layernorm", 1e-3, False),
+]
+CASES = [(dense, t) for t in DENSE] + [(pool, t) for t in POOL] + [(rows, t) for t in ROWS]
 
 
 @settings(max_examples=30, deadline=None)
@@ -64,6 +71,15 @@ def test_pool_space_constraints():
                            for c in configs)
     assert any(c["pad"] == "root" for c in pool.space(small).valid_configs()), \
         "ceil_mode's last window leaves the image: materialising the padding is an option"
+
+
+def test_layernorm_keeps_digits_on_rows_with_a_large_mean():
+    task = ROWS[2]
+    x, scale, bias = task.random_inputs(3)
+    x = x + np.float32(1000.0)
+    config = {"vec": 8, "grain": 2, "rfactor": True, "stash": False}
+    got = rows.build(task, config)(x, scale, bias)
+    np.testing.assert_allclose(got, task.reference([x, scale, bias]), rtol=1e-3, atol=1e-3)
 
 
 def test_unsupported_shapes_have_no_template():

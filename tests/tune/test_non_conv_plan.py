@@ -1,6 +1,7 @@
-"""Dense and pool tasks end to end: extraction (shared tasks, skipped variants), a plan whose
-pools, Gemm and MatMuls (2-d, 3-d, batched between run-time operands) all run as generated
-kernels and match ONNX Runtime, and its round trip through a saved plan."""
+"""Dense, pool and rows tasks end to end: extraction (shared tasks, skipped variants), a plan
+whose pools, Gemm, MatMuls (2-d, 3-d, batched between run-time operands), layer norm and
+softmax all run as generated kernels and match ONNX Runtime, and its round trip through a
+saved plan."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ pytest.importorskip("halide")
 
 def _model():
     """maxpool → avgpool (ceil_mode) → flatten → two identical Gemm(transB)+Relu → concat →
-    reshape → MatMul + bias → y · yᵀ (batched, both operands at run time); and a transA Gemm,
-    which no template computes."""
+    reshape → MatMul + bias → layernorm → y · yᵀ (batched, both operands at run time) →
+    softmax; and a transA Gemm, which no template computes."""
     nodes = [
         helper.make_node("MaxPool", ["x"], ["p1"], kernel_shape=[3, 3], strides=[2, 2],
                          pads=[1, 1, 1, 1]),
@@ -39,13 +40,16 @@ def _model():
         helper.make_node("Gemm", ["ft", "w3"], ["g3"], transA=1),
         helper.make_node("Reshape", ["s", "shape"], ["s3"]),
         helper.make_node("MatMul", ["s3", "w2"], ["m"]),
-        helper.make_node("Add", ["m", "b2"], ["y"]),
+        helper.make_node("Add", ["m", "b2"], ["y0"]),
+        helper.make_node("LayerNormalization", ["y0", "gamma", "beta"], ["y"]),
         helper.make_node("Transpose", ["y"], ["yt"], perm=[0, 2, 1]),
-        helper.make_node("MatMul", ["y", "yt"], ["z"]),
+        helper.make_node("MatMul", ["y", "yt"], ["z0"]),
+        helper.make_node("Softmax", ["z0"], ["z"]),
     ]
     inits = {"w1": rand(32, 72, seed=1) * 0.1, "b1": rand(32, seed=2),
              "w2": rand(8, 8, seed=3) * 0.3, "b2": rand(8, seed=4),
-             "shape": np.array([1, 8, 8], np.int64), "w3": rand(2, 4, seed=5)}
+             "shape": np.array([1, 8, 8], np.int64), "w3": rand(2, 4, seed=5),
+             "gamma": rand(8, seed=6), "beta": rand(8, seed=7)}
     return make_model(nodes, [("x", [1, 8, 10, 10]), ("ft", [2, 3])],
                       [("z", [1, 8, 8]), ("g3", [3, 4])], inits)
 
@@ -57,7 +61,7 @@ def test_extraction_shares_identical_layers_and_skips_unsupported_variants():
     tasks = {g.task.describe(): len(g.nodes) for g in groups}
     assert tasks == {"maxpool 3x3/2 8 @ 10x10": 1, "avgpool 2x2/2 8 @ 5x5": 1,
                      "dense 1x72 . 72x32 +Relu": 2, "dense 8x8 . 8x8 +Add": 1,
-                     "matmul 8x8 . 8x8": 1}, tasks
+                     "matmul 8x8 . 8x8": 1, "layernorm 8x8": 1, "softmax 8x8": 1}, tasks
     by_node = {n.name: n for n in graph.nodes}
     assert all(by_node[g.nodes[0]].op != "Gemm" or not by_node[g.nodes[0]].attrs.get("transA")
                for g in groups)
@@ -80,7 +84,7 @@ def test_plan_of_generated_dense_and_pool_kernels(tuned, tmp_path):
     model, log = tuned
     compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=log, threads=2)
     ops = {n.op: e for n, e in zip(compiled.plan.graph.nodes, compiled.plan.engines)}
-    assert compiled.plan.engines.count("halide") == 6
+    assert compiled.plan.engines.count("halide") == 8
     assert ops["Gemm"] == "numpy"   # transA: no task
     # x enters NHWC once; the average pool's output leaves once; dense kernels need none
     assert compiled.plan.meta["layout_conversions"] == 2

@@ -1,0 +1,108 @@
+"""Softmax and layer normalisation over rows, in the node's own row-major layout.
+
+Algorithm (Halide order, x[j, i] for column j of row i): softmax — m[i] = max_j x, e[j, i] =
+exp(x − m[i]), s[i] = Σ_j e, out = e / s; layernorm — μ[i] = Σ_j x / W, σ²[i] = Σ_j (x − μ)² / W
+(two passes: the one-pass Σx² − μ² loses digits on rows with a large mean), out = (x − μ) ·
+rsqrt(σ² + ε) · scale[j] + bias[j]. Each row's statistics are computed where its row is.
+
+Knobs: `vec` lanes; `grain` rows per parallel task; `rfactor` — each row reduction kept in
+`vec` partial results (one per lane, Halide's rfactor) and combined at the end, so the
+reduction runs on vectors instead of one value at a time; `stash` (softmax) — the row's
+exponentials stored once and reread, instead of computed twice.
+"""
+
+from __future__ import annotations
+
+from woodpecker.engines.halide.aot import AotKernel, halide_module
+from woodpecker.engines.halide.schedule import compiled
+from woodpecker.tune.space import Constraint, Knob, KnobSpace
+from woodpecker.tune.tasks.rows import RowTask
+
+KIND = "rows"
+
+
+def supports(task: RowTask) -> bool:
+    return task.dtype == "float32" and task.width >= 4
+
+
+def space(task: RowTask, vector_registers: int = 16) -> KnobSpace:
+    knobs = [Knob("vec", (4, 8, 16)), Knob("grain", (1, 2, 4, 8, 16)),
+             Knob("rfactor", (False, True)), Knob("stash", (False, True))]
+    constraints = [
+        Constraint("vector within the row", lambda c: c["vec"] <= task.width),
+        Constraint("per-lane partial sums need whole vectors",
+                   lambda c: not c["rfactor"] or task.width % c["vec"] == 0),
+        Constraint("a grain within the rows", lambda c: c["grain"] <= task.rows),
+        Constraint("only softmax stashes", lambda c: task.op == "softmax" or not c["stash"]),
+    ]
+    return KnobSpace(knobs, constraints)
+
+
+def views(task: RowTask) -> list:
+    """x and the output as (rows, width) whatever the node's rank; scale and bias as vectors."""
+    return task.arg_shapes()
+
+
+def _row_reduce(hl, name: str, value, r, init, combine):
+    """Func f[i] = `combine` over the row's columns of `value(j, i)`, starting from `init`."""
+    i = hl.Var("i")
+    f = hl.Func(name)
+    f[i] = init
+    f[i] = combine(f[i], value(r[0], i))
+    return f
+
+
+def _add(a, b):
+    return a + b
+
+
+def build(task: RowTask, config: dict, threads: int = 2) -> AotKernel:
+    hl = halide_module()
+    f32 = hl.Float(32)
+    x = hl.ImageParam(f32, 2, "x")
+    params = [x]
+    j, i = hl.Var("j"), hl.Var("i")
+    r = hl.RDom([(0, task.width)])
+    reductions, rows = [], []
+    if task.op == "softmax":
+        mx = _row_reduce(hl, "mx", lambda c, row: x[c, row], r, f32.min(), hl.max)
+        e = hl.Func("e")
+        e[j, i] = hl.exp(x[j, i] - mx[i])
+        s = _row_reduce(hl, "s", lambda c, row: e[c, row], r, hl.f32(0.0), _add)
+        out = hl.Func("out")
+        out[j, i] = e[j, i] * (1.0 / s[i])
+        reductions, rows = [mx, s], ([e] if config["stash"] else [])
+    else:
+        scale = hl.ImageParam(f32, 1, "scale")
+        params.append(scale)
+        width = float(task.width)
+        mean = _row_reduce(hl, "mean", lambda c, row: x[c, row], r, hl.f32(0.0), _add)
+        var = _row_reduce(hl, "var", lambda c, row: (x[c, row] - mean[row] / width) ** 2, r,
+                          hl.f32(0.0), _add)
+        inv = hl.Func("inv")
+        inv[i] = 1.0 / hl.sqrt(var[i] / width + hl.f32(task.epsilon))
+        value = (x[j, i] - mean[i] / width) * inv[i] * scale[j]
+        if task.has_bias:
+            bias = hl.ImageParam(f32, 1, "bias")
+            params.append(bias)
+            value = value + bias[j]
+        out = hl.Func("out")
+        out[j, i] = value
+        reductions, rows = [mean, var], [inv]
+
+    vec = config["vec"]
+    io, ii = hl.Var("io"), hl.Var("ii")
+    out.split(i, io, ii, config["grain"], hl.TailStrategy.GuardWithIf) \
+        .reorder(j, ii, io).parallel(io).vectorize(j, vec)
+    for f in rows:
+        f.compute_at(out, ii)
+        if f.dimensions() == 2:
+            f.vectorize(f.args()[0], vec)
+    for f in reductions:
+        f.compute_at(out, ii)
+        if config["rfactor"]:
+            ro, ri, u = hl.RVar("ro"), hl.RVar("ri"), hl.Var("u")
+            partial = f.update().split(r[0], ro, ri, vec).rfactor(ri, u)
+            partial.compute_at(out, ii).vectorize(u)
+            partial.update().vectorize(u)
+    return compiled(__name__, task, config, threads, out, params, views(task))
