@@ -44,3 +44,19 @@ def test_violations_name_the_problem():
     assert space.key({"vec": 8, "tile": 2}) == space.key({"tile": 2, "vec": 8})
     with pytest.raises(ValueError):
         Knob("x", ())
+
+
+def test_configs_of_an_older_template_are_not_in_the_domain(tmp_path):
+    from woodpecker.tune.records import TuningLog
+
+    space = KnobSpace([Knob("tile", (1, 2, 4)), Knob("vec", (8, 16))],
+                      [Constraint("registers", lambda c: c["tile"] * c["vec"] <= 32)])
+    assert space.in_domain({"tile": 4, "vec": 16})          # breaks a constraint, still buildable
+    assert not space.in_domain({"tile": 4})                  # a knob added since
+    assert not space.in_domain({"tile": 4, "vec": 16, "old": 1})
+    assert not space.in_domain({"tile": 3, "vec": 8})
+    log = TuningLog(tmp_path / "log.jsonl")
+    log.append({"task": "t", "template": "m", "config": {"tile": 1, "vec": 8}, "cost_s": 2.0})
+    log.append({"task": "t", "template": "m", "config": {"tile": 2}, "cost_s": 1.0})
+    assert log.best("t")["cost_s"] == 1.0
+    assert log.best("t", lambda r: space.in_domain(r["config"]))["cost_s"] == 2.0

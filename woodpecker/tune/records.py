@@ -59,7 +59,9 @@ class TuningLog:
         return {KnobSpace.key(r["config"]): r for r in self.records
                 if r["task"] == task_key and r["template"] == template}
 
-    def best(self, task_key: str) -> dict | None:
-        """The fastest valid record of a task over every template."""
-        valid = [r for r in self.records if r["task"] == task_key and r.get("cost_s")]
+    def best(self, task_key: str, usable=None) -> dict | None:
+        """The fastest valid record of a task over every template; `usable(record)`, when
+        given, also has to hold (e.g. the config fits its template's current knobs)."""
+        valid = [r for r in self.records if r["task"] == task_key and r.get("cost_s")
+                 and (usable is None or usable(r))]
         return min(valid, key=lambda r: r["cost_s"]) if valid else None

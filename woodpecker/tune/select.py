@@ -61,6 +61,14 @@ def _copy_ms(shape: tuple[int, ...], perm: tuple[int, ...], runs: int) -> float:
     return float(np.median(t["copy"]))
 
 
+def _buildable(record: dict, task: Task) -> bool:
+    try:
+        template = template_module(record["template"])
+    except ImportError:
+        return False
+    return template.space(task).in_domain(record["config"])
+
+
 def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """The task's random arguments that arrive at run time, in the node's own layout and
     shapes: what a library kernel of the node is called with."""
@@ -116,7 +124,9 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
     by_name = {n.name: n for n in graph.nodes}
     timing: dict[str, GroupTiming] = {}
     for g in extract_tasks(graph):
-        record = log.best(g.task.key)
+        # Records from an older version of a template (knobs since added or renamed) are
+        # passed over rather than failing to build.
+        record = log.best(g.task.key, lambda r, task=g.task: _buildable(r, task))
         if record is None:
             continue
         t = _time_group(g.task, record, by_name[g.nodes[0]], allowed, ctx, runs, out)

@@ -66,6 +66,12 @@ class KnobSpace:
             return bad
         return [c.name for c in self.constraints if not c.check(config)]
 
+    def in_domain(self, config: Config) -> bool:
+        """Every knob set, to a value of its domain, and no other (constraints aside): a
+        config a template of this version can build."""
+        return config.keys() == self._by_name.keys() and \
+            all(config[k.name] in k.values for k in self.knobs)
+
     def is_valid(self, config: Config) -> bool:
         return not self.violations(config)
 
