@@ -7,15 +7,11 @@ so only the boundaries pay. The number of conversions is returned and recorded i
 
 from __future__ import annotations
 
+from woodpecker.engines.base import runtime_positions
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.tune.tasks import NHWC, spec_kind
 
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
-
-
-def _data_slots(node: Node) -> list[int]:
-    """The activation inputs of an NHWC Halide node: those that arrive at run time."""
-    return [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
 
 
 def _nhwc(node: Node, engine: str) -> bool:
@@ -32,7 +28,7 @@ def assign_layouts(graph: Graph, engines: list[str]) -> tuple[list[str], int]:
         if not _nhwc(node, engine_of[id(node)]):
             continue
         index = graph.nodes.index(node)
-        for i in _data_slots(node):
+        for i in runtime_positions(node):   # the activations: x and any residuals
             v = node.inputs[i]
             if v.name not in nhwc:
                 t = _transpose(graph, v, TO_NHWC, index)

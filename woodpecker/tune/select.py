@@ -33,7 +33,7 @@ from typing import TextIO
 import numpy as np
 
 from woodpecker.bench.timing import time_interleaved
-from woodpecker.engines.base import BuildContext
+from woodpecker.engines.base import BuildContext, runtime_positions
 from woodpecker.engines.halide.templates import kernel_arguments, template_module
 from woodpecker.engines.ort_engine import call_overhead_ms
 from woodpecker.engines.registry import get_engine
@@ -61,12 +61,22 @@ def _copy_ms(shape: tuple[int, ...], perm: tuple[int, ...], runs: int) -> float:
     return float(np.median(t["copy"]))
 
 
-def _buildable(record: dict, task: Task) -> bool:
-    try:
-        template = template_module(record["template"])
-    except ImportError:
-        return False
-    return template.space(task).in_domain(record["config"])
+def _buildable(task: Task):
+    """A predicate on the task's records: the config fits its template's current knobs
+    (records from an older version of a template, with knobs since added or renamed, are
+    passed over rather than failing to build). Each template's space is built once."""
+    spaces: dict[str, object] = {}
+
+    def usable(record: dict) -> bool:
+        name = record["template"]
+        if name not in spaces:
+            try:
+                spaces[name] = template_module(name).space(task)
+            except ImportError:
+                spaces[name] = None
+        return spaces[name] is not None and spaces[name].in_domain(record["config"])
+
+    return usable
 
 
 def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -124,9 +134,7 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
     by_name = {n.name: n for n in graph.nodes}
     timing: dict[str, GroupTiming] = {}
     for g in extract_tasks(graph):
-        # Records from an older version of a template (knobs since added or renamed) are
-        # passed over rather than failing to build.
-        record = log.best(g.task.key, lambda r, task=g.task: _buildable(r, task))
+        record = log.best(g.task.key, _buildable(g.task))
         if record is None:
             continue
         t = _time_group(g.task, record, by_name[g.nodes[0]], allowed, ctx, runs, out)
@@ -157,7 +165,7 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
         t = timing.get(node.name)
         if t is None:
             continue
-        data = [v for v in node.inputs if v is not None and v.data is None]
+        data = [node.inputs[i] for i in runtime_positions(node)]
         from_halide = [v for v in data if v.producer is not None
                        and chosen[index[id(v.producer)]] == "halide"
                        and timing[v.producer.name].task.layout == NHWC]

@@ -1,5 +1,6 @@
-"""Algorithm pieces shared by the conv templates: the kernel's parameters (input, weights,
-optional bias, one residual per epilogue Add), the zero-padded input, and the fused epilogue."""
+"""Algorithm pieces shared by the conv templates (the dense and pool templates reuse the
+epilogue, register bound and window space): the kernel's parameters (input, weights, optional
+bias, one residual per epilogue Add), the zero-padded input, and the fused epilogue."""
 
 from __future__ import annotations
 

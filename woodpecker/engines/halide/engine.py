@@ -17,14 +17,12 @@ import numpy as np
 
 from woodpecker.engines.base import BuildContext, Engine, Kernel
 from woodpecker.ir.graph import Node
-from woodpecker.tune.tasks import NHWC
+from woodpecker.tune.tasks import NHWC, task_kinds
 
 
 class HalideEngine(Engine):
     name = "halide"
-    ops = frozenset({"Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul",
-                     "MaxPool", "AveragePool", "GlobalAveragePool", "Softmax",
-                     "LayerNormalization"})
+    ops = frozenset().union(*(kind.ops for kind in task_kinds().values()))
     dtypes = frozenset({"float32"})
     layouts = frozenset({"", NHWC})
 

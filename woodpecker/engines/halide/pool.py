@@ -48,10 +48,10 @@ def _padded(task: PoolTask) -> bool:
     return any(task.pads[:2]) or last_y >= task.h or last_x >= task.w
 
 
-def _count(hl, task: PoolTask, ox, oy):
+def _count(hl, task: PoolTask, ox, oy, padded: bool):
     """The number of taps that count in window (ox, oy): a constant when no window leaves the
-    image, else the taps inside the counted region."""
-    if not _padded(task):
+    image (`padded` false), else the taps inside the counted region."""
+    if not padded:
         return hl.f32(task.kh * task.kw)
     (sy, sx), (dy, dx) = task.stride, task.dilation
     top, left, bottom, right = task.pads if task.count_include_pad else (0, 0, 0, 0)
@@ -73,9 +73,9 @@ def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
     is_max = task.reduce == "max"
     fill = f32.min() if is_max else hl.f32(0.0)
     # No window leaves the image (global pools, valid windows): read x without bounds checks.
+    leaves = _padded(task)
     padded = hl.BoundaryConditions.constant_exterior(x, fill, [(0, task.c), (0, task.w),
-                                                              (0, task.h)]) \
-        if _padded(task) else x
+                                                              (0, task.h)]) if leaves else x
     c, ox, oy, n = hl.Var("c"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
     r = hl.RDom([(0, task.kw), (0, task.kh)])
     (sy, sx), (dy, dx) = task.stride, task.dilation
@@ -85,11 +85,11 @@ def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
     acc[c, ox, oy, n] = hl.max(acc[c, ox, oy, n], tap) if is_max else acc[c, ox, oy, n] + tap
     out = hl.Func("out")
     out[c, ox, oy, n] = acc[c, ox, oy, n] if is_max else \
-        acc[c, ox, oy, n] / _count(hl, task, ox, oy)
+        acc[c, ox, oy, n] / _count(hl, task, ox, oy, leaves)
     upd = register_tile(hl, out, acc, (c, ox, oy, n), (r[0], r[1]), config["vec"],
                         config["c_block"], config["x_block"], config["parallel"])
     if config["unroll_k"]:
         upd.unroll(r[0])
-    if _padded(task):
+    if leaves:
         pad_input(padded, config["pad"])
     return compiled(__name__, task, config, threads, out, [x])

@@ -22,8 +22,8 @@ def template_module(name: str):
 
 def templates_for(task) -> tuple[str, ...]:
     """The templates that can compute `task`."""
-    return tuple(t for t in TEMPLATES if template_module(t).KIND == task.kind
-                 and template_module(t).supports(task))
+    modules = {t: template_module(t) for t in TEMPLATES}
+    return tuple(t for t, m in modules.items() if m.KIND == task.kind and m.supports(task))
 
 
 def kernel_arguments(template, task, config: dict, inputs: list) -> list:

@@ -64,7 +64,7 @@ def steps_text(steps: tuple[tuple, ...]) -> str:
     return " +" + "+".join(s[0] for s in steps) if steps else ""
 
 
-def _kinds() -> dict[str, type]:
+def task_kinds() -> dict[str, type]:
     from woodpecker.tune.tasks.conv import ConvTask
     from woodpecker.tune.tasks.dense import DenseTask
     from woodpecker.tune.tasks.pool import PoolTask
@@ -75,7 +75,7 @@ def _kinds() -> dict[str, type]:
 
 def task_from_node(node: Node) -> Task | None:
     """The task computing `node`, or None when no kind of task covers it (op or variant)."""
-    for cls in _kinds().values():
+    for cls in task_kinds().values():
         if node.op in cls.ops:
             try:
                 return cls.from_node(node)
@@ -88,7 +88,7 @@ def spec_kind(spec: dict) -> type:
     """The task class of a node's `attrs["halide"]` (plans written before dense and pool tasks
     existed name no kind: they are convolutions)."""
     kind = spec.get("kind", "conv2d")
-    kinds = _kinds()
+    kinds = task_kinds()
     if kind not in kinds:
         raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(kinds)}")
     return kinds[kind]
