@@ -1,5 +1,5 @@
-"""Every valid configuration of the conv templates (direct, GEMM-style, depthwise) computes the
-reference result (any knob setting may be slow, none may be wrong)."""
+"""Every valid configuration of the conv templates (direct, GEMM-style, Winograd, depthwise)
+computes the reference result (any knob setting may be slow, none may be wrong)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 from woodpecker.tune.tasks.conv import ConvTask
 
 pytest.importorskip("halide")
-from woodpecker.engines.halide import conv_depthwise, conv_direct, conv_gemm  # noqa: E402
+from woodpecker.engines.halide import (  # noqa: E402
+    conv_depthwise,
+    conv_direct,
+    conv_gemm,
+    conv_winograd,
+)
 from woodpecker.engines.halide.templates import kernel_arguments  # noqa: E402
 
 DEPTHWISE = [
@@ -32,11 +37,14 @@ TASKS = [
              (("HardSwish",),)),
     ConvTask(1, 64, 5, 7, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True,
              (("Add",), ("Relu",))),   # room for reduction blocks (rc_block)
+    ConvTask(2, 12, 7, 9, 8, 3, 3, (1, 1), (0, 1, 2, 0), (1, 1), 1, False,
+             (("Clip", 0.0, 6.0),)),   # Winograd: a batch, uneven pads, part tiles
 ]
 
 
 CASES = [(conv_direct, t) for t in TASKS] + [(conv_depthwise, t) for t in DEPTHWISE] + \
-    [(conv_gemm, t) for t in TASKS if conv_gemm.supports(t)]
+    [(conv_gemm, t) for t in TASKS if conv_gemm.supports(t)] + \
+    [(conv_winograd, t) for t in TASKS if conv_winograd.supports(t)]
 
 
 @settings(max_examples=30, deadline=None)
@@ -122,3 +130,27 @@ def test_gemm_panels_across_row_ends_are_correct(col, parallel, panel):
     got = conv_gemm.build(task, config)(*kernel_arguments(conv_gemm, task, config, inputs))
     np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4)
     assert not conv_gemm.supports(TASKS[1])       # 7 output channels: no whole tile
+
+
+@pytest.mark.parametrize("m", sorted(conv_winograd.MATRICES))
+def test_winograd_matrices_compute_a_correlation(m):
+    """Aᵀ[(G g) ⊙ (Bᵀ d)] is the valid 1-d correlation of an (m+2)-long input with a 3-tap
+    filter (Lavin & Gray 2016, Eq. 1-2): the 2-d transforms are this applied per axis."""
+    bt, g, at = conv_winograd.MATRICES[m]
+    rng = np.random.default_rng(m)
+    d, f = rng.standard_normal(m + 2), rng.standard_normal(3)
+    np.testing.assert_allclose(at @ ((g @ f) * (bt @ d)), np.correlate(d, f, "valid"),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_winograd_covers_only_unit_stride_3x3():
+    assert conv_winograd.supports(TASKS[0]) and conv_winograd.supports(TASKS[4])
+    assert not conv_winograd.supports(TASKS[1])     # 3x2, strided, dilated
+    assert not conv_winograd.supports(TASKS[2])     # 1x1
+    config = {"m": 4, "vec": 8, "co_block": 1, "t_block": 4, "parallel": "e"}
+    space = conv_winograd.space(TASKS[3])          # 5 x 7 pixels: 2 x 2 tiles of 4 x 4
+    assert space.violations(config) == []
+    assert space.violations(dict(config, t_block=5)) == ["tile block within the tiles"]
+    assert space.violations(dict(config, t_block=5, m=2)) == []      # 3 x 4 tiles of 2 x 2
+    assert conv_winograd.weights(TASKS[3], config, np.zeros((3, 3, 64, 16))).shape == \
+        (2, 6, 6, 64, 8)

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import importlib
 
-TEMPLATES = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_gemm",
-             "woodpecker.engines.halide.conv_depthwise", "woodpecker.engines.halide.dense",
-             "woodpecker.engines.halide.pool",
-             "woodpecker.engines.halide.rows")
+TEMPLATES = tuple(f"woodpecker.engines.halide.{name}" for name in (
+    "conv_direct", "conv_gemm", "conv_winograd", "conv_depthwise", "dense", "pool", "rows"))
 
 
 def template_module(name: str):
