@@ -8,6 +8,8 @@ of calls (first of each block discarded) and reports medians.
 
 torch is timed in NCHW and in channels_last and its faster layout counts; the Halide kernel runs
 in NHWC (layout conversions are not counted here: this compares kernels, not plans).
+The Halide kernel is the fastest of the templates' finalists (each template's best record in
+the log, re-timed side by side first: tune/finalists.py), then timed against the libraries.
 
     python benchmarks/conv_layers.py --model resnet18 --budget-per-layer 60s --json out.json
 """
@@ -97,10 +99,12 @@ def main() -> int:
     from woodpecker.bench.compare import write_json
     from woodpecker.bench.isolated import IsolatedRuntime, time_isolated
     from woodpecker.bench.runners import versions
+    from woodpecker.bench.timing import time_interleaved
     from woodpecker.engines.halide.runtime import host_vector_registers
     from woodpecker.ir.to_onnx import nodes_model
     from woodpecker.target import Target
     from woodpecker.tune.extract import extract_tasks, parse_budget
+    from woodpecker.tune.finalists import finalist_runners, leaders
     from woodpecker.tune.measure import Measurer
     from woodpecker.tune.records import TuningLog
     from woodpecker.tune.tuner import tune_templates
@@ -123,9 +127,14 @@ def main() -> int:
                                   vector_registers=host_vector_registers(target.isa),
                                   deadline=t0 + budget)
             tune_s, trials = time.monotonic() - t0, len(log.records) - n0
-            if best is None:
+            finalists = finalist_runners(task, leaders(log, task), args.threads, print)
+            if best is None or not finalists:
                 print(f"layer {i}: no valid Halide configuration", flush=True)
                 continue
+            picked = time_interleaved({k: run for k, (_, run) in finalists.items()}, 10, 2,
+                                      block=3)
+            finalists_ms = {k.rsplit(".", 1)[1]: float(np.median(v)) for k, v in picked.items()}
+            best = finalists[min(picked, key=lambda k: np.median(picked[k]))][0]
             inputs = task.random_inputs(0)
             node = by_name[g.nodes[0]]
             nchw = [np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in
@@ -162,7 +171,8 @@ def main() -> int:
                    "gflops": gf, "speedup_vs_torch": torch_ms / med["halide"],
                    "speedup_vs_onnxruntime": med["onnxruntime"] / med["halide"],
                    "tuning_seconds": tune_s, "trials": trials, "best_config": best["config"],
-                   "best_template": best["template"].rsplit(".", 1)[1]}
+                   "best_template": best["template"].rsplit(".", 1)[1],
+                   "finalists_ms": finalists_ms}
             layers.append(row)
             print(f"layer {i:>2} {row['shape']:<24} halide {gf['halide']:6.1f}  torch "
                   f"{task.flops / (torch_ms * 1e-3) / 1e9:6.1f}  ort {gf['onnxruntime']:6.1f} "

@@ -15,7 +15,8 @@ Choices left open by the paper, made here:
   session in two: the Halide candidate is charged two session calls (measured on a near-empty
   session) — the call the split adds, and the one the per-node library timing includes but a
   node inside a region does not pay.
-- Timing is interleaved in blocks (see bench/timing.py) on one seeded input.
+- Timing is interleaved in blocks (see bench/timing.py) on one seeded input; the tuned
+  candidate is the fastest of the templates' finalists (tune/finalists.py) in that same run.
 - Every allowed library is timed and recorded, but the tuned kernel competes with the library
   the preference order picked for the node (ONNX Runtime where it runs the node), not with all of
   them: measured on ResNet-18, letting per-node winners mix torch kernels between ONNX Runtime
@@ -34,15 +35,14 @@ import numpy as np
 
 from woodpecker.bench.timing import time_interleaved
 from woodpecker.engines.base import BuildContext, runtime_positions
-from woodpecker.engines.halide.templates import kernel_arguments, template_module
+from woodpecker.engines.halide.templates import template_module
 from woodpecker.engines.ort_engine import call_overhead_ms
 from woodpecker.engines.registry import get_engine
-from woodpecker.errors import EngineError
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.tune.extract import extract_tasks
+from woodpecker.tune.finalists import finalist_runners, leaders
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.tasks import NHWC, Task
-from woodpecker.tune.worker import TOLERANCE
 
 LIBRARIES = ("onnxruntime", "torch")
 
@@ -52,6 +52,7 @@ class GroupTiming:
     task: Task
     kernel_ms: dict[str, float]                 # engine -> median ms of the bare kernel
     spec: dict                                  # node.attrs["halide"] when Halide is chosen
+    finalists_ms: dict[str, float] = field(default_factory=dict)   # template -> median ms
     nodes: list[str] = field(default_factory=list)
 
 
@@ -91,37 +92,30 @@ def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.
     return out
 
 
-def _time_group(task: Task, record: dict, node: Node, allowed: list[str],
+def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
                 ctx: BuildContext, runs: int, out: TextIO) -> GroupTiming | None:
-    template = template_module(record["template"])
-    try:
-        kernel = template.build(task, record["config"], ctx.threads)
-    except Exception as e:  # noqa: BLE001 - a kernel that no longer builds is skipped
-        print(f"  {task.describe()}: tuned kernel does not build ({e}); not used", file=out)
+    """Time each template's finalist (see tune/finalists.py) and the libraries interleaved;
+    the fastest finalist is the node's Halide candidate."""
+    finalists = finalist_runners(task, records, ctx.threads,
+                                 lambda msg: print(f"  {msg}", file=out))
+    if not finalists:
         return None
-    inputs = task.random_inputs(0)
-    ref = task.reference(inputs)
-    args = kernel_arguments(template, task, record["config"], inputs)
-    try:
-        got = kernel(*args)
-    except EngineError as e:
-        print(f"  {task.describe()}: tuned kernel fails ({e}); not used", file=out)
-        return None
-    err = float(np.max(np.abs(got - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
-    if not err <= TOLERANCE:
-        print(f"  {task.describe()}: tuned kernel differs from the reference ({err:.1e}); "
-              "not used", file=out)
-        return None
-    runners = {"halide": lambda: kernel(*args)}
-    own = library_inputs(task, node, inputs)
+    runners = {f"halide:{name}": run for name, (_, run) in finalists.items()}
+    own = library_inputs(task, node, task.random_inputs(0))
     for name in LIBRARIES:
         if name in allowed and get_engine(name).supports(node, ctx):
             lib = get_engine(name).build(node, ctx)
             runners[name] = (lambda k: lambda: k(*own))(lib)
-    times = time_interleaved(runners, runs, 2, block=3)
-    spec = {"template": record["template"], "kind": task.kind, "config": record["config"],
+    times = {k: float(np.median(v))
+             for k, v in time_interleaved(runners, runs, 2, block=3).items()}
+    halide_ms = {name: times.pop(f"halide:{name}") for name in finalists}
+    best = min(halide_ms, key=halide_ms.get)
+    record = finalists[best][0]
+    kernel = template_module(best).build(task, record["config"], ctx.threads)
+    spec = {"template": best, "kind": task.kind, "config": record["config"],
             "task": task.to_json(), "kernel": str(kernel.path)}
-    return GroupTiming(task, {k: float(np.median(v)) for k, v in times.items()}, spec)
+    return GroupTiming(task, {"halide": halide_ms[best], **times}, spec,
+                       finalists_ms=halide_ms)
 
 
 def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: BuildContext,
@@ -134,10 +128,10 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
     by_name = {n.name: n for n in graph.nodes}
     timing: dict[str, GroupTiming] = {}
     for g in extract_tasks(graph):
-        record = log.best(g.task.key, _buildable(g.task))
-        if record is None:
+        records = leaders(log, g.task, _buildable(g.task))
+        if not records:
             continue
-        t = _time_group(g.task, record, by_name[g.nodes[0]], allowed, ctx, runs, out)
+        t = _time_group(g.task, records, by_name[g.nodes[0]], allowed, ctx, runs, out)
         if t is not None:
             t.nodes = g.nodes
             timing.update({name: t for name in g.nodes})
@@ -192,6 +186,7 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
         records.append({"node": node.name, "op": node.op, "task": t.task.describe(),
                         "library": library,
                         "kernel_ms": t.kernel_ms, "total_ms": totals,
+                        "halide_finalists_ms": t.finalists_ms,
                         "conversion_ms": {"halide": halide_conv, "library": lib_conv},
                         "region_split_ms": split,
                         "winner": winner})

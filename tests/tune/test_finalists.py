@@ -1,0 +1,45 @@
+"""Finalists: one best record per template, checked against the reference before re-timing."""
+
+from __future__ import annotations
+
+import pytest
+
+from woodpecker.tune.finalists import finalist_runners, leaders
+from woodpecker.tune.records import TuningLog
+from woodpecker.tune.tasks.conv import ConvTask
+
+TASK = ConvTask(1, 8, 6, 6, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, (("Relu",),))
+DIRECT, WINOGRAD = "woodpecker.engines.halide.conv_direct", \
+    "woodpecker.engines.halide.conv_winograd"
+DIRECT_CONFIG = {"vec": 8, "co_block": 1, "x_block": 2, "parallel": "co", "pad": "root",
+                 "unroll_kw": False, "skew": 0, "rc_block": 0, "pack": False}
+WINOGRAD_CONFIG = {"m": 2, "vec": 8, "co_block": 1, "t_block": 3, "parallel": "e"}
+
+
+def _log(tmp_path, rows):
+    log = TuningLog(tmp_path / "log.jsonl")
+    for template, config, cost in rows:
+        log.append({"task": TASK.key, "template": template, "config": config, "cost_s": cost,
+                    "error": None if cost else "wrong result"})
+    return log
+
+
+def test_leaders_are_each_templates_best_fastest_first(tmp_path):
+    log = _log(tmp_path, [(DIRECT, DIRECT_CONFIG, 3e-3), (WINOGRAD, WINOGRAD_CONFIG, 2e-3),
+                          (DIRECT, dict(DIRECT_CONFIG, x_block=3), 1e-3),
+                          (WINOGRAD, dict(WINOGRAD_CONFIG, t_block=2), None)])
+    got = leaders(log, TASK)
+    assert [(r["template"], r["cost_s"]) for r in got] == [(DIRECT, 1e-3), (WINOGRAD, 2e-3)]
+    assert [r["template"] for r in leaders(log, TASK, lambda r: r["template"] == WINOGRAD)] \
+        == [WINOGRAD]
+
+
+def test_a_finalist_that_does_not_build_is_reported_and_left_out(tmp_path):
+    pytest.importorskip("halide")
+    broken = dict(WINOGRAD_CONFIG, vec=3)          # not a vector width: the weights cannot tile
+    log = _log(tmp_path, [(DIRECT, DIRECT_CONFIG, 1e-3), (WINOGRAD, broken, 2e-3)])
+    said = []
+    runners = finalist_runners(TASK, leaders(log, TASK), 1, said.append)
+    assert list(runners) == [DIRECT] and runners[DIRECT][0]["config"] == DIRECT_CONFIG
+    assert runners[DIRECT][1]().shape == TASK.out_shape
+    assert len(said) == 1 and "conv_winograd" in said[0] and "not used" in said[0]

@@ -1,0 +1,66 @@
+"""Finalists: each template's best tuning record, checked and re-timed side by side.
+
+Why (a choice WPK leaves open): a task's records are timed at different moments of a noisy
+machine, often in different sessions, so the fastest record of the whole log tends to be one
+measured in a quiet moment rather than the fastest kernel. Measured on resnet18's 3×3 layers:
+the log's minimum picked an old direct-conv record that then ran at 70–90 GFLOP/s, while the
+Winograd kernel tuned minutes later ran at 130–190. So the log only nominates one finalist per
+template (its best record), and the finalists are compared by timing them interleaved, at the
+same moment — the usual re-measurement of the top candidates before a final choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from woodpecker.engines.halide.templates import kernel_arguments, template_module
+from woodpecker.errors import EngineError
+from woodpecker.tune.records import TuningLog
+from woodpecker.tune.tasks import Task
+from woodpecker.tune.worker import TOLERANCE
+
+
+def leaders(log: TuningLog, task: Task, usable=None) -> list[dict]:
+    """The fastest valid record of each template for `task`, fastest first."""
+    best: dict[str, dict] = {}
+    for r in log.records:
+        if r["task"] == task.key and r.get("cost_s") and (usable is None or usable(r)):
+            if r["template"] not in best or r["cost_s"] < best[r["template"]]["cost_s"]:
+                best[r["template"]] = r
+    return sorted(best.values(), key=lambda r: r["cost_s"])
+
+
+def checked_kernel(task: Task, record: dict, threads: int, inputs: list[np.ndarray]):
+    """(kernel, its arguments) for `record`, built and checked against the numpy reference
+    on `inputs`; raises EngineError (one line) when it does not build, fails or differs."""
+    template = template_module(record["template"])
+    try:
+        kernel = template.build(task, record["config"], threads)
+        args = kernel_arguments(template, task, record["config"], inputs)
+        got = kernel(*args)
+    except Exception as e:  # noqa: BLE001 - a kernel that no longer builds or runs is skipped
+        raise EngineError(f"tuned kernel does not build or run "
+                          f"({(str(e).splitlines() or [type(e).__name__])[0][:200]})") from None
+    ref = task.reference(inputs)
+    err = float(np.max(np.abs(got - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
+    if not err <= TOLERANCE:
+        raise EngineError(f"tuned kernel differs from the reference ({err:.1e})")
+    return kernel, args
+
+
+def finalist_runners(task: Task, records: list[dict], threads: int,
+                     report: Callable[[str], None]) -> dict[str, tuple[dict, Callable]]:
+    """Per finalist template: (record, a call of its checked kernel on seeded inputs).
+    Finalists that fail are reported and left out."""
+    inputs = task.random_inputs(0)
+    runners = {}
+    for record in records:
+        try:
+            kernel, args = checked_kernel(task, record, threads, inputs)
+        except EngineError as e:
+            report(f"{task.describe()}: {record['template'].rsplit('.', 1)[-1]}: {e}; not used")
+            continue
+        runners[record["template"]] = (record, (lambda k, a: lambda: k(*a))(kernel, args))
+    return runners
