@@ -131,10 +131,10 @@ def main() -> int:
             if best is None or not finalists:
                 print(f"layer {i}: no valid Halide configuration", flush=True)
                 continue
-            picked = time_interleaved({k: run for k, (_, run) in finalists.items()}, 10, 2,
-                                      block=3)
-            finalists_ms = {k.rsplit(".", 1)[1]: float(np.median(v)) for k, v in picked.items()}
-            best = finalists[min(picked, key=lambda k: np.median(picked[k]))][0]
+            picked = {k: float(np.median(v)) for k, v in time_interleaved(
+                {k: f.run for k, f in finalists.items()}, 10, 2, block=3).items()}
+            finalists_ms = {k.rsplit(".", 1)[1]: v for k, v in picked.items()}
+            best = finalists[min(picked, key=picked.get)].record
             inputs = task.random_inputs(0)
             node = by_name[g.nodes[0]]
             nchw = [np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in

@@ -40,6 +40,6 @@ def test_a_finalist_that_does_not_build_is_reported_and_left_out(tmp_path):
     log = _log(tmp_path, [(DIRECT, DIRECT_CONFIG, 1e-3), (WINOGRAD, broken, 2e-3)])
     said = []
     runners = finalist_runners(TASK, leaders(log, TASK), 1, said.append)
-    assert list(runners) == [DIRECT] and runners[DIRECT][0]["config"] == DIRECT_CONFIG
-    assert runners[DIRECT][1]().shape == TASK.out_shape
+    assert list(runners) == [DIRECT] and runners[DIRECT].record["config"] == DIRECT_CONFIG
+    assert runners[DIRECT].run().shape == TASK.out_shape
     assert len(said) == 1 and "conv_winograd" in said[0] and "not used" in said[0]

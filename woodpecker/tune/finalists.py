@@ -12,6 +12,7 @@ same moment — the usual re-measurement of the top candidates before a final ch
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from woodpecker.engines.halide.templates import kernel_arguments, template_modul
 from woodpecker.errors import EngineError
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.tasks import Task
-from woodpecker.tune.worker import TOLERANCE
+from woodpecker.tune.worker import TOLERANCE, relative_error
 
 
 def leaders(log: TuningLog, task: Task, usable=None) -> list[dict]:
@@ -43,17 +44,22 @@ def checked_kernel(task: Task, record: dict, threads: int, inputs: list[np.ndarr
     except Exception as e:  # noqa: BLE001 - a kernel that no longer builds or runs is skipped
         raise EngineError(f"tuned kernel does not build or run "
                           f"({(str(e).splitlines() or [type(e).__name__])[0][:200]})") from None
-    ref = task.reference(inputs)
-    err = float(np.max(np.abs(got - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
+    err = relative_error(got, task.reference(inputs))
     if not err <= TOLERANCE:
         raise EngineError(f"tuned kernel differs from the reference ({err:.1e})")
     return kernel, args
 
 
+class Finalist(NamedTuple):
+    record: dict
+    kernel: object            # the built AotKernel
+    run: Callable[[], object]  # a call of the kernel on seeded inputs
+
+
 def finalist_runners(task: Task, records: list[dict], threads: int,
-                     report: Callable[[str], None]) -> dict[str, tuple[dict, Callable]]:
-    """Per finalist template: (record, a call of its checked kernel on seeded inputs).
-    Finalists that fail are reported and left out."""
+                     report: Callable[[str], None]) -> dict[str, Finalist]:
+    """Per finalist template, its checked kernel; finalists that fail are reported and left
+    out."""
     inputs = task.random_inputs(0)
     runners = {}
     for record in records:
@@ -62,5 +68,6 @@ def finalist_runners(task: Task, records: list[dict], threads: int,
         except EngineError as e:
             report(f"{task.describe()}: {record['template'].rsplit('.', 1)[-1]}: {e}; not used")
             continue
-        runners[record["template"]] = (record, (lambda k, a: lambda: k(*a))(kernel, args))
+        runners[record["template"]] = Finalist(record, kernel,
+                                               (lambda k, a: lambda: k(*a))(kernel, args))
     return runners

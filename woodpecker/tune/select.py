@@ -100,7 +100,7 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
                                  lambda msg: print(f"  {msg}", file=out))
     if not finalists:
         return None
-    runners = {f"halide:{name}": run for name, (_, run) in finalists.items()}
+    runners = {f"halide:{name}": f.run for name, f in finalists.items()}
     own = library_inputs(task, node, task.random_inputs(0))
     for name in LIBRARIES:
         if name in allowed and get_engine(name).supports(node, ctx):
@@ -110,10 +110,9 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
              for k, v in time_interleaved(runners, runs, 2, block=3).items()}
     halide_ms = {name: times.pop(f"halide:{name}") for name in finalists}
     best = min(halide_ms, key=halide_ms.get)
-    record = finalists[best][0]
-    kernel = template_module(best).build(task, record["config"], ctx.threads)
+    record = finalists[best].record
     spec = {"template": best, "kind": task.kind, "config": record["config"],
-            "task": task.to_json(), "kernel": str(kernel.path)}
+            "task": task.to_json(), "kernel": str(finalists[best].kernel.path)}
     return GroupTiming(task, {"halide": halide_ms[best], **times}, spec,
                        finalists_ms=halide_ms)
 

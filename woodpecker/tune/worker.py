@@ -25,6 +25,11 @@ from woodpecker.tune.tasks import spec_task
 TOLERANCE = 1e-4
 
 
+def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """The largest error relative to the reference's largest magnitude (what TOLERANCE bounds)."""
+    return float(np.max(np.abs(got - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
+
+
 def measure_one(req: dict, threads: int, cache: dict) -> dict:
     task = spec_task(req)
     template = importlib.import_module(req["template"])
@@ -42,10 +47,9 @@ def measure_one(req: dict, threads: int, cache: dict) -> dict:
     compile_s = time.perf_counter() - t0
     inputs = kernel_arguments(template, task, req["config"], inputs)
     out = run(*inputs)
-    scale = max(float(np.max(np.abs(ref))), 1e-30)
     if out.shape != ref.shape:
         return {"ok": False, "error": f"wrong output shape {out.shape}, expected {ref.shape}"}
-    rel = float(np.max(np.abs(out - ref))) / scale
+    rel = relative_error(out, ref)
     if not rel <= TOLERANCE:
         return {"ok": False, "error": f"wrong result: relative error {rel:.2e}"}
     for _ in range(2):

@@ -120,7 +120,7 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     per Add step."""
     hl = halide_module()
     m, vec = config["m"], config["vec"]
-    tile, alpha = vec * config["co_block"], m + 2
+    tile = vec * config["co_block"]
     bt, _, at = MATRICES[m]
     ntx, nty, _ = tiles(task, m)
     io = ConvInputs(hl, task, weight_dims=5, reads_inside=False)
@@ -155,12 +155,12 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     out = io.output(value, (co, x, y, n))
 
     _schedule(hl, config, (out, my, gemm, acc, v, vx), (co, x, y, n), (ci, t, a, b, j, cl, cot),
-              r, tile, alpha, m)
+              r, tile, m)
     pad_input(io.padded, "root")
     return compiled(__name__, task, config, threads, out, io.params)
 
 
-def _schedule(hl, config, funcs, out_vars, vars_, r, tile, alpha, m) -> None:
+def _schedule(hl, config, funcs, out_vars, vars_, r, tile, m) -> None:
     out, my, gemm, acc, v, vx = funcs
     co, x, y, n = out_vars
     ci, t, a, b, j, cl, cot = vars_
