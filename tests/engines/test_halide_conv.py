@@ -20,6 +20,7 @@ from woodpecker.engines.halide import (  # noqa: E402
     conv_winograd,
 )
 from woodpecker.engines.halide.templates import kernel_arguments  # noqa: E402
+from woodpecker.tune.worker import TOLERANCE, relative_error  # noqa: E402
 
 DEPTHWISE = [
     ConvTask(1, 16, 10, 10, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16, True,
@@ -56,8 +57,14 @@ def test_random_valid_config_is_correct(which, seed):
     config = space.sample(random.Random(seed))
     inputs = task.random_inputs(seed)
     got = template.build(task, config)(*kernel_arguments(template, task, config, inputs))
-    np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4,
-                               err_msg=str(config))
+    ref = task.reference(inputs)
+    if template is conv_winograd:
+        # Winograd's transforms round at the scale of the whole tile, not of each output, so
+        # a small output may be off by more than 1e-4 of itself; the tuner's bound is on the
+        # output's scale (F(4x4, 3x3) measures 2e-6 to 3e-5 of it).
+        assert relative_error(got, ref) <= TOLERANCE, config
+    else:
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=str(config))
     assert task.from_json(task.to_json()) == task
 
 
