@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import make_searcher
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
@@ -40,6 +42,16 @@ def test_genetic_search_improves_on_its_initial_population():
         first = seen[: s.population]
         assert min(seen) < min(first)
         assert min(seen) <= 5.0, (seed, min(seen))
+
+
+def test_genetic_search_measures_the_valid_seeds_first():
+    good, broken = {"k0": 5, "k1": 2, "k2": 7, "k3": 3}, {"k0": 7, "k1": 7, "k2": 0, "k3": 0}
+    space = KnobSpace(SPACE.knobs, SPACE.constraints, seeds=(good, broken))
+    assert space.seeds == [good]                  # k0 + k1 > 12: invalid, dropped
+    first = make_searcher("ga", space, 0).ask()
+    assert first[0] == good and len(first) == 12 and all(space.is_valid(c) for c in first)
+    with pytest.raises(ValueError, match="outside"):
+        KnobSpace(SPACE.knobs, seeds=({"k0": 9, "k1": 0, "k2": 0, "k3": 0},))
 
 
 def test_random_search_never_repeats():

@@ -41,13 +41,21 @@ class Constraint:
 
 
 class KnobSpace:
-    def __init__(self, knobs: list[Knob], constraints: list[Constraint] | None = None) -> None:
+    """`seeds`: the template's hand-picked configurations (its default schedules), tried
+    first by the genetic search; those invalid for this task are dropped."""
+
+    def __init__(self, knobs: list[Knob], constraints: list[Constraint] | None = None,
+                 seeds: tuple[Config, ...] = ()) -> None:
         names = [k.name for k in knobs]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate knob names in {names}")
         self.knobs = list(knobs)
         self.constraints = list(constraints or [])
         self._by_name = {k.name: k for k in knobs}
+        for s in seeds:
+            if not self.in_domain(s):
+                raise ValueError(f"seed {s} is outside the knobs' domains")
+        self.seeds = [s for s in seeds if self.is_valid(s)]
 
     @property
     def size(self) -> int:

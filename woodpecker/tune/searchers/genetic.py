@@ -8,9 +8,11 @@ inverse sampling (v ~ U[0,1], pick the first i with v ≤ P(a_i)) — then unifo
 per-gene mutation, repaired to valid configurations. Step 4: stop when the runtimes of a
 generation are close (spread within `tol`) or no new configuration can be bred.
 
-Choices where the paper is vague: configurations already measured are not re-measured (their
-cost is remembered), so a generation's size varies with how many new children are distinct —
-the paper allows the population size to vary.
+Choices where the paper is vague: the first population holds the template's seeds (its
+hand-picked default schedules, `KnobSpace.seeds`) and is random for the rest, so a short
+budget (one compile can take seconds) cannot end below the hand schedule. Configurations
+already measured are not re-measured (their cost is remembered), so a generation's size varies
+with how many new children are distinct — the paper allows the population size to vary.
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ class GeneticSearch:
 
     # -- steps -------------------------------------------------------------------------------
     def _initial(self) -> list[Config]:
-        out: dict[str, Config] = {}
+        out: dict[str, Config] = {KnobSpace.key(c): c for c in self.space.seeds
+                                  if KnobSpace.key(c) not in self.costs}
         for _ in range(self.population * 20):
-            if len(out) == self.population:
+            if len(out) >= self.population:
                 break
             c = self.space.sample(self.rng)
             out.setdefault(KnobSpace.key(c), c)
