@@ -156,10 +156,12 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
 
     # Output transform: along y into `my`, then along x, with the bias and epilogue.
     co, x, y, n = hl.Var("co"), hl.Var("x"), hl.Var("y"), hl.Var("n")
-    my = hl.Func("my")
-    tx_ = x / m + ntx * (y / m + nty * n)
-    my[co, x, a, y, n] = _apply(hl, at, y % m, lambda i: gemm[co % tile, tx_, a, i, co / tile])
-    value = io.bias(co) + _apply(hl, at, x % m, lambda i: my[co, x, i, y, n])
+    # `my` is per tile column (tx), not per pixel: every x of a tile shares it.
+    my, tx = hl.Func("my"), hl.Var("tx")
+    my[co, tx, a, y, n] = _apply(hl, at, y % m, lambda i: gemm[co % tile,
+                                                                tx + ntx * (y / m + nty * n),
+                                                                a, i, co / tile])
+    value = io.bias(co) + _apply(hl, at, x % m, lambda i: my[co, x / m, i, y, n])
     out = io.output(value, (co, x, y, n))
 
     _schedule(hl, config, (out, my, gemm, acc, v, vx), (co, x, y, n), (ci, t, a, b, j, cl, cot),
@@ -181,7 +183,7 @@ def _schedule(hl, config, funcs, out_vars, vars_, r, tile, m) -> None:
     out.split(x, xo, xi, m, guard).split(y, yo, yi, m, guard)
     out.reorder(oci, xi, yi, oco, xo, yo, n).vectorize(oci, vec).unroll(yi).unroll(xi)
     out.fuse(yo, n, yo).parallel(yo)
-    my.compute_at(out, oco).vectorize(co, vec).unroll(x).unroll(a).unroll(y)
+    my.compute_at(out, oco).vectorize(co, vec).unroll(a).unroll(y)
     # The GEMMs.
     to, ti = hl.Var("to"), hl.Var("ti")
     gemm.compute_root().split(t, to, ti, config["t_block"], hl.TailStrategy.ShiftInwards)
