@@ -132,7 +132,7 @@ def main() -> int:
                 print(f"layer {i}: no valid Halide configuration", flush=True)
                 continue
             picked = {k: float(np.median(v)) for k, v in time_interleaved(
-                {k: f.run for k, f in finalists.items()}, 10, 2, block=3).items()}
+                {k: f.run for k, f in finalists.items()}, args.runs, 2, block=3).items()}
             finalists_ms = {k.rsplit(".", 1)[1]: v for k, v in picked.items()}
             best = finalists[min(picked, key=picked.get)].record
             inputs = task.random_inputs(0)
