@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -153,7 +154,13 @@ def compile_kernel(out, params, key: dict) -> Path:
 
 
 class AotKernel:
-    """A compiled kernel: `kernel(*arrays)` → a new output array of `out_shape` (float32)."""
+    """A compiled kernel: `kernel(*arrays)` → a new output array of `out_shape` (float32).
+
+    The `halide_buffer_t` of each argument is built once and reused while the array's shape
+    and strides stay the same (only its data pointer is refreshed): building them in Python
+    cost about 25 µs per call, a fifth of a small layer's run time (mobilenet_v2's depthwise
+    and pointwise kernels run 70-300 µs). The reused buffers are per thread, so concurrent
+    calls of one kernel stay safe."""
 
     def __init__(self, path: "str | os.PathLike", n_inputs: int, out_shape: tuple[int, ...],
                  threads: int, runtime: "Path | None" = None, views=None) -> None:
@@ -166,10 +173,11 @@ class AotKernel:
             raise EngineError(f"cannot load Halide kernel {path}: {e}") from None
         self.path = Path(path)
         self._fn = getattr(lib, FUNCTION)
-        self._fn.argtypes = [ctypes.POINTER(_Buffer)] * (n_inputs + 1)
+        self._fn.argtypes = [ctypes.c_void_p] * (n_inputs + 1)
         self._fn.restype = ctypes.c_int
         self._lib, self.n_inputs, self.out_shape = lib, n_inputs, tuple(out_shape)
         self.views = list(views) if views is not None else [None] * (n_inputs + 1)
+        self._local = threading.local()
 
     def __call__(self, *arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Run on C-contiguous float32 arrays; into `out` (C-contiguous, out_shape) if given."""
@@ -178,9 +186,22 @@ class AotKernel:
                               f"got {len(arrays)}")
         if out is None:
             out = np.empty(self.out_shape, np.float32)
-        held = [_buffer(a if v is None else a.reshape(v))
-                for a, v in zip((*arrays, out), self.views, strict=True)]
-        rc = self._fn(*[ctypes.byref(b) for b, _ in held])
+        slots = getattr(self._local, "slots", None)
+        if slots is None:
+            slots = self._local.slots = [None] * (self.n_inputs + 1)
+        addresses = []
+        for i, (a, v) in enumerate(zip((*arrays, out), self.views, strict=True)):
+            if v is not None:
+                a = a.reshape(v)
+            form = (a.shape, a.strides, a.dtype.char)
+            slot = slots[i]
+            if slot is None or slot[0] != form:
+                buf, dims = _buffer(a)
+                slot = slots[i] = (form, buf, dims, ctypes.addressof(buf))
+            else:
+                slot[1].host = a.ctypes.data
+            addresses.append(slot[3])
+        rc = self._fn(*addresses)
         if rc != 0:
             raise EngineError(f"Halide kernel {self.path.name} failed ({rc}): "
                               f"{_last_error[0] if _last_error else 'no message'}")

@@ -1,0 +1,66 @@
+"""The ahead-of-time kernel call: its reused `halide_buffer_t`s follow each call's arrays."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+import pytest
+
+from woodpecker.errors import EngineError
+from woodpecker.tune.tasks.rows import RowTask
+
+pytest.importorskip("halide")
+from woodpecker.engines.halide import rows  # noqa: E402
+
+TASK = RowTask(6, 16, "softmax", 0.0, False)
+CONFIG = rows.space(TASK).sample(random.Random(0))
+
+
+def _check(kernel, x):
+    np.testing.assert_allclose(kernel(x), TASK.reference([x]), rtol=1e-5, atol=1e-6)
+
+
+def test_each_call_reads_its_own_arrays():
+    kernel = rows.build(TASK, CONFIG)
+    rng = np.random.default_rng(0)
+    for _ in range(3):   # new input and output arrays every call
+        _check(kernel, rng.standard_normal(TASK.out_shape).astype(np.float32))
+    out = np.empty(TASK.out_shape, np.float32)
+    x = rng.standard_normal(TASK.out_shape).astype(np.float32)
+    assert kernel(x, out=out) is out
+    np.testing.assert_allclose(out, TASK.reference([x]), rtol=1e-5, atol=1e-6)
+
+
+def test_a_strided_array_is_refused_and_the_next_call_works():
+    """Kernels need unit inner strides: a strided view of the same shape gets a one-line error
+    (its strides differ, so its buffer is rebuilt rather than reusing the dense one), and the
+    buffer is rebuilt again for the next dense array."""
+    kernel = rows.build(TASK, CONFIG)
+    rng = np.random.default_rng(1)
+    _check(kernel, rng.standard_normal(TASK.out_shape).astype(np.float32))
+    wide = rng.standard_normal((TASK.out_shape[0], 2 * TASK.out_shape[1])).astype(np.float32)
+    with pytest.raises(EngineError, match="stride"):
+        kernel(wide[:, ::2])
+    _check(kernel, rng.standard_normal(TASK.out_shape).astype(np.float32))
+
+
+def test_calls_from_several_threads():
+    kernel = rows.build(TASK, CONFIG)
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(50):
+                _check(kernel, rng.standard_normal(TASK.out_shape).astype(np.float32))
+        except AssertionError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
