@@ -1,10 +1,12 @@
 """End-to-end latency of tuned plans (issue 3 (b), (c)): per zoo model, `compile --tune` under a
-budget (tuning log benchmarks/results/tuning_<model>.jsonl, continued, so earlier tuning — e.g.
-conv_layers.py's — is reused), then the plan vs ONNX Runtime vs PyTorch eager, interleaved.
+budget (tuning log <log-dir>/tuning_<model>.jsonl, continued, so earlier tuning — e.g.
+conv_layers.py's — is reused; an empty --log-dir measures what the budget alone buys), then the
+plan vs ONNX Runtime vs PyTorch eager, interleaved.
 Reports tuning wall time and measurements, selection, generated FLOP/time shares, plan load
 time, and max_rel_diff against ONNX Runtime. JSON: benchmarks/results/tuned_e2e.json.
 
     python benchmarks/tuned_e2e.py --models resnet18,mobilenet_v2 --budget 5m --runs 30
+    python benchmarks/tuned_e2e.py --models resnet18 --budget 15m --log-dir fresh_logs/
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import woodpecker
 from woodpecker import zoo
@@ -30,12 +33,15 @@ def main() -> int:
     p.add_argument("--block", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default="benchmarks/results/tuned_e2e.json")
+    p.add_argument("--log-dir", default="benchmarks/results",
+                   help="folder of the tuning logs tuning_<model>.jsonl (created if missing)")
     args = p.parse_args()
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "budget": args.budget,
               "search": args.search, "models": {}}
     for name in args.models.split(","):
         data = zoo.export(name).read_bytes()
-        log_path = f"benchmarks/results/tuning_{name}.jsonl"
+        Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+        log_path = str(Path(args.log_dir) / f"tuning_{name}.jsonl")
         records_before = len(TuningLog(log_path).records)
         t0 = time.perf_counter()
         model = woodpecker.compile(data, threads=args.threads, tuning_log=log_path, resume=True,
@@ -58,6 +64,7 @@ def main() -> int:
                  generated_flops_share=model.generated_flops_share(),
                  generated_time_share=halide_ms / sum(ms),
                  layout_conversions=model.plan.meta.get("layout_conversions", 0),
+                 plan_check=model.plan.meta.get("plan_check", []),
                  selection=model.plan.meta.get("selection", []))
         print(format_table(r), flush=True)
         report["models"][name] = r

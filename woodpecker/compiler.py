@@ -157,7 +157,7 @@ def _generated_kernels(graph, chosen, allowed, ctx, target, tuning_log, tune, re
     before = list(chosen)
     meta["selection"] = select_kernels(graph, chosen, allowed, ctx, log, out=progress,
                                        regions=meta["library_regions"])
-    if "halide" in chosen:
+    if meta["selection"]:
         print("checking the chosen Halide kernels on the whole plan", file=progress, flush=True)
         chosen, meta["plan_check"] = refine_selection(graph, before, chosen, meta["selection"],
                                                       assemble, out=progress)

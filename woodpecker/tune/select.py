@@ -51,7 +51,7 @@ LIBRARIES = ("onnxruntime", "torch")
 class GroupTiming:
     task: Task
     kernel_ms: dict[str, float]                 # engine -> median ms of the bare kernel
-    spec: dict                                  # node.attrs["halide"] when Halide is chosen
+    spec: dict                                  # node.attrs["halide"]: the tuned kernel
     finalists_ms: dict[str, float] = field(default_factory=dict)   # template -> median ms
     nodes: list[str] = field(default_factory=list)
 
@@ -120,7 +120,8 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
 def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: BuildContext,
                    log: TuningLog, runs: int = 12, out: TextIO | None = None,
                    regions: bool = False) -> list[dict]:
-    """Set `chosen[i] = "halide"` (and the node's `attrs["halide"]`) where the tuned kernel wins;
+    """Set `chosen[i] = "halide"` where the tuned kernel wins, and every timed node's
+    `attrs["halide"]` (its tuned kernel, which the caller drops from nodes that do not run it);
     returns one record per timed node: candidates with their times, conversions, winner.
     `regions`: the plan runs consecutive ONNX Runtime nodes as one session."""
     out = out or sys.stderr
@@ -179,8 +180,7 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
                   for k, v in t.kernel_ms.items()}
         contenders = [k for k in totals if k in ("halide", chosen[i])]
         winner = min(contenders, key=totals.get) if chosen[i] in totals else "halide"
-        if winner == "halide":
-            node.attrs["halide"] = t.spec
+        node.attrs["halide"] = t.spec   # also for losers: the plan check may try them
         library, chosen[i] = chosen[i], winner
         records.append({"node": node.name, "op": node.op, "task": t.task.describe(),
                         "library": library,
