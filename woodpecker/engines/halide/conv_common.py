@@ -51,11 +51,13 @@ def fits_registers(vector_registers: int, block: str, spare: int,
                       <= vector_registers - spare)
 
 
-def window_space(task, vector_registers: int, extra: tuple[Constraint, ...] = ()) -> KnobSpace:
+def window_space(task, vector_registers: int, extra: tuple[Constraint, ...] = (),
+                 seeds: tuple[dict, ...] = ()) -> KnobSpace:
     """The knobs of a per-channel window reduction (depthwise conv, pooling; `register_tile`'s
     schedule): `vec` lanes, `c_block` channel vectors and `x_block` pixels per register tile,
     `parallel`, `pad`, `unroll_k` (unroll the window), with the tile within the channels, the
-    output row and the vector registers, plus the caller's `extra` constraints."""
+    output row and the vector registers, plus the caller's `extra` constraints and `seeds`
+    (see KnobSpace)."""
     knobs = [Knob("vec", (4, 8, 16)), Knob("c_block", (1, 2, 4)),
              Knob("x_block", (1, 2, 4, 7, 8)), Knob("parallel", PARALLEL),
              Knob("pad", ("root", "inline")), Knob("unroll_k", (False, True))]
@@ -65,7 +67,7 @@ def window_space(task, vector_registers: int, extra: tuple[Constraint, ...] = ()
         Constraint("pixel tile within the output row", lambda c: c["x_block"] <= task.out_w),
         *extra,
     ]
-    return KnobSpace(knobs, constraints)
+    return KnobSpace(knobs, constraints, seeds)
 
 
 def whole_channel_tiles(task: ConvTask) -> Constraint:

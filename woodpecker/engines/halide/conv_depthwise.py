@@ -33,8 +33,19 @@ def supports(task: ConvTask) -> bool:
         and all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
 
+# The genetic search's first candidates: the fastest of a 48-config grid on mobilenet_v2's
+# depthwise layers (112² to 7², 32 to 960 channels): channel tiles in parallel, bounds checked
+# inline, the window unrolled; 3-4x faster than what 2 minutes of search had found there.
+SEEDS = ({"vec": 16, "c_block": 1, "x_block": 2, "parallel": "co", "pad": "inline",
+          "unroll_k": True},
+         {"vec": 8, "c_block": 1, "x_block": 4, "parallel": "co", "pad": "inline",
+          "unroll_k": True},
+         {"vec": 16, "c_block": 2, "x_block": 2, "parallel": "co", "pad": "inline",
+          "unroll_k": True})
+
+
 def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
-    return window_space(task, vector_registers)
+    return window_space(task, vector_registers, seeds=SEEDS)
 
 
 def weights(task: ConvTask, config: dict, w):

@@ -46,10 +46,20 @@ def supports(task: ConvTask) -> bool:
         all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
 
-# The genetic search's first candidate: the best record of most of resnet18's 3×3 layers in
-# earlier tuning (2 vectors × 5 pixels of accumulators, im2col inlined, kw unrolled).
+# The genetic search's first candidates. The first: the best record of most of resnet18's 3×3
+# layers in earlier tuning (2 vectors × 5 pixels of accumulators, im2col inlined, kw unrolled).
+# The others: the fastest of a 24-config grid on mobilenet_v2's pointwise (1×1) layers — many
+# pixels (112², 56²: panels of 4 tiles in parallel) and many channels (7², 320→1280 and
+# 960→160: channel tiles in parallel), at 80-138 GFLOP/s where 2 minutes of search had found
+# 30-60 (the space holds ~10^4 configs; a short budget compiles a few dozen).
 SEEDS = ({"vec": 16, "co_block": 1, "x_block": 5, "panel": 1, "col": "inline",
-          "parallel": "co", "pad": "root", "unroll_kw": True},)
+          "parallel": "co", "pad": "root", "unroll_kw": True},
+         {"vec": 8, "co_block": 2, "x_block": 6, "panel": 4, "col": "inline",
+          "parallel": "p", "pad": "inline", "unroll_kw": False},
+         {"vec": 16, "co_block": 1, "x_block": 6, "panel": 1, "col": "inline",
+          "parallel": "co", "pad": "inline", "unroll_kw": False},
+         {"vec": 8, "co_block": 1, "x_block": 6, "panel": 4, "col": "inline",
+          "parallel": "p", "pad": "inline", "unroll_kw": False})
 
 
 def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
