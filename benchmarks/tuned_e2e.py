@@ -38,9 +38,9 @@ def main() -> int:
     args = p.parse_args()
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "budget": args.budget,
               "search": args.search, "models": {}}
+    Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     for name in args.models.split(","):
         data = zoo.export(name).read_bytes()
-        Path(args.log_dir).mkdir(parents=True, exist_ok=True)
         log_path = str(Path(args.log_dir) / f"tuning_{name}.jsonl")
         records_before = len(TuningLog(log_path).records)
         t0 = time.perf_counter()

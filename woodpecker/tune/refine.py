@@ -13,8 +13,8 @@ no chain, a chain is kept when the whole plan with it, timed interleaved against
 best plan on one seeded input, has a median at least `MARGIN` (2 %) lower. The margin guards
 against keeping a chain on noise: on shufflenet_v2 a one-node chain was kept for 8.09 → 7.94 ms
 (1.9 %), and a Halide node amid ONNX Runtime nodes splits their session, so a wrong keep costs
-more than it can win. Nodes that have no timed library
-alternative (only numpy) keep their Halide kernel.
+more than it can win. Nodes that have no timed library alternative (only numpy) keep their
+Halide kernel.
 
 Last, the plan with every timed node on its tuned kernel is tried the same way. Per-node
 selection charges each Halide node the layout conversions around it and cannot see that a
@@ -81,13 +81,12 @@ def refine_selection(graph: Graph, before: list[str], selected: list[str], recor
     chains = sorted(halide_chains(graph, tried),
                     key=lambda c: -sum(gain[names[i]] for i in c))
     current = [before[i] if i in timed else e for i, e in enumerate(selected)]
-    every = [("halide" if i in timed else e) for i, e in enumerate(current)]
     candidates = [(f"chain {k + 1}/{len(chains)}", chain) for k, chain in enumerate(chains)]
-    if every != current and not (len(chains) == 1 and set(chains[0]) == timed):
+    if timed:
         candidates.append(("every timed node", sorted(timed)))
     if not candidates:
         return selected, []
-    report = []
+    report, seen = [], set()
 
     def runner(engines: list[str]):
         model = CompiledModel(assemble(graph.copy(), engines))
@@ -99,8 +98,9 @@ def refine_selection(graph: Graph, before: list[str], selected: list[str], recor
         trial = list(current)
         for i in nodes:
             trial[i] = "halide"
-        if trial == current:
+        if trial == current or tuple(trial) in seen:   # e.g. one chain of every timed node
             continue
+        seen.add(tuple(trial))
         trial_run = runner(trial)
         times = time_interleaved({"best": best_run, "trial": trial_run}, runs, 2, block=3)
         best_ms, trial_ms = (float(np.median(times[key])) for key in ("best", "trial"))
