@@ -64,3 +64,21 @@ def test_calls_from_several_threads():
     for t in threads:
         t.join()
     assert not errors
+
+
+@pytest.mark.parametrize("threads", [3, 1, 2])
+def test_the_thread_pool_grows_and_shrinks(threads):
+    """Woodpecker's pool (spin_pool.c) serves any thread count, also fewer than it has
+    started (Halide's own pool cannot shrink); every count gives the same result. A large row
+    count makes the rows template's parallel loop span many tasks."""
+    from woodpecker.engines.halide.aot import set_threads
+
+    task = RowTask(257, 64, "softmax", 0.0, False)
+    config = rows.space(task).sample(random.Random(1))
+    kernel = rows.build(task, config, threads)
+    set_threads(threads)
+    x = np.random.default_rng(threads).standard_normal(task.out_shape).astype(np.float32)
+    try:
+        np.testing.assert_allclose(kernel(x), task.reference([x]), rtol=1e-5, atol=1e-6)
+    finally:
+        set_threads(2)

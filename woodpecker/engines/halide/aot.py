@@ -4,8 +4,8 @@ called through ctypes.
 Why not the JIT: a shared object loads in milliseconds (a plan of 15 kernels loads without
 compiling anything), and ctypes releases the GIL during the call, which Halide's Python
 `Callable` does not. Every kernel is compiled without the Halide runtime and links against one
-shared runtime library, so the whole process has one Halide thread pool, pinned with
-`halide_set_num_threads`.
+shared runtime library, which also holds Woodpecker's thread pool (spin_pool.c), so the whole
+process has one pool, pinned to the thread count given.
 
 Kernels are cached on disk by (template, config, task, target, Halide version): the tuner's
 measurements and later plans reuse the same object.
@@ -77,15 +77,19 @@ def _kernel_dir() -> Path:
     return cache_dir() / "halide" / f"{version}-{target_string()}"
 
 
+def _c_compiler() -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise EngineError("Halide ahead-of-time kernels need a C compiler to build them: "
+                          "install gcc (apt-get install gcc)")
+    return cc
+
+
 def _link(objects: list[Path], output: Path, libs: tuple[str, ...] = ()) -> None:
     """Link objects into a shared library, written to a temporary name and moved into place so
     a concurrent or interrupted build never leaves a half-written library."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise EngineError("Halide ahead-of-time kernels need a C compiler to link them: "
-                          "install gcc (apt-get install gcc)")
     tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-    proc = subprocess.run([cc, "-shared", "-o", str(tmp), *map(str, objects), *libs],
+    proc = subprocess.run([_c_compiler(), "-shared", "-o", str(tmp), *map(str, objects), *libs],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -102,19 +106,37 @@ def _on_error(_user_context, message):
 
 
 RUNTIME_NAME = "libwoodpecker_halide_runtime.so"
+_POOL_SOURCE = Path(__file__).with_name("spin_pool.c")
 _runtime_lib: list[ctypes.CDLL] = []
+
+# Why Woodpecker runs Halide's parallel loops on its own pool (spin_pool.c): Halide's workers
+# sleep as soon as a loop ends, and on this class of machine (a 2-vCPU VM) a sleeping vCPU
+# wakes slowly — a pointwise conv timed 0.36 ms right after other work and 0.64 ms after 8 ms
+# of idling, against 0.14-0.24 ms back to back. A plan calls its kernels one after another
+# with Python in between, so each one found the worker asleep. The pool's workers spin this
+# long (µs) for the next loop before they sleep; ONNX Runtime's workers spin likewise.
+SPIN_US = int(os.environ.get("WOODPECKER_HALIDE_SPIN_US", "1000"))
 
 
 def runtime_path() -> Path:
-    """The shared Halide runtime library of this Halide version and host, built if missing."""
-    path = _kernel_dir() / RUNTIME_NAME
+    """The shared Halide runtime library of this Halide version and host with Woodpecker's
+    thread pool (spin_pool.c) linked in; built if missing, named by the pool's source so a
+    changed pool is rebuilt."""
+    source = _POOL_SOURCE.read_bytes()
+    path = _kernel_dir() / RUNTIME_NAME.replace(
+        ".so", f"-{hashlib.sha256(source).hexdigest()[:12]}.so")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
-            obj = Path(tmp) / "runtime.o"
+            runtime, pool = Path(tmp) / "runtime.o", Path(tmp) / "pool.o"
             hl = halide_module()
-            hl.compile_standalone_runtime(str(obj), hl.get_host_target())
-            _link([obj], path, ("-lpthread", "-ldl", "-lm"))
+            hl.compile_standalone_runtime(str(runtime), hl.get_host_target())
+            proc = subprocess.run([_c_compiler(), "-O2", "-fPIC", "-c", str(_POOL_SOURCE),
+                                   "-o", str(pool)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise EngineError(f"compiling {_POOL_SOURCE.name} failed: "
+                                  f"{proc.stderr.strip()[:300]}")
+            _link([runtime, pool], path, ("-lpthread", "-ldl", "-lm"))
     return path
 
 
@@ -130,7 +152,15 @@ def _runtime(path: "Path | None" = None) -> ctypes.CDLL:
 
 
 def set_threads(threads: int, runtime: "Path | None" = None) -> None:
-    _runtime(runtime).halide_set_num_threads(int(threads))
+    """Run every kernel's parallel loops on `threads` threads: Woodpecker's pool where the
+    runtime has it (a plan saved before it existed carries a runtime without), else Halide's
+    (which cannot shrink once started)."""
+    lib = _runtime(runtime)
+    lib.halide_set_num_threads(int(threads))
+    if hasattr(lib, "wp_spin_pool_install"):
+        rc = lib.wp_spin_pool_install(int(threads), SPIN_US)
+        if rc != 0:
+            raise EngineError(f"cannot start Halide worker threads: {os.strerror(rc)}")
 
 
 def kernel_path(key: dict) -> Path:

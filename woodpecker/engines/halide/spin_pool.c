@@ -1,0 +1,155 @@
+/* Woodpecker's thread pool for Halide's parallel loops, installed in place of Halide's own
+ * with halide_set_custom_do_par_for (aot.set_threads; why: see SPIN_US in aot.py).
+ *
+ * One loop at a time: the calling thread publishes it by making `generation` odd, then it and
+ * the workers claim iterations with an atomic counter; when none are left it makes `generation`
+ * even again (closed: no worker joins any more) and waits for the workers still inside. A worker that finds no new
+ * job spins for `spin_ns` (checking `generation`, yielding its core now and then) and only then
+ * sleeps on a futex, so the next kernel of a plan, microseconds later, finds it awake. A nested
+ * parallel loop, or one started while another thread's loop runs, runs serially on its caller:
+ * correct, and never blocking. */
+
+#define _GNU_SOURCE
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int (*task_fn)(void *user_context, int index, uint8_t *closure);
+typedef int (*par_for_fn)(void *, task_fn, int, int, uint8_t *);
+extern par_for_fn halide_set_custom_do_par_for(par_for_fn);
+
+#define MAX_WORKERS 255
+
+static struct {
+    pthread_mutex_t busy;  /* held by the thread whose loop is published */
+    int workers;           /* worker threads started */
+    int wanted;            /* workers that take part (threads - 1) */
+    long spin_ns;
+    /* the published loop */
+    task_fn fn;
+    void *user_context;
+    uint8_t *closure;
+    int min, size;
+    int next, error, active;
+    uint32_t generation;
+    int sleepers;
+} pool = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+
+static __thread int inside_task;
+
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static void run_tasks(void) {
+    int i;
+    inside_task = 1;
+    while ((i = __atomic_fetch_add(&pool.next, 1, __ATOMIC_ACQ_REL)) < pool.size) {
+        if (!__atomic_load_n(&pool.error, __ATOMIC_RELAXED)) {
+            int rc = pool.fn(pool.user_context, pool.min + i, pool.closure);
+            if (rc) __atomic_store_n(&pool.error, rc, __ATOMIC_RELAXED);
+        }
+    }
+    inside_task = 0;
+}
+
+/* Wait until `generation` moves past `seen`: spin, then sleep. Returns the new generation. */
+static uint32_t wait_for_job(uint32_t seen) {
+    uint32_t g;
+    long start = now_ns();
+    unsigned spins = 0;
+    while ((g = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE)) == seen) {
+        if (++spins % 64 == 0) {
+            if (now_ns() - start > pool.spin_ns) break;
+            sched_yield();
+        }
+        __builtin_ia32_pause();
+    }
+    while (g == seen) {
+        __atomic_fetch_add(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&pool.generation, __ATOMIC_SEQ_CST) == seen)
+            syscall(SYS_futex, &pool.generation, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+        __atomic_fetch_sub(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+        g = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE);
+    }
+    return g;
+}
+
+static void *worker(void *arg) {
+    int index = (int)(intptr_t)arg;
+    uint32_t seen = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE);
+    for (;;) {
+        uint32_t g = wait_for_job(seen);
+        seen = g;
+        if (!(g & 1) || index >= __atomic_load_n(&pool.wanted, __ATOMIC_RELAXED)) continue;
+        /* Join only while the loop seen is still open: once the caller has closed it, it
+         * waits for `active` to drop to zero and may then rewrite the loop's fields. */
+        __atomic_fetch_add(&pool.active, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&pool.generation, __ATOMIC_SEQ_CST) == g) run_tasks();
+        __atomic_fetch_sub(&pool.active, 1, __ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
+
+static int serial(void *user_context, task_fn fn, int min, int size, uint8_t *closure) {
+    for (int i = 0; i < size; i++) {
+        int rc = fn(user_context, min + i, closure);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int do_par_for(void *user_context, task_fn fn, int min, int size, uint8_t *closure) {
+    if (size <= 1 || inside_task || __atomic_load_n(&pool.wanted, __ATOMIC_RELAXED) == 0 ||
+        pthread_mutex_trylock(&pool.busy))
+        return serial(user_context, fn, min, size, closure);
+    pool.fn = fn;
+    pool.user_context = user_context;
+    pool.closure = closure;
+    pool.min = min;
+    pool.size = size;
+    pool.next = pool.error = 0;
+    __atomic_fetch_add(&pool.generation, 1, __ATOMIC_SEQ_CST);   /* odd: open */
+    if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0)
+        syscall(SYS_futex, &pool.generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    run_tasks();
+    __atomic_fetch_add(&pool.generation, 1, __ATOMIC_SEQ_CST);   /* even: closed */
+    while (__atomic_load_n(&pool.active, __ATOMIC_ACQUIRE) > 0) __builtin_ia32_pause();
+    int error = pool.error;
+    pthread_mutex_unlock(&pool.busy);
+    return error;
+}
+
+/* Run every parallel loop on `threads` threads (the caller and threads - 1 workers, started
+ * on first need; fewer than started leaves the rest idle); workers spin `spin_us` microseconds
+ * for the next loop before sleeping. Returns 0, or pthread_create's error (the workers started
+ * so far then serve). */
+int wp_spin_pool_install(int threads, int spin_us) {
+    int workers = threads - 1, rc = 0;
+    if (workers < 0) workers = 0;
+    if (workers > MAX_WORKERS) workers = MAX_WORKERS;
+    pthread_mutex_lock(&pool.busy);
+    pool.spin_ns = (long)spin_us * 1000L;
+    while (pool.workers < workers) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&t, &attr, worker, (void *)(intptr_t)pool.workers);
+        pthread_attr_destroy(&attr);
+        if (rc) break;
+        pool.workers++;
+    }
+    __atomic_store_n(&pool.wanted, workers < pool.workers ? workers : pool.workers,
+                     __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&pool.busy);
+    halide_set_custom_do_par_for(do_par_for);
+    return rc;
+}
