@@ -51,7 +51,10 @@ def supports(task: ConvTask) -> bool:
 # The others: the fastest of a 24-config grid on mobilenet_v2's pointwise (1×1) layers — many
 # pixels (112², 56²: panels of 4 tiles in parallel) and many channels (7², 320→1280 and
 # 960→160: channel tiles in parallel), at 80-138 GFLOP/s where 2 minutes of search had found
-# 30-60 (the space holds ~10^4 configs; a short budget compiles a few dozen).
+# 30-60 (the space holds ~10^4 configs; a short budget compiles a few dozen). The last three:
+# the fastest of a 36-config grid timed after evicting the caches, as in a plan, on the
+# projection layers (144->24 at 56², 960->160 and 320->1280 at 7²): 4-5 pixel tiles of 2-3
+# channel vectors, one tile per panel, at 100-127 GFLOP/s where the seeds above ran 50-80.
 SEEDS = ({"vec": 16, "co_block": 1, "x_block": 5, "panel": 1, "col": "inline",
           "parallel": "co", "pad": "root", "unroll_kw": True},
          {"vec": 8, "co_block": 2, "x_block": 6, "panel": 4, "col": "inline",
@@ -59,7 +62,13 @@ SEEDS = ({"vec": 16, "co_block": 1, "x_block": 5, "panel": 1, "col": "inline",
          {"vec": 16, "co_block": 1, "x_block": 6, "panel": 1, "col": "inline",
           "parallel": "co", "pad": "inline", "unroll_kw": False},
          {"vec": 8, "co_block": 1, "x_block": 6, "panel": 4, "col": "inline",
-          "parallel": "p", "pad": "inline", "unroll_kw": False})
+          "parallel": "p", "pad": "inline", "unroll_kw": False},
+         {"vec": 8, "co_block": 3, "x_block": 4, "panel": 1, "col": "inline",
+          "parallel": "p", "pad": "inline", "unroll_kw": False},
+         {"vec": 8, "co_block": 2, "x_block": 5, "panel": 1, "col": "inline",
+          "parallel": "p", "pad": "inline", "unroll_kw": False},
+         {"vec": 8, "co_block": 2, "x_block": 4, "panel": 1, "col": "inline",
+          "parallel": "co", "pad": "inline", "unroll_kw": False})
 
 
 def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
