@@ -2,7 +2,7 @@
 PyTorch eager (vs OpenVINO when installed), and Woodpecker restricted to the torch engine vs
 PyTorch eager (executor overhead). Interleaved, 2 threads each; JSON under benchmarks/results/.
 
-    python benchmarks/zoo_e2e.py --runs 50 [--models resnet18,mobilenet_v2]
+    python benchmarks/zoo_e2e.py --runs 50 [--block 5] [--models resnet18,mobilenet_v2]
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ def main() -> int:
     p.add_argument("--models", default=",".join(zoo.MODELS))
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--block", type=int, default=5,
+                   help="consecutive calls per runtime per round, the first discarded: torch's "
+                        "OpenMP and OpenVINO's threads spin after a call and slow the next "
+                        "runtime's first one")
     p.add_argument("--json", default="benchmarks/results/zoo_e2e.json")
     args = p.parse_args()
     try:
@@ -36,7 +40,8 @@ def main() -> int:
         entry = {}
         for label, engines, vs in (("default", None, against), ("torch_only", "torch", ["torch"])):
             model = woodpecker.compile(data, engines=engines, threads=args.threads)
-            r = benchmark(model, data, vs, runs=args.runs, warmup=5, zoo_meta=meta)
+            r = benchmark(model, data, vs, runs=args.runs, warmup=5, zoo_meta=meta,
+                          block=args.block)
             print(f"[{label}] " + format_table(r), flush=True)
             entry[label] = r
         report["models"][name] = entry
