@@ -77,23 +77,26 @@ def _kernel_dir() -> Path:
     return cache_dir() / "halide" / f"{version}-{target_string()}"
 
 
-def _c_compiler() -> str:
+def _cc(args: list[str], what: str) -> None:
+    """Run the C compiler with `args`; a failure is an EngineError naming `what`."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise EngineError("Halide ahead-of-time kernels need a C compiler to build them: "
                           "install gcc (apt-get install gcc)")
-    return cc
+    proc = subprocess.run([cc, *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EngineError(f"{what} failed: {proc.stderr.strip()[:300]}")
 
 
 def _link(objects: list[Path], output: Path, libs: tuple[str, ...] = ()) -> None:
     """Link objects into a shared library, written to a temporary name and moved into place so
     a concurrent or interrupted build never leaves a half-written library."""
     tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-    proc = subprocess.run([_c_compiler(), "-shared", "-o", str(tmp), *map(str, objects), *libs],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
+    try:
+        _cc(["-shared", "-o", str(tmp), *map(str, objects), *libs], f"linking {output.name}")
+    except EngineError:
         tmp.unlink(missing_ok=True)
-        raise EngineError(f"linking {output.name} failed: {proc.stderr.strip()[:300]}")
+        raise
     os.replace(tmp, output)
 
 
@@ -131,11 +134,8 @@ def runtime_path() -> Path:
             runtime, pool = Path(tmp) / "runtime.o", Path(tmp) / "pool.o"
             hl = halide_module()
             hl.compile_standalone_runtime(str(runtime), hl.get_host_target())
-            proc = subprocess.run([_c_compiler(), "-O2", "-fPIC", "-c", str(_POOL_SOURCE),
-                                   "-o", str(pool)], capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise EngineError(f"compiling {_POOL_SOURCE.name} failed: "
-                                  f"{proc.stderr.strip()[:300]}")
+            _cc(["-O2", "-fPIC", "-c", str(_POOL_SOURCE), "-o", str(pool)],
+                f"compiling {_POOL_SOURCE.name}")
             _link([runtime, pool], path, ("-lpthread", "-ldl", "-lm"))
     return path
 

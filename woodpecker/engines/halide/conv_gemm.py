@@ -55,20 +55,15 @@ def supports(task: ConvTask) -> bool:
 # the fastest of a 36-config grid timed after evicting the caches, as in a plan, on the
 # projection layers (144->24 at 56², 960->160 and 320->1280 at 7²): 4-5 pixel tiles of 2-3
 # channel vectors, one tile per panel, at 100-127 GFLOP/s where the seeds above ran 50-80.
-SEEDS = ({"vec": 16, "co_block": 1, "x_block": 5, "panel": 1, "col": "inline",
-          "parallel": "co", "pad": "root", "unroll_kw": True},
-         {"vec": 8, "co_block": 2, "x_block": 6, "panel": 4, "col": "inline",
-          "parallel": "p", "pad": "inline", "unroll_kw": False},
-         {"vec": 16, "co_block": 1, "x_block": 6, "panel": 1, "col": "inline",
-          "parallel": "co", "pad": "inline", "unroll_kw": False},
-         {"vec": 8, "co_block": 1, "x_block": 6, "panel": 4, "col": "inline",
-          "parallel": "p", "pad": "inline", "unroll_kw": False},
-         {"vec": 8, "co_block": 3, "x_block": 4, "panel": 1, "col": "inline",
-          "parallel": "p", "pad": "inline", "unroll_kw": False},
-         {"vec": 8, "co_block": 2, "x_block": 5, "panel": 1, "col": "inline",
-          "parallel": "p", "pad": "inline", "unroll_kw": False},
-         {"vec": 8, "co_block": 2, "x_block": 4, "panel": 1, "col": "inline",
-          "parallel": "co", "pad": "inline", "unroll_kw": False})
+_SEED_KNOBS = ("vec", "co_block", "x_block", "panel", "parallel", "pad", "unroll_kw")
+SEEDS = tuple({**dict(zip(_SEED_KNOBS, values)), "col": "inline"} for values in (
+    (16, 1, 5, 1, "co", "root", True),
+    (8, 2, 6, 4, "p", "inline", False),
+    (16, 1, 6, 1, "co", "inline", False),
+    (8, 1, 6, 4, "p", "inline", False),
+    (8, 3, 4, 1, "p", "inline", False),
+    (8, 2, 5, 1, "p", "inline", False),
+    (8, 2, 4, 1, "co", "inline", False)))
 
 
 def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:

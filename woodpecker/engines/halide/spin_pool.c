@@ -3,11 +3,11 @@
  *
  * One loop at a time: the calling thread publishes it by making `generation` odd, then it and
  * the workers claim iterations with an atomic counter; when none are left it makes `generation`
- * even again (closed: no worker joins any more) and waits for the workers still inside. A worker that finds no new
- * job spins for `spin_ns` (checking `generation`, yielding its core now and then) and only then
- * sleeps on a futex, so the next kernel of a plan, microseconds later, finds it awake. A nested
- * parallel loop, or one started while another thread's loop runs, runs serially on its caller:
- * correct, and never blocking. */
+ * even again (closed: no worker joins any more) and waits for the workers still inside. A
+ * worker that finds no new loop spins for `spin_ns` (checking `generation`, yielding its core
+ * now and then) and only then sleeps on a futex, so the next kernel of a plan, microseconds
+ * later, finds it awake. A nested parallel loop, or one started while another thread's loop
+ * runs, runs serially on its caller: correct, and never blocking. */
 
 #define _GNU_SOURCE
 #include <limits.h>
