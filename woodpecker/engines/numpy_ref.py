@@ -26,6 +26,10 @@ class NumpyEngine(Engine):
         if node.op == "Transpose":
             perm = node.attrs["perm"]
             kernel.into = lambda outs, x: transpose_into(outs[0], x, perm)
+        elif node.op == "Concat":
+            # Straight into the arena: a new result would be page-faulted in, then copied.
+            axis = node.attrs["axis"]
+            kernel.into = lambda outs, *xs: np.concatenate(merge(xs), axis, outs[0])
         return kernel
 
 

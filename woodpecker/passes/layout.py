@@ -2,48 +2,68 @@
 (channels innermost vectorise), every other engine (and Halide's dense kernels, whose operands
 have no channel axis) in the model's own layout. Where a value crosses between the two a
 Transpose is inserted (run by numpy); chains of Halide nodes pass NHWC values straight through,
-so only the boundaries pay. The number of conversions is returned and recorded in the plan.
+and so do the data-movement nodes between them (concat, split, slice, channel shuffle: see
+passes/layout_follow.py), so only the boundaries pay. The number of conversions is returned
+and recorded in the plan.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from woodpecker.engines.base import runtime_positions
 from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.passes.layout_follow import FOLLOWERS, NHWC_PERM, MovedOp, moved_op
 from woodpecker.tune.tasks import NHWC, spec_kind
-
-TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 
 
 def _nhwc(node: Node, engine: str) -> bool:
     return engine == "halide" and spec_kind(node.attrs["halide"]).layout == NHWC
 
 
+def layout_name(perm: tuple[int, ...]) -> str:
+    """`Value.layout` of a value held as `x.transpose(perm)`: "" for the model's own layout."""
+    if tuple(perm) == NHWC_PERM:
+        return NHWC
+    return "" if list(perm) == sorted(perm) else "perm" + "".join(map(str, perm))
+
+
 def assign_layouts(graph: Graph, engines: list[str]) -> tuple[list[str], int]:
     """Rewrite `graph` so NHWC Halide nodes read and write NHWC values; returns the engine list of
     the rewritten graph and the number of layout conversions left in it."""
     engine_of = {id(n): e for n, e in zip(graph.nodes, engines)}
-    nhwc: dict[str, Value] = {}
+    held: dict[str, tuple[Value, tuple[int, ...]]] = {}   # name -> (held value, perm)
     inserted: list[Node] = []
+
+    def takes_held(v: Value, perm: tuple[int, ...]) -> bool:
+        """Every reader of `v` would read it held in `perm`: NHWC Halide nodes, or movement
+        nodes that can follow (a one-step look-ahead)."""
+        return v not in graph.outputs and all(
+            (_nhwc(c, engine_of[id(c)]) and perm == NHWC_PERM)
+            or (engine_of[id(c)] == "numpy" and c.op in FOLLOWERS) for c in v.consumers)
+
     for node in list(graph.nodes):
-        if not _nhwc(node, engine_of[id(node)]):
-            continue
-        index = graph.nodes.index(node)
-        for i in runtime_positions(node):   # the activations: x and any residuals
-            v = node.inputs[i]
-            if v.name not in nhwc:
-                t = _transpose(graph, v, TO_NHWC, index)
-                inserted.append(t)
-                index += 1
-                nhwc[v.name] = t.outputs[0]
-            graph.set_input(node, i, nhwc[v.name])
-        out = node.outputs[0]
-        hw = graph.value(graph.fresh_name(out.name + ".nhwc"),
-                         [out.shape[i] for i in TO_NHWC], out.dtype)
-        hw.layout = NHWC
-        node.outputs[0], hw.producer, out.producer = hw, node, None
-        nhwc[out.name] = hw
-        back = _transpose(graph, hw, TO_NCHW, index + 1, out)
-        inserted.append(back)
+        if _nhwc(node, engine_of[id(node)]):
+            index = graph.nodes.index(node)
+            for i in runtime_positions(node):   # the activations: x and any residuals
+                v = node.inputs[i]
+                if v.name not in held or held[v.name][1] != NHWC_PERM:
+                    t = _transpose(graph, v, NHWC_PERM, index)
+                    inserted.append(t)
+                    index += 1
+                    held[v.name] = (t.outputs[0], NHWC_PERM)
+                graph.set_input(node, i, held[v.name][0])
+            inserted += _hold_outputs(graph, node, [NHWC_PERM], held)
+        elif engine_of[id(node)] == "numpy" and node.op in FOLLOWERS:
+            moved = _follow(node, held, takes_held)
+            if moved is not None:
+                for i in runtime_positions(node):
+                    graph.set_input(node, i, held[node.inputs[i].name][0])
+                for i, data in moved.constants.items():
+                    node.inputs += [None] * (i + 1 - len(node.inputs))
+                    graph.set_input(node, i, graph.const(data, f"{node.name}.held"))
+                node.op, node.attrs = moved.op, moved.attrs
+                inserted += _hold_outputs(graph, node, moved.out_perms, held)
     for t in inserted:
         engine_of[id(t)] = "numpy"
     graph.dce()
@@ -52,11 +72,47 @@ def assign_layouts(graph: Graph, engines: list[str]) -> tuple[list[str], int]:
     return [engine_of[id(n)] for n in graph.nodes], conversions
 
 
-def _transpose(graph: Graph, v: Value, perm: list[int], index: int,
-               out: Value | None = None) -> Node:
+def _follow(node: Node, held, takes_held) -> MovedOp | None:
+    """How `node` runs on its held inputs, if all are held alike and it pays: each output it
+    would hold must be read held by all its readers, except a Concat whose inputs nothing else
+    reads (converting the one result costs no more than converting every part)."""
+    data = [node.inputs[i] for i in runtime_positions(node)]
+    perms = {held[v.name][1] if v.name in held else None for v in data}
+    if not data or len(perms) != 1 or None in perms:
+        return None
+    moved = moved_op(node, perms.pop())
+    if moved is None:
+        return None
+    sole = node.op == "Concat" and all(v.consumers == [node] for v in data)
+    if not sole and not all(layout_name(p) == "" or takes_held(v, p)
+                            for v, p in zip(node.outputs, moved.out_perms)):
+        return None
+    return moved
+
+
+def _hold_outputs(graph: Graph, node: Node, perms, held) -> list[Node]:
+    """Make `node` write each output held in its perm (a new value), with a Transpose back to the
+    original value for readers that need it (removed later if none do); returns those."""
+    backs = []
+    index = graph.nodes.index(node)
+    for k, perm in enumerate(perms):
+        out = node.outputs[k]
+        if layout_name(perm) == "":
+            continue
+        hv = graph.value(graph.fresh_name(out.name + ".held"), [out.shape[a] for a in perm],
+                         out.dtype)
+        hv.layout = layout_name(perm)
+        node.outputs[k], hv.producer, out.producer = hv, node, None
+        held[out.name] = (hv, tuple(perm))
+        backs.append(_transpose(graph, hv, tuple(int(a) for a in np.argsort(perm)),
+                                index + 1 + len(backs), out))
+    return backs
+
+
+def _transpose(graph: Graph, v: Value, perm, index: int, out: Value | None = None) -> Node:
     if out is None:
         out = graph.value(graph.fresh_name(v.name + ".nhwc"), [v.shape[i] for i in perm],
                           v.dtype)
-        out.layout = NHWC
+        out.layout = layout_name(perm)
     return graph.add_node("Transpose", [v], [out], {"perm": list(perm)},
                           name=graph.fresh_name("layout"), index=index)
