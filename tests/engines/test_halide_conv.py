@@ -136,7 +136,23 @@ def test_gemm_panels_across_row_ends_are_correct(col, parallel, panel):
     inputs = task.random_inputs(4)
     got = conv_gemm.build(task, config)(*kernel_arguments(conv_gemm, task, config, inputs))
     np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4)
-    assert not conv_gemm.supports(TASKS[1])       # 7 output channels: no whole tile
+
+
+def test_gemm_pads_channel_tiles():
+    """58 output channels (ShuffleNet's) in 16-channel tiles: the weights are zero-padded to
+    64 channels, the bias moves to the output and the last tile's stores are masked."""
+    task = ConvTask(1, 24, 5, 6, 58, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True,
+                    (("Add",), ("Relu",)))
+    config = {"vec": 8, "co_block": 2, "x_block": 6, "panel": 1, "col": "inline",
+              "parallel": "co", "pad": "inline", "unroll_kw": False}
+    assert not conv_gemm.space(task).violations(config)
+    assert conv_gemm.weights(task, config, np.zeros((1, 1, 24, 58))).shape == (4, 24, 16)
+    inputs = task.random_inputs(5)
+    got = conv_gemm.build(task, config)(*kernel_arguments(conv_gemm, task, config, inputs))
+    np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4)
+    wide = {**config, "vec": 16, "co_block": 3, "x_block": 1}   # 96 lanes for 58 channels
+    assert conv_gemm.space(task).violations(wide) == [
+        "channel tiles padded by less than a vector or a third of the channels"]
 
 
 @pytest.mark.parametrize("m", sorted(conv_winograd.MATRICES))

@@ -20,9 +20,20 @@ def _ops(compiled):
     return [n.op for n in compiled.graph.nodes]
 
 
+def _conv_mean():
+    """x → Conv → mean over H, W (keepdims 0), as torchvision's ShuffleNet v2 ends."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("ReduceMean", ["c"], ["y"], axes=[2, 3], keepdims=0)]
+    return make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 4])],
+                      {"w": rand(4, 8, 3, 3, seed=1)})
+
+
+MODELS = {"reduce_mean_to_pool": _conv_mean}   # passes that conv_bn_relu_residual lacks work for
+
+
 @pytest.mark.parametrize("name", DEFAULT)
 def test_each_pass_keeps_outputs(name):
-    model = conv_bn_relu_residual()
+    model = MODELS.get(name, conv_bn_relu_residual)()
     base = _compile(model, ())
     after = _compile(model, (name,))
     assert after.plan.meta["passes"][name] > 0, f"{name} rewrote nothing"

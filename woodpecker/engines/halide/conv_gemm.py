@@ -19,7 +19,10 @@ panel is gathered once and a weight panel is reused across its pixel tiles); `co
 (gather per panel), `root` (the whole im2col matrix first) or `inline` (read the padded input
 directly); `parallel` — `p` (panels in parallel) or `co` (channel tiles outermost, parallel);
 `pad` (materialise the zero-padded input, or bounds-check inline); `unroll_kw`. Weights are
-always packed per channel tile, (K/T, kh·kw·C, T) in numpy for tile T, so the tile divides K.
+always packed per channel tile, (⌈K/T⌉, kh·kw·C, T) in numpy for tile T. When T does not divide K
+the weights are zero-padded to whole tiles and the last tile's stores are masked: ShuffleNet's 58,
+116 and 232 channels and SqueezeNet's 1000-class conv otherwise allowed only 4- or 8-lane tiles
+(one vector of accumulators per pixel, load-bound: a broadcast and a weight load per FMA).
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from woodpecker.engines.halide.conv_common import (
     ConvInputs,
     fits_registers,
     flat_views,
-    whole_channel_tiles,
 )
 from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled, pad_input
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
@@ -42,7 +44,7 @@ KIND = "conv2d"
 
 
 def supports(task: ConvTask) -> bool:
-    return task.groups == 1 and task.dtype == "float32" and task.k % 4 == 0 and \
+    return task.groups == 1 and task.dtype == "float32" and \
         all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
 
@@ -74,7 +76,8 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
              Knob("pad", ("root", "inline")), Knob("unroll_kw", (False, True))]
     constraints = [
         fits_registers(vector_registers, "co_block", 1),
-        whole_channel_tiles(task),
+        Constraint("channel tiles padded by less than a vector or a third of the channels",
+                   lambda c: padded_channels(task.k, c) - task.k < max(c["vec"], task.k / 3)),
         Constraint("panel within the output pixels",
                    lambda c: c["x_block"] * c["panel"] <= pixels),
         Constraint("per-panel gathering needs panels in parallel",
@@ -83,12 +86,20 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     return KnobSpace(knobs, constraints, SEEDS)
 
 
+def padded_channels(k: int, config: dict) -> int:
+    """The output channels rounded up to whole channel tiles."""
+    tile = config["vec"] * config["co_block"]
+    return -(-k // tile) * tile
+
+
 def weights(task: ConvTask, config: dict, w):
-    """HWIO weights as (K/T, kh·kw·C, T): tile T's weights for the whole reduction in the
-    order the micro-kernel reads them, one contiguous stream per channel tile."""
+    """HWIO weights as (⌈K/T⌉, kh·kw·C, T), zero-padded to whole tiles: tile T's weights for
+    the whole reduction in the order the micro-kernel reads them, one contiguous stream per
+    channel tile."""
     tile = config["vec"] * config["co_block"]
     kh, kw, c, k = w.shape
-    return np.ascontiguousarray(w.reshape(kh * kw * c, k // tile, tile).transpose(1, 0, 2))
+    w = np.pad(w.reshape(kh * kw * c, k), ((0, 0), (0, padded_channels(k, config) - k)))
+    return np.ascontiguousarray(w.reshape(kh * kw * c, -1, tile).transpose(1, 0, 2))
 
 
 views = flat_views   # NHWC residuals and output read as (N, H·W, K) (see aot.AotKernel)
@@ -108,16 +119,23 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     r = hl.RDom([(0, task.c), (0, task.kw), (0, task.kh)])
     cl, cot = hl.Var("cl"), hl.Var("cot")
     acc = hl.Func("acc")
-    acc[cl, p, cot, n] = io.bias(cot * tile + cl)
+    whole = task.k % tile == 0
+    # A padded last tile would read the bias past its end: add it at the output instead.
+    acc[cl, p, cot, n] = io.bias(cot * tile + cl) if whole else hl.f32(0.0)
     acc[cl, p, cot, n] += io.w[cl, (r[2] * task.kw + r[1]) * task.c + r[0], cot] * \
         col[r[0], r[1], r[2], p, n]
     acc.bound(cl, 0, tile)
-    out = io.output(acc[co % tile, p, co // tile, n], (co, p, n))
+    value = acc[co % tile, p, co // tile, n]
+    out = io.output(value if whole else value + io.bias(co), (co, p, n))
 
     pp, pi, pt, px = hl.Var("pp"), hl.Var("pi"), hl.Var("pt"), hl.Var("px")
     oco, oci = hl.Var("oco"), hl.Var("oci")
     tail = hl.TailStrategy.ShiftInwards
-    aligned_channel_tiles(hl, out, co, oco, oci, tile)
+    if whole:
+        aligned_channel_tiles(hl, out, co, oco, oci, tile)
+    else:
+        out.output_buffer().dim(0).set_min(0)
+        out.split(co, oco, oci, tile, hl.TailStrategy.GuardWithIf)
     out.split(p, pp, pi, xb * config["panel"], tail) \
         .split(pi, pt, px, xb, tail)
     out.vectorize(oci, vec).unroll(oci).unroll(px)
