@@ -20,6 +20,7 @@ from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
 from woodpecker.runtime.regions import absorb_movement, plan_steps
 from woodpecker.schedule.arena import plan_arena
+from woodpecker.schedule.inplace import concat_aliases
 from woodpecker.schedule.memory import schedule_memory
 from woodpecker.target import Target
 from woodpecker.tune.session import TuneOptions
@@ -99,8 +100,12 @@ def _assemble(graph, chosen: list[str], allowed: list[str], ctx: BuildContext, t
         chosen = absorb_movement(chosen, [e == "numpy" and n.op in MOVEMENT
                                           and ort.supports(n, ctx)
                                           for n, e in zip(graph.nodes, chosen)])
-    arena_plan = plan_arena(graph, plan_steps(chosen, meta["library_regions"])) if arena \
-        else None
+    steps = plan_steps(chosen, meta["library_regions"])
+    # In-place concats make a whole live from its first part: not under the memory schedule,
+    # whose peak (and budget) counts the parts as values of their own.
+    aliases = concat_aliases(graph, chosen, steps) if meta["schedule"]["kind"] != "memory" \
+        else {}
+    arena_plan = plan_arena(graph, steps, aliases) if arena else None
     if arena_plan is not None:
         meta["arena"] = {"size": arena_plan.size, "lower_bound": arena_plan.lower_bound,
                          "method": arena_plan.method}

@@ -109,6 +109,9 @@ def test_movement_between_generated_kernels_stays_nhwc(tmp_path):
     assert plan.meta["layout_conversions"] == 1, [n.op for n in plan.graph.nodes]
     layouts = {n.op: n.outputs[0].layout for n in plan.graph.nodes if n.op != "Transpose"}
     assert layouts["Concat"] == "NHWC" and layouts["Slice"] == "NHWC"
+    # both concats' parts (two conv outputs, a slice and a conv output) are strided channel
+    # slices of NHWC values, written in place (schedule/inplace.py)
+    assert len(plan.arena.aliases) == 4
     feeds = {"x": rand(1, 3, 6, 6, seed=9)}
     want = ort_run(model, feeds)[0]
     got = compiled(feeds["x"])

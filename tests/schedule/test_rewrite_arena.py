@@ -162,7 +162,8 @@ def test_arena_on_random_graphs(model):
         arena = compiled.plan.arena
         steps = compiled.steps      # one ONNX Runtime region for "file", nodes for "memory"
         assert check_arena(compiled.graph, arena, steps) is None
-        assert arena.size >= arena.lower_bound == live_peak(lifetimes(compiled.graph, steps))
+        assert arena.size >= arena.lower_bound == live_peak(
+            lifetimes(compiled.graph, steps, arena.aliases))
         a, b = plain.run({"x": x}), compiled.run({"x": x})
         for k in a:
             if schedule == "file":

@@ -30,6 +30,9 @@ class Engine:
     ops: frozenset[str] = frozenset()
     dtypes: frozenset[str] = frozenset()
     layouts: frozenset[str] = frozenset({""})
+    # Kernels can write outputs through strides (schedule/inplace.py): true where `into` takes
+    # any numpy view, or where the executor copies a new result in.
+    writes_strided = True
 
     def available(self) -> bool:
         return True

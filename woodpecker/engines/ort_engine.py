@@ -47,6 +47,7 @@ def new_session(model_bytes: bytes, threads: int):
 
 class OrtEngine(Engine):
     name = "onnxruntime"
+    writes_strided = False   # I/O binding takes a pointer and a shape
     ops = frozenset(OPS)
     dtypes = NUMERIC
 

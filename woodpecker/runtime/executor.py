@@ -4,7 +4,9 @@ right after its last reader so peak memory follows the schedule.
 With an arena (schedule/arena.py) every activation is a fixed view into one buffer allocated
 once: a kernel that can write into given arrays (a `into(outs, *args)` attribute: ONNX Runtime
 through I/O binding, Halide kernels) writes there directly, any other kernel's result is copied
-in. Graph outputs are copied out at the end, since the next run reuses the buffer."""
+in. Graph outputs are copied out at the end, since the next run reuses the buffer. Parts of a
+Concat written in place (schedule/inplace.py) are views of their slice of its output, and the
+Concat's step does nothing."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 from woodpecker.engines.base import Kernel, runtime_positions
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.schedule.arena import Arena
+from woodpecker.schedule.inplace import part_index
 from woodpecker.schedule.problem import value_bytes
 
 
@@ -50,12 +53,14 @@ class Executor:
                          if last == i and n not in outputs)
             free += tuple(index(v.name) for v in outs
                           if v.name not in last_use and v.name not in outputs)
-            views = None
+            views, into = None, getattr(kernel, "into", None)
             if arena is not None:
-                views = tuple(_view(buffer, arena.offsets[v.name], v) for v in outs)
+                views = tuple(_arena_view(buffer, arena, graph, v) for v in outs)
+                if ins and all(arena.aliases.get(v.name, ("",))[0] == outs[0].name
+                               for v in ins):
+                    into = _in_place
             self._steps.append((kernel, tuple(index(v.name) for v in ins),
-                                tuple(index(v.name) for v in outs), free, views,
-                                getattr(kernel, "into", None)))
+                                tuple(index(v.name) for v in outs), free, views, into))
         self.arena = arena
         self._n_slots = len(slot)
         self._input_slots = [(v.name, slot[v.name]) for v in graph.inputs]
@@ -107,6 +112,17 @@ def step_io(nodes: Sequence[Node], graph: Graph) -> tuple[list[Value], list[Valu
     return ins, outs
 
 
-def _view(buffer: np.ndarray, offset: int, v) -> np.ndarray:
-    n = value_bytes(v)
+def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.ndarray:
+    """`v`'s array in the arena: its own span, or its slice of the Concat output it is a
+    part of."""
+    if v.name in arena.aliases:
+        whole, axis, start = arena.aliases[v.name]
+        w = graph.values[whole]
+        return _arena_view(buffer, arena, graph, w)[
+            part_index(w.shape, axis, start, v.shape[axis])]
+    offset, n = arena.offsets[v.name], value_bytes(v)
     return buffer[offset:offset + n].view(v.dtype).reshape(v.shape)
+
+
+def _in_place(outs, *parts) -> None:
+    """A Concat whose parts were all written into its output already."""

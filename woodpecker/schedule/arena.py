@@ -5,15 +5,18 @@ the step of its producer to the step of its last reader; graph outputs to the en
 from TFLite's greedy planners (values taken largest first, or by the breadth of the steps they
 live in; each placed in a gap beside the already placed values whose lifetimes overlap) plus the
 execution order and a largest-area-first order, each with best-fit and first-fit gaps; the
-smallest arena wins. The lower bound is the most bytes live at once.
+smallest arena wins. The lower bound is the most bytes live at once. Parts of a Concat written
+in place (schedule/inplace.py) get no place of their own: they live inside the whole, which is
+live from the first part's step.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from woodpecker.ir.graph import Graph
+from woodpecker.schedule.inplace import alias_problem
 from woodpecker.schedule.problem import value_bytes
 
 ALIGNMENT = 64   # a cache line, and enough for AVX-512 loads
@@ -26,15 +29,19 @@ class Arena:
     lower_bound: int
     alignment: int = ALIGNMENT
     method: str = ""
+    aliases: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # inplace.Alias
 
     def to_json(self) -> dict:
         return {"size": self.size, "lower_bound": self.lower_bound,
-                "alignment": self.alignment, "method": self.method, "offsets": self.offsets}
+                "alignment": self.alignment, "method": self.method, "offsets": self.offsets,
+                **({"aliases": self.aliases} if self.aliases else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> "Arena":
+        aliases = {k: (str(w), int(a), int(s)) for k, (w, a, s) in d.get("aliases", {}).items()}
         return cls(int(d["size"]), {k: int(v) for k, v in d["offsets"].items()},
-                   int(d["lower_bound"]), int(d["alignment"]), str(d.get("method", "")))
+                   int(d["lower_bound"]), int(d["alignment"]), str(d.get("method", "")),
+                   aliases)
 
 
 Steps = list[list[int]] | None   # node indices per execution step
@@ -44,26 +51,34 @@ def _aligned(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def lifetimes(graph: Graph, steps: Steps = None) -> list[tuple[str, int, int, int]]:
+def lifetimes(graph: Graph, steps: Steps = None,
+              aliases: dict | None = None) -> list[tuple[str, int, int, int]]:
     """(value name, aligned bytes, first step, last step) for every activation, in order.
 
     `steps`: node indices per execution step (default one node each). A multi-node step (a
     library region, runtime/regions.py) runs as one call: its inputs stay live until it ends,
     its outputs are live from its start, and values produced and read only inside it never
-    reach the arena."""
+    reach the arena. `aliases`: parts written in place into a whole (schedule/inplace.py)."""
     steps = steps or [[i] for i in range(len(graph.nodes))]
+    aliases = aliases or {}
     at = {id(graph.nodes[i]): k for k, step in enumerate(steps) for i in step}
     end = len(steps)
     outputs = {id(v) for v in graph.outputs}
+    first_part: dict[str, int] = {}
+    for name, (whole, _, _) in aliases.items():
+        k = at[id(graph.values[name].producer)]
+        first_part[whole] = min(k, first_part.get(whole, k))
     out = []
     for node in graph.nodes:
         k = at[id(node)]
         for v in dict.fromkeys(node.outputs):
             readers = [at[id(c)] for c in v.consumers]
-            if len(steps[k]) > 1 and id(v) not in outputs and all(r == k for r in readers):
+            if v.name in aliases or (len(steps[k]) > 1 and id(v) not in outputs
+                                     and all(r == k for r in readers)):
                 continue
             last = end if id(v) in outputs else max(readers, default=k)
-            out.append((v.name, _aligned(max(value_bytes(v), 1), ALIGNMENT), k, last))
+            out.append((v.name, _aligned(max(value_bytes(v), 1), ALIGNMENT),
+                        min(k, first_part.get(v.name, k)), last))
     return out
 
 
@@ -128,11 +143,11 @@ ORDERS = {
 }
 
 
-def plan_arena(graph: Graph, steps: Steps = None) -> Arena:
+def plan_arena(graph: Graph, steps: Steps = None, aliases: dict | None = None) -> Arena:
     """Offsets for the activations of `graph` in its current node order (grouped into `steps`,
-    see `lifetimes`): every placement order in ORDERS with best-fit and first-fit gaps; the
-    smallest arena wins."""
-    life = lifetimes(graph, steps)
+    see `lifetimes`, with `aliases` placed inside their wholes): every placement order in
+    ORDERS with best-fit and first-fit gaps; the smallest arena wins."""
+    life = lifetimes(graph, steps, aliases)
     bound = live_peak(life)
     best = None
     for name, order in ORDERS.items():
@@ -140,7 +155,8 @@ def plan_arena(graph: Graph, steps: Steps = None) -> Arena:
         for fit in ("best-fit", "first-fit"):
             size, offsets = _place(items, fit == "best-fit")
             if best is None or size < best.size:
-                best = Arena(size, offsets, bound, ALIGNMENT, f"{name} {fit}")
+                best = Arena(size, offsets, bound, ALIGNMENT, f"{name} {fit}",
+                             dict(aliases or {}))
             if best.size == bound:
                 return best
     # Still above the bound: seeded restarts of greedy-by-size with jittered sizes (a fixed
@@ -150,7 +166,8 @@ def plan_arena(graph: Graph, steps: Steps = None) -> Arena:
         jitter = {t[0]: t[1] * rng.uniform(0.6, 1.4) for t in life}
         size, offsets = _place(sorted(life, key=lambda t: -jitter[t[0]]), True)
         if size < best.size:
-            best = Arena(size, offsets, bound, ALIGNMENT, "greedy-by-size, jittered")
+            best = Arena(size, offsets, bound, ALIGNMENT, "greedy-by-size, jittered",
+                         dict(aliases or {}))
             if size == bound:
                 break
     return best
@@ -159,9 +176,12 @@ def plan_arena(graph: Graph, steps: Steps = None) -> Arena:
 def check_arena(graph: Graph, arena: Arena, steps: Steps = None) -> str | None:
     """Why `arena` cannot hold `graph`'s activations in its node order and `steps` (None when
     it can): a value without an offset, out of bounds, misaligned, or overlapping a value
-    alive at the same time."""
+    alive at the same time, or an alias that does not fit its whole."""
+    problem = alias_problem(graph, arena.aliases, arena.offsets)
+    if problem:
+        return problem
     spans = []
-    for name, size, first, last in lifetimes(graph, steps):
+    for name, size, first, last in lifetimes(graph, steps, arena.aliases):
         if name not in arena.offsets:
             return f"value {name!r} has no offset"
         o = arena.offsets[name]

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +152,17 @@ def _runtime(path: "Path | None" = None) -> ctypes.CDLL:
     return _runtime_lib[0]
 
 
+def _viewed(a: np.ndarray, shape) -> np.ndarray:
+    """`a` seen as `shape` without a copy (a copy of the output would be written and lost)."""
+    view = a.view()
+    try:
+        view.shape = shape
+    except AttributeError:
+        raise EngineError(f"cannot view an array of shape {a.shape}, strides {a.strides} as "
+                          f"{tuple(shape)} without copying it") from None
+    return view
+
+
 def set_threads(threads: int, runtime: "Path | None" = None) -> None:
     """Run every kernel's parallel loops on `threads` threads: Woodpecker's pool where the
     runtime has it (a plan saved before it existed carries a runtime without), else Halide's
@@ -189,8 +201,12 @@ class AotKernel:
     The `halide_buffer_t` of each argument is built once and reused while the array's shape
     and strides stay the same (only its data pointer is refreshed): building them in Python
     cost about 25 µs per call, a fifth of a small layer's run time (mobilenet_v2's depthwise
-    and pointwise kernels run 70-300 µs). The reused buffers are per thread, so concurrent
-    calls of one kernel stay safe."""
+    and pointwise kernels run 70-300 µs). When the very array of the last call comes again —
+    the executor's arena views and the bound weights, every run — nothing is refreshed:
+    reading a data pointer (`ndarray.ctypes.data`) costs ~2 µs, and the refresh path still
+    cost ~20 µs per call against 1.4 µs for the bare call (the last array is held by a weak
+    reference, so a plan without an arena frees its activations as before). The reused buffers
+    are per thread, so concurrent calls of one kernel stay safe."""
 
     def __init__(self, path: "str | os.PathLike", n_inputs: int, out_shape: tuple[int, ...],
                  threads: int, runtime: "Path | None" = None, views=None) -> None:
@@ -210,7 +226,8 @@ class AotKernel:
         self._local = threading.local()
 
     def __call__(self, *arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Run on C-contiguous float32 arrays; into `out` (C-contiguous, out_shape) if given."""
+        """Run on C-contiguous float32 arrays; into `out` (of out_shape, its innermost axis
+        contiguous: a channel slice of a larger NHWC array is fine) if given."""
         if len(arrays) != self.n_inputs:
             raise EngineError(f"Halide kernel {self.path.name} takes {self.n_inputs} arrays, "
                               f"got {len(arrays)}")
@@ -220,16 +237,19 @@ class AotKernel:
         if slots is None:
             slots = self._local.slots = [None] * (self.n_inputs + 1)
         addresses = []
-        for i, (a, v) in enumerate(zip((*arrays, out), self.views, strict=True)):
-            if v is not None:
-                a = a.reshape(v)
-            form = (a.shape, a.strides, a.dtype.char)
+        for i, (given, v) in enumerate(zip((*arrays, out), self.views, strict=True)):
             slot = slots[i]
+            if slot is not None and slot[4]() is given:
+                addresses.append(slot[3])
+                continue
+            a = given if v is None else _viewed(given, v)
+            form = (a.shape, a.strides, a.dtype.char)
             if slot is None or slot[0] != form:
                 buf, dims = _buffer(a)
-                slot = slots[i] = (form, buf, dims, ctypes.addressof(buf))
+                slot = (form, buf, dims, ctypes.addressof(buf))
             else:
                 slot[1].host = a.ctypes.data
+            slots[i] = (*slot[:4], weakref.ref(given))
             addresses.append(slot[3])
         rc = self._fn(*addresses)
         if rc != 0:

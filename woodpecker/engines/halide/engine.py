@@ -64,7 +64,9 @@ class HalideEngine(Engine):
             return [run(*arguments(arrays)).reshape(shape)]
 
         def into(outs, *arrays):
-            run(*arguments(arrays), out=outs[0].reshape(run.out_shape))
+            out = outs[0]   # the same arena view every run (AotKernel caches its buffer)
+            run(*arguments(arrays), out=out if out.shape == run.out_shape
+                else out.reshape(run.out_shape))
 
         kernel.into = into
         return kernel

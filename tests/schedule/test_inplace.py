@@ -1,0 +1,74 @@
+"""Concatenation in place: which parts are written straight into the Concat's output, outputs
+unchanged (numpy, ONNX Runtime through I/O binding, and strided NHWC slices from Halide are
+covered in tests/passes/test_layout_follow.py), plans keep the aliases and refuse corrupt ones."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import woodpecker
+from tests.helpers import make_model, ort_run, rand
+from woodpecker.errors import PlanError
+from woodpecker.runtime.plan import PLAN_FILE
+
+C, HW = 4, 6
+
+
+def _fire(batch: int, reread: bool = False):
+    """x → (conv a, conv b) → concat on channels → conv; `reread`: b is also added to the
+    output of the last conv, so it has a second reader."""
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"]),
+             helper.make_node("Conv", ["x", "wb"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "wc"], ["y0" if reread else "y"])]
+    if reread:
+        nodes.append(helper.make_node("Add", ["y0", "b"], ["y"]))
+    inits = {"wa": rand(C, C, 1, 1, seed=1), "wb": rand(C, C, 3, 3, seed=2) * 0.3,
+             "wc": rand(C, 2 * C, 1, 1, seed=3)}
+    return make_model(nodes, [("x", [batch, C, HW, HW])], [("y", [batch, C, HW, HW])], inits)
+
+
+@pytest.mark.parametrize("engines", ["numpy", "onnxruntime,numpy"])
+def test_parts_are_written_in_place(engines, tmp_path):
+    model = _fire(1)
+    compiled = woodpecker.compile(model, engines=engines, threads=1, library_regions=False)
+    assert compiled.plan.arena.aliases == {"a": ("cat", 1, 0), "b": ("cat", 1, C)}
+    x = rand(1, C, HW, HW, seed=5)
+    want = ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(compiled(x), want, rtol=1e-4, atol=1e-4)
+    plain = woodpecker.compile(model, engines=engines, threads=1, library_regions=False,
+                               arena=False)
+    np.testing.assert_array_equal(compiled(x), plain(x))
+    compiled.save(tmp_path / "p")
+    loaded = woodpecker.load(tmp_path / "p")
+    assert loaded.plan.arena.aliases == compiled.plan.arena.aliases
+    np.testing.assert_array_equal(loaded(x), compiled(x))
+
+
+def test_parts_that_cannot_be_written_in_place():
+    # batch 2: a channel slice of NCHW is strided, and the concat axis is not the innermost
+    assert woodpecker.compile(_fire(2), engines="numpy", threads=1).plan.arena.aliases == {}
+    # b has a second reader: only a is written in place
+    aliases = woodpecker.compile(_fire(1, reread=True), engines="numpy",
+                                 threads=1).plan.arena.aliases
+    assert aliases == {"a": ("cat", 1, 0)}
+    # inside an ONNX Runtime region the concat is no step of its own
+    assert woodpecker.compile(_fire(1), threads=1).plan.arena.aliases == {}
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda a: a.update(b=["cat", 1, C + 1]), "does not fit"),
+    (lambda a: a.update(b=["cat", 1, C - 1]), "overlap"),
+    (lambda a: a.update(b=["nowhere", 1, C]), "unknown"),
+])
+def test_corrupt_alias_is_refused(edit, match, tmp_path):
+    woodpecker.compile(_fire(1), engines="numpy", threads=1).save(tmp_path / "p")
+    doc = json.loads((tmp_path / "p" / PLAN_FILE).read_text())
+    edit(doc["arena"]["aliases"])
+    (tmp_path / "p" / PLAN_FILE).write_text(json.dumps(doc))
+    with pytest.raises(PlanError, match=f"arena is corrupt: .*{match}"):
+        woodpecker.load(tmp_path / "p")
