@@ -103,8 +103,8 @@ def _assemble(graph, chosen: list[str], allowed: list[str], ctx: BuildContext, t
     steps = plan_steps(chosen, meta["library_regions"])
     # In-place concats make a whole live from its first part: not under the memory schedule,
     # whose peak (and budget) counts the parts as values of their own.
-    aliases = concat_aliases(graph, chosen, steps) if meta["schedule"]["kind"] != "memory" \
-        else {}
+    memory = meta.get("schedule", {}).get("kind") == "memory"
+    aliases = {} if memory else concat_aliases(graph, chosen, steps)
     arena_plan = plan_arena(graph, steps, aliases) if arena else None
     if arena_plan is not None:
         meta["arena"] = {"size": arena_plan.size, "lower_bound": arena_plan.lower_bound,

@@ -33,6 +33,7 @@ class Engine:
     # Kernels can write outputs through strides (schedule/inplace.py): true where `into` takes
     # any numpy view, or where the executor copies a new result in.
     writes_strided = True
+    own_threads = False   # runs worker threads of its own (runtime/compiled.py stops Halide's)
 
     def available(self) -> bool:
         return True

@@ -47,6 +47,7 @@ def new_session(model_bytes: bytes, threads: int):
 
 class OrtEngine(Engine):
     name = "onnxruntime"
+    own_threads = True
     writes_strided = False   # I/O binding takes a pointer and a shape
     ops = frozenset(OPS)
     dtypes = NUMERIC
@@ -97,18 +98,26 @@ class OrtEngine(Engine):
 
 def _kernel(sess, names: list[str], out_names: list[str]) -> Kernel:
     """`kernel(*arrays)` → outputs in `out_names` order; `kernel.into(outs, *arrays)` writes
-    into the given arrays (the executor's arena) through I/O binding."""
+    into the given arrays (the executor's arena) through I/O binding. The binding stays as it
+    is while the very arrays of the last call come again (the arena's views, every run), as
+    Halide's kernels keep their buffers (engines/halide/aot.py)."""
     run = sess.run
     binding = sess.io_binding()
+    bound: list = []    # weak references to the arrays bound last, inputs then outputs
 
     def kernel(*args):
         return run(out_names, dict(zip(names, args)))
 
     def into(outs, *args):
-        for name, a in zip(names, args):
-            binding.bind_cpu_input(name, np.ascontiguousarray(a))
-        for name, o in zip(out_names, outs):
-            binding.bind_output(name, "cpu", 0, o.dtype, o.shape, o.ctypes.data)
+        arrays = (*args, *outs)
+        if len(bound) != len(arrays) or any(r() is not a for r, a in zip(bound, arrays)):
+            given = [np.ascontiguousarray(a) for a in args]   # alive until the run ends
+            for name, a in zip(names, given):
+                binding.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
+            for name, o in zip(out_names, outs):
+                binding.bind_output(name, "cpu", 0, o.dtype, o.shape, o.ctypes.data)
+            copied = any(g is not a for g, a in zip(given, args))
+            bound[:] = [] if copied else [weakref.ref(a) for a in arrays]
         sess.run_with_iobinding(binding)
 
     kernel.into = into

@@ -46,6 +46,7 @@ def builder(*ops: str):
 
 class TorchEngine(Engine):
     name = "torch"
+    own_threads = True
     dtypes = frozenset({"float32", "int64", "int32", "bool"})
 
     @property

@@ -36,6 +36,14 @@ class CompiledModel:
                 built.append((nodes, engine.build(nodes[0], ctx)))
             else:
                 built.append((nodes, engine.build_region(nodes, *step_io(nodes, g), ctx)))
+        if "halide" in plan.engines:
+            from woodpecker.engines.halide.aot import resting_hook
+
+            rest = resting_hook()
+            if rest is not None:
+                built = [(nodes, _after(rest, k) if get_engine(e).own_threads else k)
+                         for (nodes, k), e in zip(built, (plan.engines[s[0]]
+                                                          for s in self.steps))]
         self._executor = Executor(g, built, plan.arena)
         self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
         self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]
@@ -105,6 +113,23 @@ class CompiledModel:
                 "epilogue": [s["op"] for s in n.attrs.get("epilogue", [])],
             })
         return rows
+
+
+def _after(rest, kernel):
+    """`kernel` (and its `into`) calling `rest` first: Halide's pool stops spinning before a
+    library with its own worker threads runs (engines/halide/aot.py, `resting_hook`)."""
+    def call(*arrays):
+        rest()
+        return kernel(*arrays)
+
+    into = getattr(kernel, "into", None)
+    if into is not None:
+        def call_into(outs, *arrays):
+            rest()
+            into(outs, *arrays)
+
+        call.into = call_into
+    return call
 
 
 def load(directory: "str | os.PathLike") -> CompiledModel:

@@ -35,6 +35,7 @@ import numpy as np
 
 from woodpecker.bench.timing import time_interleaved
 from woodpecker.engines.base import BuildContext, runtime_positions
+from woodpecker.engines.halide.aot import resting_hook
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.engines.ort_engine import call_overhead_ms
 from woodpecker.engines.registry import get_engine
@@ -102,10 +103,11 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
         return None
     runners = {f"halide:{name}": f.run for name, f in finalists.items()}
     own = library_inputs(task, node, task.random_inputs(0))
+    rest = resting_hook() or (lambda: None)   # as in a plan (runtime/compiled.py)
     for name in LIBRARIES:
         if name in allowed and get_engine(name).supports(node, ctx):
             lib = get_engine(name).build(node, ctx)
-            runners[name] = (lambda k: lambda: k(*own))(lib)
+            runners[name] = (lambda k: lambda: (rest(), k(*own)))(lib)
     times = {k: float(np.median(v))
              for k, v in time_interleaved(runners, runs, 2, block=3).items()}
     halide_ms = {name: times.pop(f"halide:{name}") for name in finalists}

@@ -152,6 +152,15 @@ def _runtime(path: "Path | None" = None) -> ctypes.CDLL:
     return _runtime_lib[0]
 
 
+def resting_hook():
+    """A function sending the pool's spinning workers to sleep at once (None with a plan's
+    runtime built before the pool could): called before a library step, whose own threads
+    would otherwise share the cores with a worker spinning for the next Halide loop. Measured
+    on mobilenet_v2: a plan with 24 Halide nodes amid ONNX Runtime regions ran 11.9 ms against
+    6.0 ms for the library plan."""
+    return getattr(_runtime(), "wp_spin_pool_rest", None)
+
+
 def _viewed(a: np.ndarray, shape) -> np.ndarray:
     """`a` seen as `shape` without a copy (a copy of the output would be written and lost)."""
     view = a.view()

@@ -7,7 +7,9 @@
  * worker that finds no new loop spins for `spin_ns` (checking `generation`, yielding its core
  * now and then) and only then sleeps on a futex, so the next kernel of a plan, microseconds
  * later, finds it awake. A nested parallel loop, or one started while another thread's loop
- * runs, runs serially on its caller: correct, and never blocking. */
+ * runs, runs serially on its caller: correct, and never blocking. `wp_spin_pool_rest` sends
+ * spinning workers to sleep at once: a plan calls it before a library step (ONNX Runtime
+ * spins its own workers), which a spinning Halide worker would otherwise rob of a core. */
 
 #define _GNU_SOURCE
 #include <limits.h>
@@ -38,6 +40,7 @@ static struct {
     int next, error, active;
     uint32_t generation;
     int sleepers;
+    uint32_t rest;         /* bumped by wp_spin_pool_rest: stop spinning */
 } pool = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
 
 static __thread int inside_task;
@@ -63,9 +66,11 @@ static void run_tasks(void) {
 /* Wait until `generation` moves past `seen`: spin, then sleep. Returns the new generation. */
 static uint32_t wait_for_job(uint32_t seen) {
     uint32_t g;
+    uint32_t rest = __atomic_load_n(&pool.rest, __ATOMIC_ACQUIRE);
     long start = now_ns();
     unsigned spins = 0;
     while ((g = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE)) == seen) {
+        if (__atomic_load_n(&pool.rest, __ATOMIC_RELAXED) != rest) break;
         if (++spins % 64 == 0) {
             if (now_ns() - start > pool.spin_ns) break;
             sched_yield();
@@ -126,6 +131,9 @@ static int do_par_for(void *user_context, task_fn fn, int min, int size, uint8_t
     pthread_mutex_unlock(&pool.busy);
     return error;
 }
+
+/* Send the workers spinning for a next loop to sleep now (they wake for the next loop). */
+void wp_spin_pool_rest(void) { __atomic_fetch_add(&pool.rest, 1, __ATOMIC_RELEASE); }
 
 /* Run every parallel loop on `threads` threads (the caller and threads - 1 workers, started
  * on first need; fewer than started leaves the rest idle); workers spin `spin_us` microseconds
