@@ -1,6 +1,7 @@
-"""Concatenation in place: which parts are written straight into the Concat's output, outputs
-unchanged (numpy, ONNX Runtime through I/O binding, and strided NHWC slices from Halide are
-covered in tests/passes/test_layout_follow.py), plans keep the aliases and refuse corrupt ones."""
+"""Concatenation and reshapes in place: which parts are written straight into the Concat's
+output and which reshapes are views of their input, outputs unchanged (numpy, ONNX Runtime
+through I/O binding, and strided NHWC slices from Halide are covered in
+tests/passes/test_layout_follow.py), plans keep the aliases and refuse corrupt ones."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import woodpecker
 from tests.helpers import make_model, ort_run, rand
 from woodpecker.errors import PlanError
 from woodpecker.runtime.plan import PLAN_FILE
+from woodpecker.schedule.inplace import VIEW
 
 C, HW = 4, 6
 
@@ -58,6 +60,34 @@ def test_parts_that_cannot_be_written_in_place():
     assert aliases == {"a": ("cat", 1, 0)}
     # inside an ONNX Runtime region the concat is no step of its own
     assert woodpecker.compile(_fire(1), threads=1).plan.arena.aliases == {}
+
+
+def _reshaped():
+    """x → conv → reshape (a view of the conv's output) → relu, and a second reshape of that
+    view (no view of a view: it copies)."""
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["c"]),
+             helper.make_node("Reshape", ["c", "s"], ["r"]),
+             helper.make_node("Relu", ["r"], ["y"]),
+             helper.make_node("Reshape", ["r", "s2"], ["z"])]
+    return make_model(nodes, [("x", [1, C, HW, HW])], [("y", [1, C, HW * HW]),
+                                                        ("z", [C, HW * HW])],
+                      {"wa": rand(C, C, 1, 1, seed=1), "s": np.array([1, C, -1], np.int64),
+                       "s2": np.array([C, -1], np.int64)})
+
+
+def test_reshape_is_a_view_of_its_input(tmp_path):
+    model = _reshaped()
+    compiled = woodpecker.compile(model, engines="numpy", threads=1)
+    assert compiled.plan.arena.aliases == {"r": ("c", VIEW, 0)}
+    x = rand(1, C, HW, HW, seed=6)
+    for got, want in zip(compiled(x), ort_run(model, {"x": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    compiled.save(tmp_path / "p")
+    doc = json.loads((tmp_path / "p" / PLAN_FILE).read_text())
+    doc["arena"]["aliases"]["r"] = ["x", VIEW, 0]    # a graph input has no place in the arena
+    (tmp_path / "p" / PLAN_FILE).write_text(json.dumps(doc))
+    with pytest.raises(PlanError, match="arena is corrupt"):
+        woodpecker.load(tmp_path / "p")
 
 
 @pytest.mark.parametrize("edit, match", [

@@ -5,8 +5,8 @@ With an arena (schedule/arena.py) every activation is a fixed view into one buff
 once: a kernel that can write into given arrays (a `into(outs, *args)` attribute: ONNX Runtime
 through I/O binding, Halide kernels) writes there directly, any other kernel's result is copied
 in. Graph outputs are copied out at the end, since the next run reuses the buffer. Parts of a
-Concat written in place (schedule/inplace.py) are views of their slice of its output, and the
-Concat's step does nothing."""
+Concat written in place (schedule/inplace.py) are views of their slice of its output, a reshape
+written in place is a view of its input, and such a Concat's or reshape's step does nothing."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import numpy as np
 from woodpecker.engines.base import Kernel, runtime_positions
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.schedule.arena import Arena
-from woodpecker.schedule.inplace import part_index
+from woodpecker.schedule.inplace import VIEW, part_index
 from woodpecker.schedule.problem import value_bytes
 
 
@@ -56,8 +56,9 @@ class Executor:
             views, into = None, getattr(kernel, "into", None)
             if arena is not None:
                 views = tuple(_arena_view(buffer, arena, graph, v) for v in outs)
-                if ins and all(arena.aliases.get(v.name, ("",))[0] == outs[0].name
-                               for v in ins):
+                parts = ins and all(arena.aliases.get(v.name, ("",))[0] == outs[0].name
+                                    for v in ins)
+                if parts or (outs and arena.aliases.get(outs[0].name, ("", 0))[1] == VIEW):
                     into = _in_place
             self._steps.append((kernel, tuple(index(v.name) for v in ins),
                                 tuple(index(v.name) for v in outs), free, views, into))
@@ -118,8 +119,10 @@ def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.
     if v.name in arena.aliases:
         whole, axis, start = arena.aliases[v.name]
         w = graph.values[whole]
-        return _arena_view(buffer, arena, graph, w)[
-            part_index(w.shape, axis, start, v.shape[axis])]
+        held = _arena_view(buffer, arena, graph, w)
+        if axis == VIEW:
+            return held.reshape(v.shape)
+        return held[part_index(w.shape, axis, start, v.shape[axis])]
     offset, n = arena.offsets[v.name], value_bytes(v)
     return buffer[offset:offset + n].view(v.dtype).reshape(v.shape)
 

@@ -7,7 +7,8 @@ live in; each placed in a gap beside the already placed values whose lifetimes o
 execution order and a largest-area-first order, each with best-fit and first-fit gaps; the
 smallest arena wins. The lower bound is the most bytes live at once. Parts of a Concat written
 in place (schedule/inplace.py) get no place of their own: they live inside the whole, which is
-live from the first part's step.
+live from the first part's step; a reshape's view lives in its input, which lives until the
+view's last reader.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 
 from woodpecker.ir.graph import Graph
-from woodpecker.schedule.inplace import alias_problem
+from woodpecker.schedule.inplace import VIEW, alias_problem
 from woodpecker.schedule.problem import value_bytes
 
 ALIGNMENT = 64   # a cache line, and enough for AVX-512 loads
@@ -65,9 +66,15 @@ def lifetimes(graph: Graph, steps: Steps = None,
     end = len(steps)
     outputs = {id(v) for v in graph.outputs}
     first_part: dict[str, int] = {}
-    for name, (whole, _, _) in aliases.items():
-        k = at[id(graph.values[name].producer)]
-        first_part[whole] = min(k, first_part.get(whole, k))
+    last_view: dict[str, int] = {}
+    for name, (whole, axis, _) in aliases.items():
+        v = graph.values[name]
+        k = at[id(v.producer)]
+        if axis == VIEW:
+            last = end if id(v) in outputs else max((at[id(c)] for c in v.consumers), default=k)
+            last_view[whole] = max(last, last_view.get(whole, last))
+        else:
+            first_part[whole] = min(k, first_part.get(whole, k))
     out = []
     for node in graph.nodes:
         k = at[id(node)]
@@ -77,6 +84,7 @@ def lifetimes(graph: Graph, steps: Steps = None,
                                      and all(r == k for r in readers)):
                 continue
             last = end if id(v) in outputs else max(readers, default=k)
+            last = max(last, last_view.get(v.name, last))
             out.append((v.name, _aligned(max(value_bytes(v), 1), ALIGNMENT),
                         min(k, first_part.get(v.name, k)), last))
     return out
