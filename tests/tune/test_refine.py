@@ -79,11 +79,17 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
         runs=5)
     every = sorted(r["node"] for r in records)
     rest = sorted(set(every) - {records[0]["node"]})
+    confirmation = [c for c in report if c["candidate"] == "confirmation"]
+    report = [c for c in report if c["candidate"] != "confirmation"]
     assert [sorted(c["nodes"]) for c in report] == ([rest, every] if first_loses else [every])
+    # two keeps are confirmed against the plan without chains, one is not
+    assert len(confirmation) == (sum(c["kept"] for c in report) > 1)
     kept = set()
-    for check in report:
+    for check in report + confirmation:
         assert check["kept"] == (check["with_chain_ms"] < check["plan_ms"] * (1 - MARGIN))
         kept |= set(check["nodes"]) if check["kept"] else set()
+    if confirmation and not confirmation[0]["kept"]:
+        kept = set()
     on_halide = {n.name for n, e in zip(graph.nodes, engines) if e == "halide"}
     assert on_halide == kept
     plan = _assemble(graph, engines, allowed, ctx, Target.parse("cpu", 2), dict(meta), True)

@@ -22,6 +22,12 @@ whole network in NHWC pays them only at its ends, while a node that loses alone 
 (resnet18's stride-2 convs) splits a chain in two and makes both halves pay. Measured on
 resnet18: per-node selection and chains kept 19 % of the FLOPs on Halide at 0.98× ONNX
 Runtime's latency, while the all-Halide plan ran at 0.97×.
+
+When more than one candidate was kept, the result is timed once more against the plan it
+started from (twice the runs), and the start plan comes back unless the result still saves the
+margin: each keep is a comparison on a noisy machine, and small false gains add up (measured on
+shufflenet_v2: three chains kept on 2-11 % gains each, and the plan then ran 1.14× ONNX Runtime
+where the library plan had run 1.06×).
 """
 
 from __future__ import annotations
@@ -112,4 +118,17 @@ def refine_selection(graph: Graph, before: list[str], selected: list[str], recor
                        "plan_ms": best_ms, "with_chain_ms": trial_ms, "kept": kept})
         if kept:
             current, best_run = trial, trial_run
+    if sum(r["kept"] for r in report) > 1:
+        start = [before[i] if i in timed else e for i, e in enumerate(selected)]
+        times = time_interleaved({"start": runner(start), "result": best_run}, 2 * runs, 2,
+                                 block=3)
+        start_ms, result_ms = (float(np.median(times[k])) for k in ("start", "result"))
+        confirmed = result_ms < start_ms * (1 - MARGIN)
+        print(f"  plan check, confirmation: plan {start_ms:.2f} -> {result_ms:.2f} ms, "
+              f"{'kept' if confirmed else 'back to the plan without Halide chains'}",
+              file=out, flush=True)
+        report.append({"candidate": "confirmation", "nodes": [], "plan_ms": start_ms,
+                       "with_chain_ms": result_ms, "kept": confirmed})
+        if not confirmed:
+            current = start
     return current, report
