@@ -41,9 +41,9 @@ class CompiledModel:
 
             rest = resting_hook()
             if rest is not None:
-                built = [(nodes, _after(rest, k) if get_engine(e).own_threads else k)
-                         for (nodes, k), e in zip(built, (plan.engines[s[0]]
-                                                          for s in self.steps))]
+                built = [(nodes, _after(rest, k)
+                          if get_engine(plan.engines[step[0]]).own_threads else k)
+                         for (nodes, k), step in zip(built, self.steps)]
         self._executor = Executor(g, built, plan.arena)
         self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
         self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]

@@ -114,8 +114,8 @@ def step_io(nodes: Sequence[Node], graph: Graph) -> tuple[list[Value], list[Valu
 
 
 def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.ndarray:
-    """`v`'s array in the arena: its own span, or its slice of the Concat output it is a
-    part of."""
+    """`v`'s array in the arena: its own span, its slice of the Concat output it is a part
+    of, or its input's array reshaped (schedule/inplace.py)."""
     if v.name in arena.aliases:
         whole, axis, start = arena.aliases[v.name]
         w = graph.values[whole]
@@ -128,4 +128,5 @@ def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.
 
 
 def _in_place(outs, *parts) -> None:
-    """A Concat whose parts were all written into its output already."""
+    """A Concat whose parts were all written into its output already, or a reshape whose
+    output is a view of its input: nothing to do."""
