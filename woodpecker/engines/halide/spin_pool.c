@@ -2,7 +2,8 @@
  * with halide_set_custom_do_par_for (aot.set_threads; why: see SPIN_US in aot.py).
  *
  * One loop at a time: the calling thread publishes it by making `generation` odd, then it and
- * the workers claim iterations with an atomic counter; when none are left it makes `generation`
+ * the workers claim iterations, each first from its own contiguous share of the loop (see
+ * run_tasks) and then from the others'; when none are left it makes `generation`
  * even again (closed: no worker joins any more) and waits for the workers still inside. A
  * worker that finds no new loop spins for `spin_ns` (checking `generation`, yielding its core
  * now and then) and only then sleeps on a futex, so the next kernel of a plan, microseconds
@@ -37,11 +38,16 @@ static struct {
     void *user_context;
     uint8_t *closure;
     int min, size;
-    int next, error, active;
+    int error, active;
+    int split;             /* loop iterations in contiguous shares, one per thread (see below) */
     uint32_t generation;
     int sleepers;
     uint32_t rest;         /* bumped by wp_spin_pool_rest: stop spinning */
 } pool = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+
+/* Per participant (0: the caller, 1..: workers) the next and end iteration of its share, each
+ * on its own cache line. */
+static struct { int next, end; char pad[56]; } share[MAX_WORKERS + 1];
 
 static __thread int inside_task;
 
@@ -51,15 +57,27 @@ static long now_ns(void) {
     return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-static void run_tasks(void) {
+static void run_share(int t) {
     int i;
-    inside_task = 1;
-    while ((i = __atomic_fetch_add(&pool.next, 1, __ATOMIC_ACQ_REL)) < pool.size) {
+    while ((i = __atomic_fetch_add(&share[t].next, 1, __ATOMIC_ACQ_REL)) < share[t].end) {
         if (!__atomic_load_n(&pool.error, __ATOMIC_RELAXED)) {
             int rc = pool.fn(pool.user_context, pool.min + i, pool.closure);
             if (rc) __atomic_store_n(&pool.error, rc, __ATOMIC_RELAXED);
         }
     }
+}
+
+/* Participant `self` runs its own share, then helps with the others' (a worker that joins
+ * late, or a core the host took away, delays nothing). Consecutive kernels split alike (rows,
+ * pixels or channel tiles in equal contiguous shares), so each thread mostly reads what it
+ * wrote itself, from its own core's cache. Measured on mobilenet_v2's all-Halide plan against
+ * claiming every iteration from one shared counter (either thread took any index): 7.45 vs
+ * 8.02 ms, 9.08 vs 11.09 ms in a slower phase; the stride-2 depthwise conv at 56² went
+ * 0.475 -> 0.259 ms, the 32->16 projection at 112² 0.309 -> 0.141 ms. */
+static void run_tasks(int self) {
+    int n = pool.split;
+    inside_task = 1;
+    for (int k = 0; k < n; k++) run_share((self + k) % n);
     inside_task = 0;
 }
 
@@ -97,7 +115,7 @@ static void *worker(void *arg) {
         /* Join only while the loop seen is still open: once the caller has closed it, it
          * waits for `active` to drop to zero and may then rewrite the loop's fields. */
         __atomic_fetch_add(&pool.active, 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&pool.generation, __ATOMIC_SEQ_CST) == g) run_tasks();
+        if (__atomic_load_n(&pool.generation, __ATOMIC_SEQ_CST) == g) run_tasks(index + 1);
         __atomic_fetch_sub(&pool.active, 1, __ATOMIC_SEQ_CST);
     }
     return NULL;
@@ -120,11 +138,17 @@ static int do_par_for(void *user_context, task_fn fn, int min, int size, uint8_t
     pool.closure = closure;
     pool.min = min;
     pool.size = size;
-    pool.next = pool.error = 0;
+    pool.error = 0;
+    int n = __atomic_load_n(&pool.wanted, __ATOMIC_RELAXED) + 1;
+    pool.split = n;
+    for (int t = 0; t < n; t++) {
+        share[t].next = (int)((long)size * t / n);
+        share[t].end = (int)((long)size * (t + 1) / n);
+    }
     __atomic_fetch_add(&pool.generation, 1, __ATOMIC_SEQ_CST);   /* odd: open */
     if (__atomic_load_n(&pool.sleepers, __ATOMIC_SEQ_CST) > 0)
         syscall(SYS_futex, &pool.generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-    run_tasks();
+    run_tasks(0);
     __atomic_fetch_add(&pool.generation, 1, __ATOMIC_SEQ_CST);   /* even: closed */
     while (__atomic_load_n(&pool.active, __ATOMIC_ACQUIRE) > 0) __builtin_ia32_pause();
     int error = pool.error;
