@@ -33,6 +33,20 @@ def test_each_call_reads_its_own_arrays():
     np.testing.assert_allclose(out, TASK.reference([x]), rtol=1e-5, atol=1e-6)
 
 
+def test_a_bound_call_reads_its_arrays_anew_each_time():
+    """`bind` fixes the arrays, not their contents: the executor refills its arena views."""
+    kernel = rows.build(TASK, CONFIG)
+    rng = np.random.default_rng(2)
+    x, out = np.empty(TASK.out_shape, np.float32), np.empty(TASK.out_shape, np.float32)
+    call = kernel.bind(x, out=out)
+    for _ in range(2):
+        x[...] = rng.standard_normal(TASK.out_shape)
+        call()
+        np.testing.assert_allclose(out, TASK.reference([x]), rtol=1e-5, atol=1e-6)
+    with pytest.raises(EngineError, match="takes 1 arrays"):
+        kernel.bind(x, x, out=out)
+
+
 def test_a_strided_array_is_refused_and_the_next_call_works():
     """Kernels need unit inner strides: a strided view of the same shape gets a one-line error
     (its strides differ, so its buffer is rebuilt rather than reusing the dense one), and the
@@ -66,14 +80,16 @@ def test_calls_from_several_threads():
     assert not errors
 
 
-@pytest.mark.parametrize("threads", [3, 1, 2])
-def test_the_thread_pool_grows_and_shrinks(threads):
+@pytest.mark.parametrize("threads,n_rows", [(3, 257), (1, 257), (2, 257), (3, 2), (2, 3)])
+def test_the_thread_pool_grows_and_shrinks(threads, n_rows):
     """Woodpecker's pool (spin_pool.c) serves any thread count, also fewer than it has
     started (Halide's own pool cannot shrink); every count gives the same result. A large row
-    count makes the rows template's parallel loop span many tasks."""
+    count makes the rows template's parallel loop span many tasks; a loop shorter than the
+    threads, or not a multiple of them, leaves shares empty or uneven (each row still runs
+    exactly once)."""
     from woodpecker.engines.halide.aot import set_threads
 
-    task = RowTask(257, 64, "softmax", 0.0, False)
+    task = RowTask(n_rows, 64, "softmax", 0.0, False)
     config = rows.space(task).sample(random.Random(1))
     kernel = rows.build(task, config, threads)
     set_threads(threads)

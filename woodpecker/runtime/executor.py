@@ -4,7 +4,8 @@ right after its last reader so peak memory follows the schedule.
 With an arena (schedule/arena.py) every activation is a fixed view into one buffer allocated
 once: a kernel that can write into given arrays (a `into(outs, *args)` attribute: ONNX Runtime
 through I/O binding, Halide kernels) writes there directly, any other kernel's result is copied
-in. Graph outputs are copied out at the end, since the next run reuses the buffer. Parts of a
+in. A kernel that can be bound to its arrays once (`bind(outs, *args)`, Halide kernels) is, when
+all its inputs live in the arena too: each run then makes just the foreign call. Graph outputs are copied out at the end, since the next run reuses the buffer. Parts of a
 Concat written in place (schedule/inplace.py) are views of their slice of its output, a reshape
 written in place is a view of its input, and such a Concat's or reshape's step does nothing."""
 
@@ -53,15 +54,18 @@ class Executor:
                          if last == i and n not in outputs)
             free += tuple(index(v.name) for v in outs
                           if v.name not in last_use and v.name not in outputs)
-            views, into = None, getattr(kernel, "into", None)
+            views, into, bound = None, getattr(kernel, "into", None), None
             if arena is not None:
                 views = tuple(_arena_view(buffer, arena, graph, v) for v in outs)
                 parts = ins and all(arena.aliases.get(v.name, ("",))[0] == outs[0].name
                                     for v in ins)
                 if parts or (outs and arena.aliases.get(outs[0].name, ("", 0))[1] == VIEW):
                     into = _in_place
+                elif hasattr(kernel, "bind") and all(_in_arena(arena, v) for v in ins):
+                    bound = kernel.bind(views, *[_arena_view(buffer, arena, graph, v)
+                                                 for v in ins])
             self._steps.append((kernel, tuple(index(v.name) for v in ins),
-                                tuple(index(v.name) for v in outs), free, views, into))
+                                tuple(index(v.name) for v in outs), free, views, into, bound))
         self.arena = arena
         self._n_slots = len(slot)
         self._input_slots = [(v.name, slot[v.name]) for v in graph.inputs]
@@ -74,9 +78,12 @@ class Executor:
         for name, s in self._input_slots:
             env[s] = feeds[name]
         clock = time.perf_counter
-        for i, (kernel, ins, outs, free, views, into) in enumerate(self._steps):
+        for i, (kernel, ins, outs, free, views, into, bound) in enumerate(self._steps):
             t0 = clock() if step_times is not None else 0.0
-            if into is not None and views is not None:
+            if bound is not None:
+                bound()
+                results = views
+            elif into is not None and views is not None:
                 into(views, *[env[s] for s in ins])
                 results = views
             else:
@@ -125,6 +132,11 @@ def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.
         return held[part_index(w.shape, axis, start, v.shape[axis])]
     offset, n = arena.offsets[v.name], value_bytes(v)
     return buffer[offset:offset + n].view(v.dtype).reshape(v.shape)
+
+
+def _in_arena(arena: Arena, v: Value) -> bool:
+    """`v` lives in the arena (graph inputs are the caller's arrays, new every run)."""
+    return v.name in arena.offsets or v.name in arena.aliases
 
 
 def _in_place(outs, *parts) -> None:

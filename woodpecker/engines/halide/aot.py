@@ -260,8 +260,29 @@ class AotKernel:
                 slot[1].host = a.ctypes.data
             slots[i] = (*slot[:4], weakref.ref(given))
             addresses.append(slot[3])
-        rc = self._fn(*addresses)
+        self._check(self._fn(*addresses))
+        return out
+
+    def bind(self, *arrays: np.ndarray, out: np.ndarray):
+        """A call of no arguments computing `out` from `arrays`, these very arrays every time
+        (their contents may change): the executor's arena views. It makes nothing but the
+        foreign call, about 1.3 µs, against 4 µs through `__call__` (mobilenet_v2's plan
+        makes 55 per run)."""
+        if len(arrays) != self.n_inputs:
+            raise EngineError(f"Halide kernel {self.path.name} takes {self.n_inputs} arrays, "
+                              f"got {len(arrays)}")
+        held = [_buffer(a if v is None else _viewed(a, v))
+                for a, v in zip((*arrays, out), self.views, strict=True)]
+        addresses = [ctypes.addressof(buf) for buf, _ in held]
+        fn, check = self._fn, self._check
+
+        def call() -> None:
+            check(fn(*addresses))
+
+        call.held = (held, arrays, out)   # the buffers and the arrays they point into
+        return call
+
+    def _check(self, rc: int) -> None:
         if rc != 0:
             raise EngineError(f"Halide kernel {self.path.name} failed ({rc}): "
                               f"{_last_error[0] if _last_error else 'no message'}")
-        return out

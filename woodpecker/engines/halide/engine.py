@@ -63,10 +63,18 @@ class HalideEngine(Engine):
         def kernel(*arrays):
             return [run(*arguments(arrays)).reshape(shape)]
 
-        def into(outs, *arrays):
-            out = outs[0]   # the same arena view every run (AotKernel caches its buffer)
-            run(*arguments(arrays), out=out if out.shape == run.out_shape
-                else out.reshape(run.out_shape))
+        def output(outs):
+            out = outs[0]
+            return out if out.shape == run.out_shape else out.reshape(run.out_shape)
 
-        kernel.into = into
+        def into(outs, *arrays):
+            # The same arena view every run (AotKernel caches its buffer).
+            run(*arguments(arrays), out=output(outs))
+
+        def bind(outs, *arrays):
+            if not all(a.flags.c_contiguous for a in arrays):
+                return None   # `arguments` would bind a copy
+            return run.bind(*arguments(arrays), out=output(outs))
+
+        kernel.into, kernel.bind = into, bind
         return kernel
