@@ -5,9 +5,10 @@ With an arena (schedule/arena.py) every activation is a fixed view into one buff
 once: a kernel that can write into given arrays (a `into(outs, *args)` attribute: ONNX Runtime
 through I/O binding, Halide kernels) writes there directly, any other kernel's result is copied
 in. A kernel that can be bound to its arrays once (`bind(outs, *args)`, Halide kernels) is, when
-all its inputs live in the arena too: each run then makes just the foreign call. Graph outputs are copied out at the end, since the next run reuses the buffer. Parts of a
-Concat written in place (schedule/inplace.py) are views of their slice of its output, a reshape
-written in place is a view of its input, and such a Concat's or reshape's step does nothing."""
+all its inputs live in the arena too: each run then makes just the foreign call. Graph outputs
+are copied out at the end, since the next run reuses the buffer. Parts of a Concat written in
+place (schedule/inplace.py) are views of their slice of its output, a reshape written in place
+is a view of its input, and such a Concat's or reshape's step does nothing."""
 
 from __future__ import annotations
 
