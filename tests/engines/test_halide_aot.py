@@ -47,6 +47,30 @@ def test_a_bound_call_reads_its_arrays_anew_each_time():
         kernel.bind(x, x, out=out)
 
 
+def test_chained_calls_run_in_order_and_name_a_failing_kernel():
+    """`BoundCall.chain` runs bound kernels in one foreign call (chain.c), in order: the second
+    reads what the first wrote. A kernel failing inside is named in the error, and a chain
+    stops there."""
+    from woodpecker.engines.halide.aot import BoundCall
+
+    kernel = rows.build(TASK, CONFIG)
+    x, y, z = (np.empty(TASK.out_shape, np.float32) for _ in range(3))
+    chain = BoundCall.chain([kernel.bind(x, out=y), kernel.bind(y, out=z)])
+    x[...] = np.random.default_rng(3).standard_normal(TASK.out_shape)
+    chain()
+    want = TASK.reference([x])
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(z, TASK.reference([want]), rtol=1e-5, atol=1e-6)
+
+    first = kernel.bind(x, out=y)
+    first._held[0][1][1].extent -= 1   # an input row short: Halide's bounds check fails
+    z[...] = 7.0
+    broken = BoundCall.chain([first, kernel.bind(y, out=z)])
+    with pytest.raises(EngineError, match=kernel.path.name):
+        broken()
+    assert (z == 7.0).all()
+
+
 def test_a_strided_array_is_refused_and_the_next_call_works():
     """Kernels need unit inner strides: a strided view of the same shape gets a one-line error
     (its strides differ, so its buffer is rebuilt rather than reusing the dense one), and the

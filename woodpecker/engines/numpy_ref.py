@@ -25,8 +25,7 @@ class NumpyEngine(Engine):
             return run_reference(node, merge(args))
 
         if node.op == "Transpose":
-            perm = node.attrs["perm"]
-            kernel.into = lambda outs, x: transpose_into(outs[0], x, perm)
+            kernel.into = _transpose(node)
         elif node.op == "Concat":
             # Straight into the arena: a new result would be page-faulted in, then copied.
             axis = node.attrs["axis"]
@@ -35,6 +34,25 @@ class NumpyEngine(Engine):
             index = slice_index(node.attrs["_slices"])   # ShuffleNet: 26 per run
             kernel.into = lambda outs, x, *bounds: np.copyto(outs[0], x[index])
         return kernel
+
+
+def _transpose(node: Node):
+    """`into` of a Transpose: a swap of two blocks of axes on dense float32 arrays (layout
+    conversions, channel shuffles between Halide kernels) runs natively where the Halide runtime
+    is there (engines/halide/movement.py), anything else through `transpose_into`."""
+    perm = node.attrs["perm"]
+    x = node.inputs[0]
+    swap = None
+    if x.shape is not None and x.dtype is not None:
+        from woodpecker.engines.halide.movement import swapper
+
+        swap = swapper(perm, tuple(x.shape), x.dtype.name)
+
+    def into(outs, x):
+        if swap is None or not swap(outs[0], x):
+            transpose_into(outs[0], x, perm)
+
+    return into
 
 
 def transpose_into(out: np.ndarray, x: np.ndarray, perm) -> None:

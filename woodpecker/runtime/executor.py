@@ -5,10 +5,11 @@ With an arena (schedule/arena.py) every activation is a fixed view into one buff
 once: a kernel that can write into given arrays (a `into(outs, *args)` attribute: ONNX Runtime
 through I/O binding, Halide kernels) writes there directly, any other kernel's result is copied
 in. A kernel that can be bound to its arrays once (`bind(outs, *args)`, Halide kernels) is, when
-all its inputs live in the arena too: each run then makes just the foreign call. Graph outputs
-are copied out at the end, since the next run reuses the buffer. Parts of a Concat written in
-place (schedule/inplace.py) are views of their slice of its output, a reshape written in place
-is a view of its input, and such a Concat's or reshape's step does nothing."""
+all its inputs live in the arena too: each run then makes just the foreign call, and a run of
+such steps makes one (`_chains`). Graph outputs are copied out at the end, since the next run
+reuses the buffer. Parts of a Concat written in place (schedule/inplace.py) are views of their
+slice of its output, a reshape written in place is a view of its input, and such a Concat's or
+reshape's step does nothing."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ class Executor:
                                                  for v in ins])
             self._steps.append((kernel, tuple(index(v.name) for v in ins),
                                 tuple(index(v.name) for v in outs), free, views, into, bound))
+        self._chains = _chains(self._steps)
         self.arena = arena
         self._n_slots = len(slot)
         self._input_slots = [(v.name, slot[v.name]) for v in graph.inputs]
@@ -79,9 +81,17 @@ class Executor:
         for name, s in self._input_slots:
             env[s] = feeds[name]
         clock = time.perf_counter
+        chains = self._chains if step_times is None else {}
+        chained_until = 0
         for i, (kernel, ins, outs, free, views, into, bound) in enumerate(self._steps):
             t0 = clock() if step_times is not None else 0.0
-            if bound is not None:
+            if i < chained_until:
+                results = views
+            elif i in chains:
+                call, chained_until = chains[i]
+                call()
+                results = views
+            elif bound is not None:
                 bound()
                 results = views
             elif into is not None and views is not None:
@@ -133,6 +143,34 @@ def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.
         return held[part_index(w.shape, axis, start, v.shape[axis])]
     offset, n = arena.offsets[v.name], value_bytes(v)
     return buffer[offset:offset + n].view(v.dtype).reshape(v.shape)
+
+
+def _chains(steps: list) -> dict:
+    """First step → (one call running it and the next bound steps, the step after them), for
+    every run of two or more consecutive bound steps that their calls can join (`chain`, e.g.
+    aot.BoundCall.chain), no-op steps (`_in_place`) among them included."""
+    chains, run = {}, []
+
+    def close():
+        calls = [steps[i][6] for i in run if steps[i][6] is not None]
+        if len(calls) >= 2:
+            call = calls[0].chain(calls)
+            if call is not None:
+                chains[run[0]] = (call, run[-1] + 1)
+        run.clear()
+
+    for i, step in enumerate(steps):
+        bound, noop = step[6], step[5] is _in_place
+        joins = bound is not None and getattr(bound, "chain", None) is not None \
+            and (not run or steps[run[0]][6].chain == bound.chain)
+        if joins or (noop and run):
+            run.append(i)
+        else:
+            close()
+            if bound is not None and getattr(bound, "chain", None) is not None:
+                run.append(i)
+    close()
+    return chains
 
 
 def _in_arena(arena: Arena, v: Value) -> bool:

@@ -110,7 +110,10 @@ def _on_error(_user_context, message):
 
 
 RUNTIME_NAME = "libwoodpecker_halide_runtime.so"
-_POOL_SOURCE = Path(__file__).with_name("spin_pool.c")
+# Linked into the runtime: Woodpecker's thread pool, the kernel-chain runner and data movement
+# (compiled for this host, like the kernels).
+_C_SOURCES = tuple(Path(__file__).with_name(name)
+                   for name in ("spin_pool.c", "chain.c", "movement.c"))
 _runtime_lib: list[ctypes.CDLL] = []
 
 # Why Woodpecker runs Halide's parallel loops on its own pool (spin_pool.c): Halide's workers
@@ -124,20 +127,22 @@ SPIN_US = int(os.environ.get("WOODPECKER_HALIDE_SPIN_US", "1000"))
 
 def runtime_path() -> Path:
     """The shared Halide runtime library of this Halide version and host with Woodpecker's
-    thread pool (spin_pool.c) linked in; built if missing, named by the pool's source so a
-    changed pool is rebuilt."""
-    source = _POOL_SOURCE.read_bytes()
-    path = _kernel_dir() / RUNTIME_NAME.replace(
-        ".so", f"-{hashlib.sha256(source).hexdigest()[:12]}.so")
+    C sources (`_C_SOURCES`) linked in; built if missing, named by those sources so a changed
+    one is rebuilt."""
+    digest = hashlib.sha256(b"".join(src.read_bytes() for src in _C_SOURCES)).hexdigest()
+    path = _kernel_dir() / RUNTIME_NAME.replace(".so", f"-{digest[:12]}.so")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
-            runtime, pool = Path(tmp) / "runtime.o", Path(tmp) / "pool.o"
+            runtime = Path(tmp) / "runtime.o"
             hl = halide_module()
             hl.compile_standalone_runtime(str(runtime), hl.get_host_target())
-            _cc(["-O2", "-fPIC", "-c", str(_POOL_SOURCE), "-o", str(pool)],
-                f"compiling {_POOL_SOURCE.name}")
-            _link([runtime, pool], path, ("-lpthread", "-ldl", "-lm"))
+            objects = [runtime]
+            for src in _C_SOURCES:
+                objects.append(Path(tmp) / f"{src.stem}.o")
+                _cc(["-O3", "-march=native", "-fPIC", "-c", str(src), "-o", str(objects[-1])],
+                    f"compiling {src.name}")
+            _link(objects, path, ("-lpthread", "-ldl", "-lm"))
     return path
 
 
@@ -273,16 +278,45 @@ class AotKernel:
                               f"got {len(arrays)}")
         held = [_buffer(a if v is None else _viewed(a, v))
                 for a, v in zip((*arrays, out), self.views, strict=True)]
-        addresses = [ctypes.addressof(buf) for buf, _ in held]
-        fn, check = self._fn, self._check
-
-        def call() -> None:
-            check(fn(*addresses))
-
-        call.held = (held, arrays, out)   # the buffers and the arrays they point into
-        return call
+        return BoundCall(self, held, (arrays, out))
 
     def _check(self, rc: int) -> None:
         if rc != 0:
             raise EngineError(f"Halide kernel {self.path.name} failed ({rc}): "
                               f"{_last_error[0] if _last_error else 'no message'}")
+
+
+class BoundCall:
+    """A kernel bound to fixed buffers (`AotKernel.bind`); `chain` joins several into one."""
+
+    def __init__(self, kernel: AotKernel, held: list, arrays) -> None:
+        self.kernel, self._held, self._arrays = kernel, held, arrays   # keep the memory alive
+        self.addresses = [ctypes.addressof(buf) for buf, _ in held]
+
+    def __call__(self) -> None:
+        self.kernel._check(self.kernel._fn(*self.addresses))
+
+    @staticmethod
+    def chain(calls: "list[BoundCall]"):
+        """One call of no arguments running `calls` in order through the runtime's
+        `wp_run_chain` (chain.c): a plan's run of consecutive Halide steps costs one ctypes
+        call instead of one each. None when the runtime lacks it (a plan saved before)."""
+        run = getattr(_runtime(), "wp_run_chain", None)
+        if run is None:
+            return None
+        n = len(calls)
+        fns = (ctypes.c_void_p * n)(*[ctypes.cast(c.kernel._fn, ctypes.c_void_p).value
+                                      for c in calls])
+        nargs = (ctypes.c_int * n)(*[len(c.addresses) for c in calls])
+        flat = [a for c in calls for a in c.addresses]
+        args = (ctypes.c_void_p * len(flat))(*flat)
+        failed = ctypes.c_int(0)
+        run.restype = ctypes.c_int
+
+        def call() -> None:
+            rc = run(n, fns, nargs, args, ctypes.byref(failed))
+            if rc != 0:
+                calls[failed.value].kernel._check(rc)
+
+        call.parts = (calls, fns, nargs, args)   # keep the buffers and arrays alive
+        return call
