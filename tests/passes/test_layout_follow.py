@@ -17,7 +17,7 @@ from onnx import helper
 import woodpecker
 from tests.helpers import make_model, ort_run, rand
 from woodpecker.passes.layout_follow import reshape_perm
-from woodpecker.schedule.inplace import VIEW
+from woodpecker.schedule.inplace import VIEW, slice_code
 
 
 @st.composite
@@ -112,9 +112,12 @@ def test_movement_between_generated_kernels_stays_nhwc(tmp_path):
     assert layouts["Concat"] == "NHWC" and layouts["Slice"] == "NHWC"
     # both concats' parts (two conv outputs, a slice and a conv output) are strided channel
     # slices of NHWC values, written in place; the shuffle's two reshapes and the flatten are
-    # views of their inputs (schedule/inplace.py)
+    # views of their inputs, and the half read by a conv is a channel slice of the shuffle's
+    # reshape view (schedule/inplace.py)
     kinds = sorted(axis for _, axis, _ in plan.arena.aliases.values())
-    assert kinds == [VIEW] * 3 + [3] * 4, plan.arena.aliases
+    assert kinds == [slice_code(3)] + [VIEW] * 3 + [3] * 4, plan.arena.aliases
+    sliced = [a for a in plan.arena.aliases.values() if a[1] == slice_code(3)]
+    assert [a[2] for a in sliced] == [8], plan.arena.aliases   # the second half of 16
     # Halide steps whose inputs all live in the arena are bound to them once (executor.py)
     bound = [step for step in compiled._executor._steps if step[-1] is not None]
     assert 1 <= len(bound) <= 5

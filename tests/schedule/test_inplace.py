@@ -15,7 +15,7 @@ import woodpecker
 from tests.helpers import make_model, ort_run, rand
 from woodpecker.errors import PlanError
 from woodpecker.runtime.plan import PLAN_FILE
-from woodpecker.schedule.inplace import VIEW
+from woodpecker.schedule.inplace import VIEW, slice_code
 
 C, HW = 4, 6
 
@@ -94,6 +94,8 @@ def test_reshape_is_a_view_of_its_input(tmp_path):
     (lambda a: a.update(b=["cat", 1, C + 1]), "does not fit"),
     (lambda a: a.update(b=["cat", 1, C - 1]), "overlap"),
     (lambda a: a.update(b=["nowhere", 1, C]), "unknown"),
+    (lambda a: a.update(b=["cat", slice_code(1), C + 1]), "does not fit"),
+    (lambda a: a.update(a=["b", VIEW, 0], b=["a", slice_code(1), 0]), "unknown or unplaced"),
 ])
 def test_corrupt_alias_is_refused(edit, match, tmp_path):
     woodpecker.compile(_fire(1), engines="numpy", threads=1).save(tmp_path / "p")

@@ -8,8 +8,8 @@ in. A kernel that can be bound to its arrays once (`bind(outs, *args)`, Halide k
 all its inputs live in the arena too: each run then makes just the foreign call, and a run of
 such steps makes one (`_chains`). Graph outputs are copied out at the end, since the next run
 reuses the buffer. Parts of a Concat written in place (schedule/inplace.py) are views of their
-slice of its output, a reshape written in place is a view of its input, and such a Concat's or
-reshape's step does nothing."""
+slice of its output, a reshape or slice written in place is a view of its input, and such a
+Concat's, reshape's or slice's step does nothing."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import numpy as np
 from woodpecker.engines.base import Kernel, runtime_positions
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.schedule.arena import Arena
-from woodpecker.schedule.inplace import VIEW, part_index
+from woodpecker.schedule.inplace import VIEW, is_view, part_index, slice_code
 from woodpecker.schedule.problem import value_bytes
 
 
@@ -61,7 +61,7 @@ class Executor:
                 views = tuple(_arena_view(buffer, arena, graph, v) for v in outs)
                 parts = ins and all(arena.aliases.get(v.name, ("",))[0] == outs[0].name
                                     for v in ins)
-                if parts or (outs and arena.aliases.get(outs[0].name, ("", 0))[1] == VIEW):
+                if parts or (outs and is_view(arena.aliases.get(outs[0].name, ("", 0))[1])):
                     into = _in_place
                 elif hasattr(kernel, "bind") and all(_in_arena(arena, v) for v in ins):
                     bound = kernel.bind(views, *[_arena_view(buffer, arena, graph, v)
@@ -133,13 +133,14 @@ def step_io(nodes: Sequence[Node], graph: Graph) -> tuple[list[Value], list[Valu
 
 def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.ndarray:
     """`v`'s array in the arena: its own span, its slice of the Concat output it is a part
-    of, or its input's array reshaped (schedule/inplace.py)."""
+    of, or its input's array reshaped or sliced (schedule/inplace.py)."""
     if v.name in arena.aliases:
         whole, axis, start = arena.aliases[v.name]
         w = graph.values[whole]
         held = _arena_view(buffer, arena, graph, w)
         if axis == VIEW:
             return held.reshape(v.shape)
+        axis = slice_code(axis) if is_view(axis) else axis
         return held[part_index(w.shape, axis, start, v.shape[axis])]
     offset, n = arena.offsets[v.name], value_bytes(v)
     return buffer[offset:offset + n].view(v.dtype).reshape(v.shape)
@@ -179,5 +180,5 @@ def _in_arena(arena: Arena, v: Value) -> bool:
 
 
 def _in_place(outs, *parts) -> None:
-    """A Concat whose parts were all written into its output already, or a reshape whose
-    output is a view of its input: nothing to do."""
+    """A Concat whose parts were all written into its output already, or a reshape or slice
+    whose output is a view of its input: nothing to do."""

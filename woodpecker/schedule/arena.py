@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 
 from woodpecker.ir.graph import Graph
-from woodpecker.schedule.inplace import VIEW, alias_problem
+from woodpecker.schedule.inplace import alias_problem, is_view, view_root
 from woodpecker.schedule.problem import value_bytes
 
 ALIGNMENT = 64   # a cache line, and enough for AVX-512 loads
@@ -70,8 +70,9 @@ def lifetimes(graph: Graph, steps: Steps = None,
     for name, (whole, axis, _) in aliases.items():
         v = graph.values[name]
         k = at[id(v.producer)]
-        if axis == VIEW:
+        if is_view(axis):
             last = end if id(v) in outputs else max((at[id(c)] for c in v.consumers), default=k)
+            whole = view_root(aliases, whole)
             last_view[whole] = max(last, last_view.get(whole, last))
         else:
             first_part[whole] = min(k, first_part.get(whole, k))

@@ -19,6 +19,13 @@ A Reshape, Flatten, Squeeze or Unsqueeze run by numpy as a step of its own is a 
 input when that input is an arena value of its own (not a part, not a view): ShuffleNet v2's
 channel shuffle has two per unit, 32 copies a run. Such an alias has axis `VIEW`.
 
+A Slice along one axis with step 1, run by numpy as a step of its own, is likewise a view of its
+input when every reader is a generated conv kernel reading it as its activation: those index
+their input through its strides, so an NHWC channel slice (pixels the whole value's channel
+count apart) needs no copy. ShuffleNet v2's stride-1 units split their input in two halves and
+feed the second to a 1×1 conv: 13 of its 26 slice copies a run. Such an alias has axis
+`slice_code(axis)` (below −1).
+
 The arena keeps an alias out of the placement, starts a whole's lifetime at its first part's
 step and ends a viewed value's at its views' last reader (schedule/arena.py); a plan stores the
 aliases and `check_arena` validates them on load.
@@ -36,6 +43,17 @@ from woodpecker.ir.graph import Graph, Value
 Alias = tuple[str, int, int]     # (whole value, concat axis or VIEW, start index along it)
 VIEW = -1
 RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+STRIDED_READERS = frozenset({"Conv", "FusedConv"})   # Halide kernels reading x through strides
+
+
+def slice_code(axis: int) -> int:
+    """The alias axis of a slice view along `axis` (its own inverse)."""
+    return -2 - axis
+
+
+def is_view(axis: int) -> bool:
+    """The alias is a view of its input (a reshape or a slice), not a part of a Concat."""
+    return axis < 0
 
 
 def concat_aliases(graph: Graph, engines: Sequence[str],
@@ -61,7 +79,27 @@ def concat_aliases(graph: Graph, engines: Sequence[str],
                 x.producer is None or x.name in aliases or node.outputs[0].name in aliases:
             continue
         aliases[node.outputs[0].name] = (x.name, VIEW, 0)
+    for i, node in enumerate(graph.nodes):
+        view = _slice_view(node, aliases, outputs, engines, index) \
+            if node.op == "Slice" and engines[i] == "numpy" and step_of[i] == 1 else None
+        if view is not None:
+            aliases[node.outputs[0].name] = view
     return aliases
+
+
+def _slice_view(node, aliases, outputs, engines, index) -> Alias | None:
+    x, out = node.inputs[0], node.outputs[0]
+    if x.is_const or x.producer is None or aliases.get(x.name, ("", VIEW))[1] != VIEW \
+            or out.name in aliases or id(out) in outputs or not out.consumers:
+        return None   # x: a placed value or a reshape view of one (ShuffleNet's shuffle)
+    cut = [(a, s) for a, s in enumerate(node.attrs["_slices"]) if list(s) != [0, x.shape[a], 1]]
+    if len(cut) != 1 or cut[0][1][2] != 1:
+        return None
+    if any(c.op not in STRIDED_READERS or engines[index[id(c)]] != "halide"
+           or c.inputs[0] is not out or c.inputs.count(out) != 1 for c in out.consumers):
+        return None
+    axis, (start, _, _) = cut[0]
+    return (x.name, slice_code(axis), start)
 
 
 def _in_place(v: Value, concat, axis: int, outputs, aliases, producer_engine) -> bool:
@@ -71,6 +109,15 @@ def _in_place(v: Value, concat, axis: int, outputs, aliases, producer_engine) ->
     contiguous = int(np.prod(v.shape[:axis])) == 1
     return contiguous or (axis == len(v.shape) - 1
                           and get_engine(producer_engine).writes_strided)
+
+
+def view_root(aliases: dict[str, Alias], name: str) -> str:
+    """The placed value that view `name` (or a view of a view) lies in."""
+    seen = set()
+    while name in aliases and is_view(aliases[name][1]) and name not in seen:
+        seen.add(name)
+        name = aliases[name][0]
+    return name
 
 
 def part_index(shape: Sequence[int], axis: int, start: int, size: int) -> tuple[slice, ...]:
@@ -85,18 +132,21 @@ def alias_problem(graph: Graph, aliases: dict[str, Alias], offsets: dict[str, in
     spans: dict[str, list[tuple[int, int, str]]] = {}
     for name, (whole, axis, start) in aliases.items():
         part, w = graph.values.get(name), graph.values.get(whole)
-        if part is None or w is None or whole not in offsets:
+        if part is None or w is None or view_root(aliases, whole) not in offsets:
             return f"alias {name!r} -> {whole!r} names an unknown or unplaced value"
         ps, ws = tuple(part.shape), tuple(w.shape)
         if axis == VIEW:
             if part.dtype != w.dtype or int(np.prod(ps)) != int(np.prod(ws)) or start:
                 return f"alias {name!r} does not fit in {whole!r}"
             continue
+        sliced = is_view(axis)
+        axis = slice_code(axis) if sliced else axis
         if len(ps) != len(ws) or not 0 <= axis < len(ws) or part.dtype != w.dtype or \
                 any(a != b for k, (a, b) in enumerate(zip(ps, ws)) if k != axis) or \
                 start < 0 or start + ps[axis] > ws[axis]:
             return f"alias {name!r} does not fit in {whole!r}"
-        spans.setdefault(whole, []).append((start, start + ps[axis], name))
+        if not sliced:   # slices of one value may overlap; parts of one Concat may not
+            spans.setdefault(whole, []).append((start, start + ps[axis], name))
     for parts in spans.values():
         parts.sort()
         for (_, end, a), (begin, _, b) in zip(parts, parts[1:]):

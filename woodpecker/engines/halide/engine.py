@@ -57,7 +57,7 @@ class HalideEngine(Engine):
         def arguments(arrays) -> list:
             full = list(args)
             for j, a in zip(slots, arrays):
-                full[j] = np.ascontiguousarray(a)
+                full[j] = a if _innermost_dense(a) else np.ascontiguousarray(a)
             return full
 
         def kernel(*arrays):
@@ -72,9 +72,16 @@ class HalideEngine(Engine):
             run(*arguments(arrays), out=output(outs))
 
         def bind(outs, *arrays):
-            if not all(a.flags.c_contiguous for a in arrays):
+            if not all(_innermost_dense(a) for a in arrays):
                 return None   # `arguments` would bind a copy
             return run.bind(*arguments(arrays), out=output(outs))
 
         kernel.into, kernel.bind = into, bind
         return kernel
+
+
+def _innermost_dense(a: np.ndarray) -> bool:
+    """Halide kernels read any strides but a unit innermost one: an NHWC channel slice (a slice
+    view, schedule/inplace.py) is read where it lies. Templates that see an activation in
+    another shape (`views`) reshape it, which fails loudly for such a slice (aot._viewed)."""
+    return a.ndim == 0 or a.strides[-1] == a.itemsize or a.shape[-1] == 1
