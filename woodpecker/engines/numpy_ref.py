@@ -40,13 +40,12 @@ def _transpose(node: Node):
     """`into` of a Transpose: a swap of two blocks of axes on dense float32 arrays (layout
     conversions, channel shuffles between Halide kernels) runs natively where the Halide runtime
     is there (engines/halide/movement.py), anything else through `transpose_into`."""
-    perm = node.attrs["perm"]
-    x = node.inputs[0]
+    perm, source = node.attrs["perm"], node.inputs[0]
     swap = None
-    if x.shape is not None and x.dtype is not None:
+    if source.shape is not None and source.dtype is not None:
         from woodpecker.engines.halide.movement import swapper
 
-        swap = swapper(perm, tuple(x.shape), x.dtype.name)
+        swap = swapper(perm, tuple(source.shape), source.dtype.name)
 
     def into(outs, x):
         if swap is None or not swap(outs[0], x):

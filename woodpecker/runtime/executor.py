@@ -21,7 +21,7 @@ import numpy as np
 from woodpecker.engines.base import Kernel, runtime_positions
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.schedule.arena import Arena
-from woodpecker.schedule.inplace import VIEW, is_view, part_index, slice_code
+from woodpecker.schedule.inplace import VIEW, is_view, part_index, sliced_axis
 from woodpecker.schedule.problem import value_bytes
 
 
@@ -140,7 +140,7 @@ def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.
         held = _arena_view(buffer, arena, graph, w)
         if axis == VIEW:
             return held.reshape(v.shape)
-        axis = slice_code(axis) if is_view(axis) else axis
+        axis = sliced_axis(axis)
         return held[part_index(w.shape, axis, start, v.shape[axis])]
     offset, n = arena.offsets[v.name], value_bytes(v)
     return buffer[offset:offset + n].view(v.dtype).reshape(v.shape)
@@ -161,15 +161,14 @@ def _chains(steps: list) -> dict:
         run.clear()
 
     for i, step in enumerate(steps):
-        bound, noop = step[6], step[5] is _in_place
-        joins = bound is not None and getattr(bound, "chain", None) is not None \
-            and (not run or steps[run[0]][6].chain == bound.chain)
-        if joins or (noop and run):
+        bound = step[6]
+        joinable = getattr(bound, "chain", None) is not None
+        if joinable and run and steps[run[0]][6].chain != bound.chain:
+            close()
+        if joinable or (run and step[5] is _in_place):
             run.append(i)
         else:
             close()
-            if bound is not None and getattr(bound, "chain", None) is not None:
-                run.append(i)
     close()
     return chains
 

@@ -56,6 +56,11 @@ def is_view(axis: int) -> bool:
     return axis < 0
 
 
+def sliced_axis(axis: int) -> int:
+    """The axis a Concat part or a slice view (not a reshape view) is cut along."""
+    return slice_code(axis) if is_view(axis) else axis
+
+
 def concat_aliases(graph: Graph, engines: Sequence[str],
                    steps: Sequence[Sequence[int]]) -> dict[str, Alias]:
     """Part value name → where it lives in its Concat's output, for every part that can."""
@@ -139,8 +144,7 @@ def alias_problem(graph: Graph, aliases: dict[str, Alias], offsets: dict[str, in
             if part.dtype != w.dtype or int(np.prod(ps)) != int(np.prod(ws)) or start:
                 return f"alias {name!r} does not fit in {whole!r}"
             continue
-        sliced = is_view(axis)
-        axis = slice_code(axis) if sliced else axis
+        sliced, axis = is_view(axis), sliced_axis(axis)
         if len(ps) != len(ws) or not 0 <= axis < len(ws) or part.dtype != w.dtype or \
                 any(a != b for k, (a, b) in enumerate(zip(ps, ws)) if k != axis) or \
                 start < 0 or start + ps[axis] > ws[axis]:

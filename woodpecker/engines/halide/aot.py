@@ -311,7 +311,6 @@ class BoundCall:
         flat = [a for c in calls for a in c.addresses]
         args = (ctypes.c_void_p * len(flat))(*flat)
         failed = ctypes.c_int(0)
-        run.restype = ctypes.c_int
 
         def call() -> None:
             rc = run(n, fns, nargs, args, ctypes.byref(failed))

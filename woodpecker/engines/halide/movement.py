@@ -1,7 +1,8 @@
 """Fast transposes for the numpy engine (movement.c, in the Halide runtime library): a layout
 conversion (NCHW <-> NHWC) or ShuffleNet's channel shuffle on NHWC values swaps two adjacent
 blocks of axes, which numpy copies one element at a time. Measured on one core: ShuffleNet's
-28x28x116 shuffle 51 us with numpy's best order, ~4 us here. Without Halide, numpy does it."""
+28x28x116 shuffle 29 us here against 40 us with numpy's best order (a plain copy: 13 us).
+Without Halide, numpy does it."""
 
 from __future__ import annotations
 
