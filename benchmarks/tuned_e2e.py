@@ -2,8 +2,10 @@
 budget (tuning log <log-dir>/tuning_<model>.jsonl, continued, so earlier tuning — e.g.
 conv_layers.py's — is reused; an empty --log-dir measures what the budget alone buys), then the
 plan vs ONNX Runtime vs PyTorch eager, interleaved.
-Reports tuning wall time and measurements, selection, generated FLOP/time shares, plan load
-time, and max_rel_diff against ONNX Runtime. JSON: benchmarks/results/tuned_e2e.json.
+Reports the ratio of medians and the paired ratio (bench.timing.paired_ratio: the median of
+per-round ratios, robust to the machine's drift), tuning wall time and measurements, selection,
+generated FLOP/time shares, plan load time, and max_rel_diff against ONNX
+Runtime. JSON: benchmarks/results/tuned_e2e.json.
 
     python benchmarks/tuned_e2e.py --models resnet18,mobilenet_v2 --budget 5m --runs 30
     python benchmarks/tuned_e2e.py --models resnet18 --budget 15m --log-dir fresh_logs/
@@ -69,11 +71,13 @@ def main() -> int:
         print(format_table(r), flush=True)
         report["models"][name] = r
         report["machine"], report["versions"] = r["machine"], r["versions"]
-    print(f"\n{'model':<21} {'wp/ort':>7} {'wp/torch':>9} {'gen FLOPs':>10} {'gen time':>9} "
+    print(f"\n{'model':<21} {'wp/ort':>7} {'paired':>7} {'wp/torch':>9} {'gen FLOPs':>10} "
+          f"{'gen time':>9} "
           f"{'tune s':>7} {'meas.':>6} {'load s':>7} {'max_rel_diff':>13}")
     for name, r in report["models"].items():
         t = r["tuning"]
         print(f"{name:<21} {1 / r['speedup_vs']['onnxruntime']:>7.3f} "
+              f"{1 / r['paired_speedup_vs']['onnxruntime']:>7.3f} "
               f"{1 / r['speedup_vs']['torch']:>9.3f} {r['generated_flops_share']:>10.1%} "
               f"{r['generated_time_share']:>9.1%} {t.get('seconds', 0):>7.0f} "
               f"{t.get('measurements', 0):>6} {r['load_seconds']:>7.2f} "

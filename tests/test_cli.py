@@ -49,6 +49,8 @@ def test_bench_json(model_file, tmp_path, capsys):
     r = json.loads(out.read_text())
     assert r["runs"] == 3 and set(r["results"]) == {"woodpecker", "onnxruntime"}
     assert {"median_ms", "p10_ms", "p90_ms"} <= set(r["results"]["woodpecker"])
+    assert set(r["paired_speedup_vs"]) == {"onnxruntime"}
+    assert r["paired_speedup_vs"]["onnxruntime"] > 0
     assert r["max_rel_diff"] < 1e-4 and r["versions"]["onnxruntime"]
 
 
@@ -114,3 +116,16 @@ def test_block_interleaving_counts_runs():
     times = time_interleaved({"a": make("a"), "b": make("b")}, runs=7, warmup=1, block=4)
     assert len(times["a"]) == len(times["b"]) == 7
     assert calls["a"] == calls["b"] == 1 + 7 + 3    # warm-up, timed, one discarded per round
+
+
+def test_paired_ratio_compares_calls_of_the_same_round():
+    """A drift that doubles every runtime's time between rounds moves both medians by 2x but
+    leaves each round's ratio, and so the paired ratio, where it was; a lone spike is
+    discarded by the median."""
+    from woodpecker.bench.timing import paired_ratio
+
+    base = [1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 4.0]
+    other = [0.9 * t for t in base]
+    other[3] = 50.0
+    assert abs(paired_ratio({"a": base, "b": other}, "a", "b") - 0.9) < 1e-12
+    assert abs(paired_ratio({"a": base, "b": other}, "b", "a") - 1 / 0.9) < 1e-12

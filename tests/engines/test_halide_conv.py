@@ -40,6 +40,13 @@ TASKS = [
              (("Add",), ("Relu",))),   # room for reduction blocks (rc_block)
     ConvTask(2, 12, 7, 9, 8, 3, 3, (1, 1), (0, 1, 2, 0), (1, 1), 1, False,
              (("Clip", 0.0, 6.0),)),   # Winograd: a batch, uneven pads, part tiles
+    # A model input read where it lies, NCHW: strided, 3x3 stride 1 (Winograd), unpadded 1x1
+    ConvTask(1, 3, 11, 9, 16, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1, True,
+             (("Clip", 0.0, 6.0),), x_layout="NCHW"),
+    ConvTask(2, 3, 8, 10, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, False, (),
+             x_layout="NCHW"),
+    ConvTask(1, 4, 6, 7, 8, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True, (("Relu",),),
+             x_layout="NCHW"),
 ]
 
 
@@ -177,3 +184,33 @@ def test_winograd_covers_only_unit_stride_3x3():
     assert space.violations(dict(config, t_block=5, m=2)) == []      # 3 x 4 tiles of 2 x 2
     assert conv_winograd.weights(TASKS[3], config, np.zeros((3, 3, 64, 16))).shape == \
         (2, 6, 6, 64, 8)
+
+
+def test_a_model_input_is_read_where_it_lies():
+    """A conv reading a model input of ≤ 4 channels reads it in NCHW (no layout conversion
+    before it); a conv reading another value, or one of more channels, reads NHWC, and its key
+    is the one earlier tuning logs recorded (no x_layout). Each supporting template's first
+    valid config computes the reference on the NCHW input."""
+    from woodpecker.ir.graph import Graph
+
+    g = Graph("stem")
+    x = g.value("x", (1, 3, 9, 9), np.float32)
+    g.inputs.append(x)
+    attrs = {"_pads": [1, 1, 1, 1], "strides": [1, 1], "dilations": [1, 1]}
+    mid = g.value("mid", (1, 4, 9, 9), np.float32)
+    first = g.add_node("Conv", [x, g.const(np.ones((4, 3, 3, 3), np.float32), "w0")], [mid],
+                       dict(attrs), name="first")
+    second = g.add_node("Conv", [mid, g.const(np.ones((4, 4, 3, 3), np.float32), "w1")],
+                        [g.value("y", (1, 4, 9, 9), np.float32)], dict(attrs), name="second")
+    stem, inner = ConvTask.from_node(first), ConvTask.from_node(second)
+    assert (stem.x_layout, inner.x_layout) == ("NCHW", "NHWC")
+    assert "x_layout" not in inner.key and '"x_layout":"NCHW"' in stem.key
+    assert ConvTask.from_json(stem.to_json()) == stem
+    assert (stem.input_layout(0), inner.input_layout(0)) == ("", "NHWC")
+    inputs = stem.random_inputs(3)
+    assert inputs[0].shape == (1, 3, 9, 9)
+    for template in (conv_direct, conv_gemm, conv_winograd):
+        config = next(iter(template.space(stem).valid_configs()))
+        got = template.build(stem, config)(*kernel_arguments(template, stem, config, inputs))
+        ref = stem.reference(inputs)
+        assert relative_error(got, ref) <= TOLERANCE, (template.__name__, config)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from woodpecker.engines.halide.engine import NHWC
 from woodpecker.ir.graph import Graph
 from woodpecker.passes.layout import assign_layouts
+from woodpecker.tune.tasks.conv import ConvTask
 
 
 def _residual_chain(n: int) -> Graph:
@@ -24,7 +25,9 @@ def _residual_chain(n: int) -> Graph:
         out = g.value(f"y{i}", (1, 4, 6, 6), np.float32)
         ins = [prev, w, None] + ([before] if i % 2 and before is not None else [])
         g.add_node("FusedConv", ins, [out], {"epilogue": [{"op": "Add"}] if len(ins) > 3
-                                              else [], "_pads": [1, 1, 1, 1]}, name=f"conv{i}")
+                                              else [], "_pads": [1, 1, 1, 1],
+                                              "strides": [1, 1], "dilations": [1, 1]},
+                   name=f"conv{i}")
         before, prev = prev, out
     g.outputs.append(prev)
     return g
@@ -35,19 +38,28 @@ def _residual_chain(n: int) -> Graph:
 def test_one_conversion_per_crossing_value(on_halide):
     g = _residual_chain(len(on_halide))
     engines = ["halide" if h else "onnxruntime" for h in on_halide]
+    tasks = {}
     for node, h in zip(g.nodes, on_halide):
         if h:
-            node.attrs["halide"] = {"kind": "conv2d"}
-    halide = {f"conv{i}" for i, h in enumerate(on_halide) if h}
-    # Expected: each value read by Halide but made elsewhere crosses once into NHWC; each value
-    # made by Halide but read elsewhere (or a graph output) crosses once back.
+            tasks[node.name] = ConvTask.from_node(node)
+            node.attrs["halide"] = {"kind": "conv2d", "task": tasks[node.name].to_json()}
+    # conv0 reads the 4-channel model input where it lies (NCHW); conv1 adds it as a residual,
+    # which it reads in NHWC.
+    assert "conv0" not in tasks or tasks["conv0"].x_layout == "NCHW"
+
+    def reads_nhwc(node, v) -> bool:
+        return node.name in tasks and any(u is v and tasks[node.name].input_layout(i) == NHWC
+                                          for i, u in enumerate(node.inputs))
+
+    # Expected: each value read in NHWC by Halide but made elsewhere crosses once into NHWC;
+    # each value made by Halide but read elsewhere (or a graph output) crosses once back.
     expected = 0
     for v in list(g.values.values()):
         if v.is_const:
             continue
-        made_by_halide = v.producer is not None and v.producer.name in halide
-        readers = {c.name in halide for c in v.consumers}
-        if not made_by_halide and True in readers:
+        made_by_halide = v.producer is not None and v.producer.name in tasks
+        readers = {c.name in tasks for c in v.consumers}
+        if not made_by_halide and any(reads_nhwc(c, v) for c in v.consumers):
             expected += 1
         if made_by_halide and (False in readers or v in g.outputs):
             expected += 1
@@ -57,7 +69,10 @@ def test_one_conversion_per_crossing_value(on_halide):
     for node, e in zip(g.nodes, new_engines):
         data = [v for i, v in enumerate(node.inputs) if v is not None and not v.is_const]
         if e == "halide":
-            assert all(v.layout == NHWC for v in data + node.outputs)
+            task = tasks[node.name]
+            assert all(v.layout == task.input_layout(i) for i, v in enumerate(node.inputs)
+                       if v is not None and not v.is_const)
+            assert all(v.layout == NHWC for v in node.outputs)
         elif node.op == "Transpose":
             assert e == "numpy"
             assert {node.inputs[0].layout, node.outputs[0].layout} == {"", NHWC}

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from woodpecker.bench.runners import Runner, make_runner, versions
-from woodpecker.bench.timing import time_interleaved
+from woodpecker.bench.timing import paired_ratio, time_interleaved
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.target import cpu_info
 
@@ -74,6 +74,8 @@ def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs:
         "engines": sorted(set(model.plan.engines)),
         "results": results,
         "speedup_vs": {n: results[n]["median_ms"] / wp for n in results if n != "woodpecker"},
+        "paired_speedup_vs": {n: paired_ratio(times, "woodpecker", n) for n in results
+                              if n != "woodpecker"},
         "max_abs_diff": abs_diff, "max_rel_diff": rel_diff,
     }
 
@@ -81,9 +83,12 @@ def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs:
 def format_table(result: dict) -> str:
     lines = [f"model {result['model']}  runs {result['runs']}  threads {result['threads']}  "
              f"max_rel_diff vs onnxruntime {result['max_rel_diff']:.2e}",
-             f"{'runtime':<12} {'median ms':>10} {'p10 ms':>9} {'p90 ms':>9} {'wp speed-up':>12}"]
+             f"{'runtime':<12} {'median ms':>10} {'p10 ms':>9} {'p90 ms':>9} {'wp speed-up':>12} "
+             f"{'paired':>8}"]
     for name, r in result["results"].items():
         sp = result["speedup_vs"].get(name)
+        paired = result.get("paired_speedup_vs", {}).get(name)
         lines.append(f"{name:<12} {r['median_ms']:>10.3f} {r['p10_ms']:>9.3f} {r['p90_ms']:>9.3f} "
-                     f"{'' if sp is None else f'{sp:.3f}x':>12}")
+                     f"{'' if sp is None else f'{sp:.3f}x':>12} "
+                     f"{'' if paired is None else f'{paired:.3f}x':>8}")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ import numpy as np
 from woodpecker.engines.base import runtime_positions
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.passes.layout_follow import FOLLOWERS, NHWC_PERM, MovedOp, moved_op
-from woodpecker.tune.tasks import NHWC, spec_kind
+from woodpecker.tune.tasks import NHWC, spec_kind, spec_task
 
 
 def _nhwc(node: Node, engine: str) -> bool:
@@ -45,8 +45,11 @@ def assign_layouts(graph: Graph, engines: list[str]) -> tuple[list[str], int]:
     for node in list(graph.nodes):
         if _nhwc(node, engine_of[id(node)]):
             index = graph.nodes.index(node)
+            task = spec_task(node.attrs["halide"])
             for i in runtime_positions(node):   # the activations: x and any residuals
                 v = node.inputs[i]
+                if task.input_layout(i) == "":
+                    continue   # read where it lies (a model input, see ConvTask.x_layout)
                 if v.name not in held or held[v.name][1] != NHWC_PERM:
                     t = _transpose(graph, v, NHWC_PERM, index)
                     inserted.append(t)

@@ -7,10 +7,11 @@ Choices left open by the paper, made here:
   fails to build or differs is reported and never chosen.
 - Identical nodes (one task) share the kernel timings; conversions are charged per node, in
   graph order: an NHWC Halide candidate (conv, pool) pays an NCHW→NHWC copy for each run-time
-  input whose producer is not an NHWC Halide node, and an NHWC→NCHW copy when some consumer
-  cannot take NHWC (it is not a node whose NHWC task has a faster Halide kernel, or the value
-  is a graph output); a library candidate, or a Halide kernel in the node's own layout (dense),
-  pays the NHWC→NCHW copy of each input an NHWC Halide node produced.
+  input it reads in NHWC whose producer is not an NHWC Halide node, and an NHWC→NCHW copy
+  when some consumer cannot take NHWC (it is not a node whose NHWC task has a faster Halide
+  kernel, or the value is a graph output); a library candidate, or a Halide kernel in the
+  node's own layout (dense), pays the NHWC→NCHW copy of each input an NHWC Halide node
+  produced.
 - With library regions (runtime/regions.py) a Halide node amid ONNX Runtime nodes splits their
   session in two: the Halide candidate is charged two session calls (measured on a near-empty
   session) — the call the split adds, and the one the per-node library timing includes but a
@@ -84,11 +85,11 @@ def _buildable(task: Task):
 def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """The task's random arguments that arrive at run time, in the node's own layout and
     shapes: what a library kernel of the node is called with."""
-    present = [v for v in node.inputs if v is not None]
+    present = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
     out = []
-    for v, a in zip(present, inputs):
+    for (i, v), a in zip(present, inputs):
         if v.data is None:
-            a = a.transpose(0, 3, 1, 2) if task.layout == NHWC else a
+            a = a.transpose(0, 3, 1, 2) if task.input_layout(i) == NHWC else a
             out.append(np.ascontiguousarray(a).reshape(v.shape))
     return out
 
@@ -161,7 +162,8 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
         t = timing.get(node.name)
         if t is None:
             continue
-        data = [node.inputs[i] for i in runtime_positions(node)]
+        positions = runtime_positions(node)
+        data = [node.inputs[i] for i in positions]
         from_halide = [v for v in data if v.producer is not None
                        and chosen[index[id(v.producer)]] == "halide"
                        and timing[v.producer.name].task.layout == NHWC]
@@ -171,8 +173,8 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
         if t.task.layout == NHWC:
             out_v = node.outputs[0]
             needs_nchw = out_v in graph.outputs or not all(hopeful(c) for c in out_v.consumers)
-            halide_conv = sum(copy_ms(v.shape, (0, 2, 3, 1)) for v in data
-                              if v not in from_halide)
+            halide_conv = sum(copy_ms(v.shape, (0, 2, 3, 1)) for i, v in zip(positions, data)
+                              if v not in from_halide and t.task.input_layout(i) == NHWC)
             if needs_nchw:
                 n, c, h, w = out_v.shape
                 halide_conv += copy_ms((n, h, w, c), (0, 3, 1, 2))

@@ -30,7 +30,18 @@ class ConvInputs:
         # which a skewed materialised input reads past.
         spatial = any(task.pads) or not reads_inside
         bounds = [(0, task.c)] + ([(0, task.w), (0, task.h), (0, task.n)] if spatial else [])
-        self.padded = hl.BoundaryConditions.constant_exterior(self.x, 0.0, bounds)
+        self.padded = hl.BoundaryConditions.constant_exterior(self._nhwc(), 0.0, bounds)
+
+    def _nhwc(self):
+        """The input as the algorithm indexes it, [c, x, y, n]: the parameter itself, or an
+        NCHW parameter read across (a model input's few channels, `ConvTask.x_layout`)."""
+        if self.task.x_layout != "NCHW":
+            return self.x
+        hl = self.hl
+        c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
+        f = hl.Func("x_nchw")
+        f[c, x, y, n] = self.x[x, y, c, n]
+        return f
 
     def bias(self, c):
         return self.b[c] if self.b is not None else self.hl.f32(0.0)

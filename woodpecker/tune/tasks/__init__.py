@@ -5,7 +5,9 @@ Every kind of task (conv2d, dense, pool, rows) offers the same interface, so ext
 measurement worker, the tuner, system-level selection and the Halide engine handle them alike:
 
 - `kind`, `layout` ("NHWC": the kernel reads and writes channels-innermost activations and the
-  layout pass converts around it; "": the node's own layout), `key`, `to_json`/`from_json`;
+  layout pass converts around it; "": the node's own layout), `input_layout(i)` (the layout it
+  reads node input `i` in: `layout`, unless a task variant reads one where it lies), `key`,
+  `to_json`/`from_json`;
 - `from_node(node)` (ValueError for a variant no template computes), `flops`, `out_shape`;
 - `random_inputs(seed)` (the kernel's arguments: the node's present inputs, in order, in the
   kernel's layout), `reference(inputs)` (numpy), `constant(node, i)` (node input `i`'s
@@ -28,9 +30,18 @@ class Task:
     kind: ClassVar[str]
     layout: ClassVar[str]
     ops: ClassVar[frozenset[str]]
+    # Fields added after tuning logs were written: left out of the key at their default, so
+    # the records of earlier logs still match their tasks.
+    LATER_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def to_json(self) -> dict:
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+        fields = self.__dataclass_fields__
+        return {f: getattr(self, f) for f in fields
+                if f not in self.LATER_FIELDS or getattr(self, f) != fields[f].default}
+
+    def input_layout(self, i: int) -> str:
+        """The layout the kernel reads node input `i` in."""
+        return self.layout
 
     @classmethod
     def from_json(cls, d: dict) -> "Task":
