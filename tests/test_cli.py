@@ -118,6 +118,21 @@ def test_block_interleaving_counts_runs():
     assert calls["a"] == calls["b"] == 1 + 7 + 3    # warm-up, timed, one discarded per round
 
 
+def test_rounds_put_each_runtime_after_each_other_equally_often():
+    from collections import Counter
+
+    from woodpecker.bench.timing import round_orders
+
+    for n in (2, 3, 4):
+        names = list("abcd"[:n])
+        orders = round_orders(names, 12)
+        assert all(sorted(order) == names for order in orders)
+        sequence = [name for order in orders for name in order]
+        follows = Counter(zip(sequence, sequence[1:]))
+        pairs = [follows[(x, y)] for x in names for y in names if x != y]
+        assert max(pairs) - min(pairs) <= (1 if n <= 3 else 2), (n, follows)
+
+
 def test_paired_ratio_compares_calls_of_the_same_round():
     """A drift that doubles every runtime's time between rounds moves both medians by 2x but
     leaves each round's ratio, and so the paired ratio, where it was; a lone spike is

@@ -1,5 +1,11 @@
-"""Interleaved latency measurement: every round runs each runtime in rotating order, so drift
-on a noisy machine hits all runtimes alike; medians, percentiles and paired ratios are reported.
+"""Interleaved latency measurement: every round runs each runtime once, so drift on a noisy
+machine hits all runtimes alike; medians, percentiles and paired ratios are reported.
+
+Each round's order is chosen so that each runtime follows each other one about equally often
+(`round_orders`). A plain rotation always put the same runtime after torch, whose OpenMP
+threads spin on after a call: measured on darts_cifar (1.5-2 ms a run) with Woodpecker's plan
+being one ONNX Runtime session, whichever of the two ran after torch lost 5-10 % (paired
+ratios 0.91 and 1.03, and 0.99 with torch left out).
 
 With `block` > 1 each runtime runs `block` consecutive calls per round and the first of them is
 discarded: a thread pool left spinning by the previous runtime (OpenMP's default wait policy)
@@ -8,7 +14,9 @@ interleaving let torch's spinning threads halve the next kernel's speed."""
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
@@ -25,9 +33,8 @@ def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup
     names = list(runners)
     per_round = max(1, block - 1) if block > 1 else 1
     rounds = -(-runs // per_round)
-    for r in range(rounds):
-        for k in range(len(names)):
-            name = names[(r + k) % len(names)]
+    for r, order in enumerate(round_orders(names, rounds)):
+        for name in order:
             fn = runners[name]
             if block > 1:
                 fn()  # absorbs the previous runtime's lingering threads
@@ -40,6 +47,31 @@ def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup
         if progress and (r + 1) % max(1, rounds // 10) == 0:
             progress(f"round {r + 1}/{rounds}")
     return times
+
+
+def round_orders(names: list[str], rounds: int) -> list[tuple[str, ...]]:
+    """An order of `names` per round such that, counting the pairs across round boundaries
+    too, each runtime runs right after each other one about equally often: each round takes
+    the permutation that keeps the most frequent such pair least frequent (then the
+    squares of the counts least), the first of equals in lexicographic order. Three runtimes
+    get every ordered pair once per two rounds; beyond six runtimes, plain rotations."""
+    if len(names) > 6:
+        return [tuple(names[r % len(names):] + names[:r % len(names)]) for r in range(rounds)]
+    counts: Counter = Counter()
+    orders: list[tuple[str, ...]] = []
+    last = None
+    for _ in range(rounds):
+        def cost(order, last=last):
+            pairs = list(zip(order, order[1:])) + ([(last, order[0])] if last else [])
+            after = counts + Counter(p for p in pairs if p[0] != p[1])
+            return max(after.values(), default=0), sum(v * v for v in after.values())
+        best = min(itertools.permutations(names), key=cost)
+        counts.update(p for p in zip(best, best[1:]))
+        if last is not None and last != best[0]:
+            counts[(last, best[0])] += 1
+        orders.append(best)
+        last = best[-1]
+    return orders
 
 
 def paired_ratio(times: dict[str, list[float]], base: str, other: str) -> float:
