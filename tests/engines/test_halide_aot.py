@@ -71,6 +71,25 @@ def test_chained_calls_run_in_order_and_name_a_failing_kernel():
     assert (z == 7.0).all()
 
 
+def test_a_kernel_of_many_buffers_runs_outside_chains():
+    """chain.c calls kernels of up to CHAIN_MAX_BUFFERS buffers: a bound call of more (a conv
+    summing many inputs, as RandWire's nodes do, failed inside a chain) splits the run of
+    bound steps around it, and `chain` refuses it rather than fail at run time."""
+    from woodpecker.engines.halide.aot import CHAIN_MAX_BUFFERS, BoundCall, _buffer
+    from woodpecker.runtime.executor import _chains
+
+    kernel = rows.build(TASK, CONFIG)
+    x, y = (np.zeros(TASK.out_shape, np.float32) for _ in range(2))
+    small = kernel.bind(x, out=y)
+    wide = BoundCall(kernel, [_buffer(x)] * (CHAIN_MAX_BUFFERS + 1), ([x], y))
+    assert small.chainable and not wide.chainable
+    steps = [(None,) * 6 + (call,) for call in (small, small, wide, small, small)]
+    chains = _chains(steps)
+    assert sorted(chains) == [0, 3] and chains[0][1] == 2 and chains[3][1] == 5
+    with pytest.raises(ValueError, match="at most"):
+        BoundCall.chain([small, wide])
+
+
 def test_a_strided_array_is_refused_and_the_next_call_works():
     """Kernels need unit inner strides: a strided view of the same shape gets a one-line error
     (its strides differ, so its buffer is rebuilt rather than reusing the dense one), and the

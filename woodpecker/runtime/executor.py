@@ -148,8 +148,8 @@ def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.
 
 def _chains(steps: list) -> dict:
     """First step → (one call running it and the next bound steps, the step after them), for
-    every run of two or more consecutive bound steps that their calls can join (`chain`, e.g.
-    aot.BoundCall.chain), no-op steps (`_in_place`) among them included."""
+    every run of two or more consecutive bound steps that their calls can join (`chain` and
+    `chainable`, e.g. aot.BoundCall), no-op steps (`_in_place`) among them included."""
     chains, run = {}, []
 
     def close():
@@ -162,7 +162,7 @@ def _chains(steps: list) -> dict:
 
     for i, step in enumerate(steps):
         bound = step[6]
-        joinable = getattr(bound, "chain", None) is not None
+        joinable = getattr(bound, "chain", None) is not None and bound.chainable
         if joinable and run and steps[run[0]][6].chain != bound.chain:
             close()
         if joinable or (run and step[5] is _in_place):

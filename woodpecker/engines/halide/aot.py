@@ -286,12 +286,19 @@ class AotKernel:
                               f"{_last_error[0] if _last_error else 'no message'}")
 
 
+# chain.c calls kernels of at most this many buffers (inputs and the output). A kernel of more
+# is called on its own: a conv whose epilogue sums many inputs (RandWire's nodes) has 10.
+CHAIN_MAX_BUFFERS = 8
+
+
 class BoundCall:
-    """A kernel bound to fixed buffers (`AotKernel.bind`); `chain` joins several into one."""
+    """A kernel bound to fixed buffers (`AotKernel.bind`); `chain` joins several into one
+    (those that are `chainable`)."""
 
     def __init__(self, kernel: AotKernel, held: list, arrays) -> None:
         self.kernel, self._held, self._arrays = kernel, held, arrays   # keep the memory alive
         self.addresses = [ctypes.addressof(buf) for buf, _ in held]
+        self.chainable = len(self.addresses) <= CHAIN_MAX_BUFFERS
 
     def __call__(self) -> None:
         self.kernel._check(self.kernel._fn(*self.addresses))
@@ -301,6 +308,8 @@ class BoundCall:
         """One call of no arguments running `calls` in order through the runtime's
         `wp_run_chain` (chain.c): a plan's run of consecutive Halide steps costs one ctypes
         call instead of one each. None when the runtime lacks it (a plan saved before)."""
+        if not all(c.chainable for c in calls):
+            raise ValueError(f"chain.c calls kernels of at most {CHAIN_MAX_BUFFERS} buffers")
         run = getattr(_runtime(), "wp_run_chain", None)
         if run is None:
             return None
