@@ -59,19 +59,21 @@ def round_orders(names: list[str], rounds: int) -> list[tuple[str, ...]]:
         return [tuple(names[r % len(names):] + names[:r % len(names)]) for r in range(rounds)]
     counts: Counter = Counter()
     orders: list[tuple[str, ...]] = []
-    last = None
     for _ in range(rounds):
+        last = orders[-1][-1:] if orders else ()
+
         def cost(order, last=last):
-            pairs = list(zip(order, order[1:])) + ([(last, order[0])] if last else [])
-            after = counts + Counter(p for p in pairs if p[0] != p[1])
+            after = counts + Counter(_follows(last + order))
             return max(after.values(), default=0), sum(v * v for v in after.values())
         best = min(itertools.permutations(names), key=cost)
-        counts.update(p for p in zip(best, best[1:]))
-        if last is not None and last != best[0]:
-            counts[(last, best[0])] += 1
+        counts.update(_follows(last + best))
         orders.append(best)
-        last = best[-1]
     return orders
+
+
+def _follows(sequence: tuple[str, ...]):
+    """The (runtime, the runtime right after it) pairs of `sequence`, repeats left out."""
+    return ((a, b) for a, b in zip(sequence, sequence[1:]) if a != b)
 
 
 def paired_ratio(times: dict[str, list[float]], base: str, other: str) -> float:

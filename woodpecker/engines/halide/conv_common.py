@@ -35,7 +35,7 @@ class ConvInputs:
     def _nhwc(self):
         """The input as the algorithm indexes it, [c, x, y, n]: the parameter itself, or an
         NCHW parameter read across (a model input's few channels, `ConvTask.x_layout`)."""
-        if self.task.x_layout != "NCHW":
+        if not self.task.reads_nchw:
             return self.x
         hl = self.hl
         c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")

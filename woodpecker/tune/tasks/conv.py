@@ -16,6 +16,7 @@ from woodpecker.tune.tasks import NHWC, Task, epilogue_dicts, epilogue_steps, st
 # mobilenet_v2's ~6 ms (224x224x3), which ONNX Runtime does not pay, and with so few channels
 # the kernel broadcasts each input value whichever way the input is laid out.
 MODEL_INPUT_CHANNELS = 4
+NCHW = "NCHW"
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,13 @@ class ConvTask(Task):
     has_bias: bool
     epilogue: tuple[tuple, ...]               # (op, *params) steps; "Add" reads a residual
     dtype: str = "float32"
-    x_layout: str = NHWC                      # or "NCHW": a model input read where it lies
+    x_layout: str = NHWC                      # or NCHW: a model input read where it lies
 
     LATER_FIELDS = ("x_layout",)
+
+    @property
+    def reads_nchw(self) -> bool:
+        return self.x_layout == NCHW
 
     @property
     def out_h(self) -> int:
@@ -78,15 +83,15 @@ class ConvTask(Task):
         reads_nchw = x.producer is None and x.data is None and c <= MODEL_INPUT_CHANNELS
         return cls(n, c, h, w, k, kh, kw, tuple(a["strides"]), (p[0], p[1], p[2], p[3]),
                    tuple(a["dilations"]), a.get("group", 1), node.input(2) is not None,
-                   epilogue_steps(node), x.dtype.name, "NCHW" if reads_nchw else NHWC)
+                   epilogue_steps(node), x.dtype.name, NCHW if reads_nchw else NHWC)
 
     def input_layout(self, i: int) -> str:
-        return "" if i == 0 and self.x_layout == "NCHW" else NHWC
+        return "" if i == 0 and self.reads_nchw else NHWC
 
     def describe(self) -> str:
         kind = "dwconv" if self.groups > 1 else "conv"
         return (f"{kind} {self.kh}x{self.kw}/{self.stride[0]} {self.c}->{self.k} @ "
-                f"{self.h}x{self.w}" + (" (NCHW input)" if self.x_layout == "NCHW" else "")
+                f"{self.h}x{self.w}" + (" (NCHW input)" if self.reads_nchw else "")
                 + steps_text(self.epilogue))
 
     def constant(self, node: Node, i: int) -> np.ndarray:
@@ -100,7 +105,7 @@ class ConvTask(Task):
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """x (NHWC, or NCHW), w (HWIO), bias if any, one residual (NHWC) per Add step."""
         rng = np.random.default_rng(seed)
-        x_shape = (self.n, self.c, self.h, self.w) if self.x_layout == "NCHW" else \
+        x_shape = (self.n, self.c, self.h, self.w) if self.reads_nchw else \
             (self.n, self.h, self.w, self.c)
         arrays = [rng.standard_normal(x_shape),
                   rng.standard_normal((self.kh, self.kw, self.c // self.groups, self.k))]
@@ -116,7 +121,7 @@ class ConvTask(Task):
         residuals = inputs[3 if self.has_bias else 2:]
         attrs = {"_pads": list(self.pads), "strides": list(self.stride),
                  "dilations": list(self.dilation), "group": self.groups}
-        x = x if self.x_layout == "NCHW" else x.transpose(0, 3, 1, 2)
+        x = x if self.reads_nchw else x.transpose(0, 3, 1, 2)
         y = conv(attrs, x, w.transpose(3, 2, 0, 1), b)
         return apply_epilogue(y.transpose(0, 2, 3, 1), epilogue_dicts(self.epilogue),
                               residuals).astype(np.float32)
