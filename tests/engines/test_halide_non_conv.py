@@ -1,5 +1,5 @@
-"""Every valid configuration of the dense, pool and rows (softmax, layernorm) templates
-computes the reference result (any knob setting may be slow, none may be wrong)."""
+"""Every valid configuration of the dense, pool, rows (softmax, layernorm) and element-wise
+templates computes the reference result (any knob setting may be slow, none may be wrong)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from woodpecker.tune.tasks.dense import DenseTask
+from woodpecker.tune.tasks.elementwise import ElementwiseTask
 from woodpecker.tune.tasks.pool import PoolTask
 from woodpecker.tune.tasks.rows import RowTask
 
 pytest.importorskip("halide")
-from woodpecker.engines.halide import dense, pool, rows  # noqa: E402
+from woodpecker.engines.halide import dense, elementwise, pool, rows  # noqa: E402
 from woodpecker.engines.halide.templates import kernel_arguments, templates_for  # noqa: E402
 
 DENSE = [
@@ -38,7 +39,24 @@ ROWS = [
     RowTask(9, 48, "layernorm", 1e-5, True),
     RowTask(3, 20, "layernorm", 1e-3, False),
 ]
-CASES = [(dense, t) for t in DENSE] + [(pool, t) for t in POOL] + [(rows, t) for t in ROWS]
+_IN0, _IN1, _IN2 = ("in", 0), ("in", 1), ("in", 2)
+ELEMENTWISE = [
+    # RandWire's weighted sum, then a Clip and a Div; 12 channels: a tail for 8-lane vectors
+    ElementwiseTask(1, 5, 6, 12, 3, 6, (
+        ("Mul", (_IN0, ("const", 0)), ()), ("Mul", (_IN1, ("const", 1)), ()),
+        ("Mul", (("const", 2), _IN2), ()), ("Add", (("step", 0), ("step", 1)), ()),
+        ("Add", (("step", 3), ("step", 2)), ()), ("Relu", (("step", 4),), ()),
+        ("Clip", (("step", 5), ("const", 3), ("const", 4)), ()),
+        ("Div", (("step", 6), ("const", 5)), ()))),
+    # every activation, a Clip without a minimum, and a Sub
+    ElementwiseTask(2, 3, 4, 4, 2, 1, (
+        ("HardSigmoid", (_IN0,), (("alpha", 0.3), ("beta", 0.4))),
+        ("HardSwish", (_IN1,), ()), ("Sub", (("step", 0), ("step", 1)), ()),
+        ("Sigmoid", (("step", 2),), ()), ("Tanh", (("step", 3),), ()),
+        ("Clip", (("step", 4), None, ("const", 0)), ()))),
+]
+CASES = [(dense, t) for t in DENSE] + [(pool, t) for t in POOL] + [(rows, t) for t in ROWS] \
+    + [(elementwise, t) for t in ELEMENTWISE]
 
 
 @settings(max_examples=30, deadline=None)

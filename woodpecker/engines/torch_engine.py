@@ -15,7 +15,7 @@ import numpy as np
 from woodpecker.engines.base import BuildContext, Engine, Kernel, full_inputs
 from woodpecker.ir.graph import Node
 from woodpecker.ir.pattern import const_inputs
-from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS
+from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS, run_program, runtime_count
 from woodpecker.ops.shape import slice_index
 
 # torch.from_numpy warns once about read-only arrays (views of constants); kernels never write
@@ -231,7 +231,7 @@ def _simple(fn_of_torch: Callable[..., Callable]) -> Builder:
     return build
 
 
-for _name, _fn in {
+_FNS = {
     "Add": lambda n: _torch().add, "Sub": lambda n: _torch().sub, "Mul": lambda n: _torch().mul,
     "Div": lambda n: _torch().div, "Pow": lambda n: _torch().pow,
     "Sqrt": lambda n: _torch().sqrt, "Erf": lambda n: _torch().erf,
@@ -262,8 +262,25 @@ for _name, _fn in {
     "GlobalAveragePool": lambda n: (lambda x: x.mean(tuple(range(2, x.dim())), keepdim=True)),
     "ReduceMean": lambda n: (lambda x, *r, ax=tuple(n.attrs["_axes"]),
                              k=bool(n.attr("keepdims", 1)): x.mean(ax, keepdim=k) if ax else x),
-}.items():
+}
+for _name, _fn in _FNS.items():
     builder(_name)(_simple(_fn))
+
+
+@builder("FusedElementwise")
+def _fused_elementwise(node: Node, consts: list):
+    """Each step by its own op's torch function; the scalar constants as 0-d tensors."""
+    torch = _torch()
+    program = node.attrs["program"]
+    n = runtime_count(program)
+    scalars = consts[n].reshape(-1) if len(consts) > n else ()
+
+    def step_fn(step: dict):
+        if step["op"] == "Clip":
+            return lambda x, lo=None, hi=None: torch.clamp(x, lo, hi)
+        return _FNS[step["op"]](Node(step["op"], "", [], [], step.get("attrs", {})))
+
+    return lambda *xs: run_program(program, list(xs), scalars, step_fn)
 
 
 @builder("Clip")

@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ir.types import to_onnx_type
-from woodpecker.ops.fused import BASE_INPUTS
+from woodpecker.ops.fused import BASE_INPUTS, runtime_count
 
 
 def _attrs(op: str, attrs: dict, opset: int) -> dict:
@@ -38,6 +38,8 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
                                                         list[onnx.TensorProto]]:
     """ONNX nodes (and extra initializers) computing `node`."""
     name = lambda v: "" if v is None else v.name  # noqa: E731
+    if node.op == "FusedElementwise":
+        return _elementwise_protos(node, fresh, opset)
     if node.op not in BASE_INPUTS:
         return [helper.make_node(node.op, [name(v) for v in node.inputs],
                                  [v.name for v in node.outputs], name=node.name,
@@ -74,6 +76,33 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
         cur = out
     if not steps:
         protos[0].output[0] = node.outputs[0].name
+    return protos, inits
+
+
+def _elementwise_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
+                                                                  list[onnx.TensorProto]]:
+    """A FusedElementwise's steps as the ONNX nodes they were, its constants as scalars."""
+    program = node.attrs["program"]
+    n = runtime_count(program)
+    dtype = node.outputs[0].dtype
+    consts = node.inputs[n].data.reshape(-1) if len(node.inputs) > n else []
+    inits = [numpy_helper.from_array(np.array(c, dtype=dtype), fresh(node.name + ".c"))
+             for c in consts]
+    outs: list[str] = []
+    protos = []
+    for k, step in enumerate(program):
+        args = []
+        for a in step["args"]:
+            if a is None:
+                args.append("")
+            else:
+                kind, i = a
+                args.append(node.inputs[i].name if kind == "in" else
+                            inits[i].name if kind == "const" else outs[i])
+        outs.append(node.outputs[0].name if k == len(program) - 1 else fresh(node.name))
+        protos.append(helper.make_node(step["op"], args, [outs[-1]],
+                                       name=fresh(node.name),
+                                       **_attrs(step["op"], step.get("attrs", {}), opset)))
     return protos, inits
 
 

@@ -48,3 +48,62 @@ def _register(fused: str, base: str, n_base: int) -> None:
 
 for _fused, (_base, _n) in BASE_INPUTS.items():
     _register(_fused, _base, _n)
+
+
+# -- FusedElementwise: a group of element-wise nodes (passes/fuse_elementwise.py) ---------------
+# The ops a group may hold. Its node reads the group's run-time inputs (all of the output's
+# shape), then, when any step takes a constant, one float vector of the group's scalar
+# constants. `attrs["program"]` lists the steps in order; each is {"op", "args", "attrs"}
+# whose args refer to ["in", i] (run-time input i), ["const", j] (entry j of the vector),
+# ["step", k] (an earlier step's result) or None (an omitted optional input, e.g. Clip's max).
+# The last step's result is the node's output.
+ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Clip", "HardSigmoid",
+               "HardSwish")
+
+
+def runtime_count(program: list[dict]) -> int:
+    """How many run-time inputs a program reads (its node's leading inputs)."""
+    return 1 + max((a[1] for s in program for a in s["args"] if a is not None and a[0] == "in"),
+                   default=-1)
+
+
+def _reference_step(step: dict):
+    return lambda *args: OPS[step["op"]].reference(step.get("attrs", {}), *args)
+
+
+def run_program(program: list[dict], inputs: list, consts, step_fn=_reference_step):
+    """A FusedElementwise program on `inputs` and `consts`: each step computed by
+    `step_fn(step)(*args)` (by default the op's numpy reference; an engine passes its own)."""
+    results: list = []
+
+    def arg(ref):
+        if ref is None:
+            return None
+        kind, i = ref
+        return inputs[i] if kind == "in" else consts[i] if kind == "const" else results[i]
+
+    for step in program:
+        results.append(step_fn(step)(*[arg(a) for a in step["args"]]))
+    return results[-1]
+
+
+def _elementwise_infer(node: Node, data_of: DataOf):
+    x = node.inputs[0]
+    return [(tuple(x.shape), x.dtype)]
+
+
+def _elementwise_flops(node: Node) -> int:
+    return output_numel(node) * len(node.attrs["program"])
+
+
+@op("FusedElementwise", _elementwise_infer, _elementwise_flops)
+def _fused_elementwise(attrs, *inputs):
+    n = runtime_count(attrs["program"])
+    consts = inputs[n].astype(inputs[0].dtype) if len(inputs) > n else ()
+    return np.asarray(run_program(attrs["program"], list(inputs[:n]), consts),
+                      dtype=inputs[0].dtype)
+
+
+def channelwise_elementwise(node: Node) -> bool:
+    """A FusedElementwise of one run-time input: it commutes with a channel Concat."""
+    return node.op == "FusedElementwise" and runtime_count(node.attrs["program"]) == 1

@@ -8,6 +8,7 @@ from woodpecker.ir.graph import Graph
 from woodpecker.passes.constant_fold import fold_constants
 from woodpecker.passes.dce import eliminate_dead_code
 from woodpecker.passes.fold_batchnorm import fold_batchnorm
+from woodpecker.passes.fuse_elementwise import fuse_elementwise
 from woodpecker.passes.fuse_epilogue import fuse_epilogues
 from woodpecker.passes.global_pool import reduce_mean_to_pool
 from woodpecker.passes.remove_identity import remove_identities
@@ -18,6 +19,7 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "fold_batchnorm": fold_batchnorm,
     "reduce_mean_to_pool": reduce_mean_to_pool,
     "fuse_epilogues": fuse_epilogues,
+    "fuse_elementwise": fuse_elementwise,
     "dce": eliminate_dead_code,
 }
 DEFAULT = tuple(PASSES)

@@ -18,14 +18,16 @@ is decided by the memory scheduler (schedule/memory.py): only where the optimal 
 from __future__ import annotations
 
 from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.ops.fused import channelwise_elementwise
 
 CONVS = ("Conv", "FusedConv")
 
 
 def _channelwise(node: Node) -> bool:
-    """Ops that commute with a channel concat: ReLU, and a Slice (DARTS' factorized reduce
-    takes x[:, :, 1:, 1:]) whose constant axes leave the channel axis alone."""
-    if node.op == "Relu":
+    """Ops that commute with a channel concat: ReLU (or a fused element-wise group of one
+    run-time input), and a Slice (DARTS' factorized reduce takes x[:, :, 1:, 1:]) whose
+    constant axes leave the channel axis alone."""
+    if node.op == "Relu" or channelwise_elementwise(node):
         return True
     if node.op != "Slice" or len(node.inputs) < 4 or node.inputs[3] is None:
         return False

@@ -106,11 +106,12 @@ def epilogue_expr(hl, e, epilogue, residuals, args):
     """The fused epilogue on expression `e` at `args`; Add steps read `residuals` in order."""
     res = iter(residuals)
     for step in epilogue:
-        e = e + next(res)[args] if step[0] == "Add" else _activation(hl, e, step)
+        e = e + next(res)[args] if step[0] == "Add" else activation(hl, e, step)
     return e
 
 
-def _activation(hl, e, step):
+def activation(hl, e, step):
+    """Expression `e` through the activation `step` ((op, *params), as ConvTask holds it)."""
     kind = step[0]
     if kind == "Relu":
         return hl.max(e, 0.0)

@@ -1,8 +1,9 @@
 """Tuning tasks: a distinct (op or fused group, shapes, dtype, layout) extracted from a node.
 Identical layers map to equal tasks and so share one tuning result (Woodpecker-DL §3.1).
 
-Every kind of task (conv2d, dense, pool, rows) offers the same interface, so extraction, the
-measurement worker, the tuner, system-level selection and the Halide engine handle them alike:
+Every kind of task (conv2d, dense, pool, rows, elementwise) offers the same interface, so
+extraction, the measurement worker, the tuner, system-level selection and the Halide engine
+handle them alike:
 
 - `kind`, `layout` ("NHWC": the kernel reads and writes channels-innermost activations and the
   layout pass converts around it; "": the node's own layout), `input_layout(i)` (the layout it
@@ -78,10 +79,11 @@ def steps_text(steps: tuple[tuple, ...]) -> str:
 def task_kinds() -> dict[str, type]:
     from woodpecker.tune.tasks.conv import ConvTask
     from woodpecker.tune.tasks.dense import DenseTask
+    from woodpecker.tune.tasks.elementwise import ElementwiseTask
     from woodpecker.tune.tasks.pool import PoolTask
     from woodpecker.tune.tasks.rows import RowTask
 
-    return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask)}
+    return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask, ElementwiseTask)}
 
 
 def task_from_node(node: Node) -> Task | None:

@@ -1,0 +1,76 @@
+"""Element-wise fusion: RandWire's weighted input sums (Mul by learned scalars, Add, ReLU)
+become one FusedElementwise node that every engine computes like the original ops, and the
+Halide kernel of such a group shares its task with every group of the same shape and ops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import woodpecker
+from tests.helpers import make_model, ort_run, rand
+from woodpecker.tune.tasks import task_from_node
+
+
+def _weighted_sum(scales=(0.7, 1.3, 0.4)) -> "onnx.ModelProto":  # noqa: F821
+    """Three convs of x, weighted by scalars and summed, then ReLU, a Clip and a Div; the
+    second conv's output is also a graph output, so its Mul must not absorb it."""
+    c = 8
+    inits = {f"w{i}": rand(c, c, 3, 3, seed=i + 1) for i in range(3)}
+    inits.update({f"s{i}": np.array(s, np.float32) for i, s in enumerate(scales)})
+    inits.update({"lo": np.array(0.1, np.float32), "hi": np.array(2.0, np.float32),
+                  "d": np.array([1.5], np.float32), "w3": rand(c, c, 1, 1, seed=9)})
+    nodes = [helper.make_node("Conv", ["x", f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1])
+             for i in range(3)]
+    nodes += [helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"m{i}"]) for i in range(3)]
+    nodes += [helper.make_node("Add", ["m0", "m1"], ["a0"]),
+              helper.make_node("Add", ["a0", "m2"], ["a1"]),
+              helper.make_node("Relu", ["a1"], ["r"]),
+              helper.make_node("Clip", ["r", "lo", "hi"], ["k"]),
+              helper.make_node("Div", ["k", "d"], ["q"]),
+              helper.make_node("Conv", ["q", "w3"], ["y"])]
+    return make_model(nodes, [("x", [1, c, 10, 10])], [("y", [1, c, 10, 10]),
+                                                      ("c1", [1, c, 10, 10])], inits)
+
+
+def _groups(compiled):
+    return [n for n in compiled.graph.nodes if n.op == "FusedElementwise"]
+
+
+def test_weighted_sum_becomes_one_node():
+    c = woodpecker.compile(_weighted_sum(), engines="numpy", threads=1)
+    (group,) = _groups(c)
+    assert [s["op"] for s in group.attrs["program"]] == \
+        ["Mul", "Mul", "Mul", "Add", "Add", "Relu", "Clip", "Div"]
+    assert [v.name for v in group.inputs[:3]] == ["c0", "c1", "c2"]
+    assert group.inputs[3].data.tolist() == pytest.approx([0.7, 1.3, 0.4, 0.1, 2.0, 1.5])
+    assert "c1" in [v.name for v in c.graph.outputs]
+
+
+@pytest.mark.parametrize("engines", ["numpy", "torch", "onnxruntime"])
+def test_every_engine_computes_the_group(engines):
+    model = _weighted_sum()
+    c = woodpecker.compile(model, engines=engines + ",numpy", threads=1)
+    assert c.plan.engines[c.graph.nodes.index(_groups(c)[0])] == engines
+    x = rand(1, 8, 10, 10, seed=4)
+    for got, want in zip(c(x), ort_run(model, {"x": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_groups_that_differ_in_constants_share_a_task():
+    a = woodpecker.compile(_weighted_sum(), engines="numpy", threads=1)
+    b = woodpecker.compile(_weighted_sum((2.0, -1.0, 0.5)), engines="numpy", threads=1)
+    ta, tb = task_from_node(_groups(a)[0]), task_from_node(_groups(b)[0])
+    assert ta is not None and ta.key == tb.key and ta.consts == 6 and ta.inputs == 3
+
+
+def test_broadcasting_and_other_ranks_stay_unfused():
+    """A per-channel operand broadcasts (the kernel reads every input at the same element),
+    and a 2-d map has no channels-innermost layout to share with convs."""
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Relu", ["m"], ["y"]),
+             helper.make_node("Relu", ["z"], ["t"])]
+    model = make_model(nodes, [("x", [1, 4, 3, 3]), ("z", [5, 6])],
+                       [("y", [1, 4, 3, 3]), ("t", [5, 6])], {"s": rand(1, 4, 1, 1, seed=2)})
+    c = woodpecker.compile(model, engines="numpy", threads=1)
+    assert [n.op for n in c.graph.nodes] == ["Mul", "FusedElementwise", "Relu"]

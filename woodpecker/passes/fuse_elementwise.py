@@ -1,0 +1,111 @@
+"""Element-wise fusion: a connected group of element-wise nodes becomes one FusedElementwise
+node that an engine runs in one call (WPK §2.1 operator fusion, for what no conv or product
+absorbs as an epilogue).
+
+Why: RandWire's nodes sum their inputs weighted by constants, then apply ReLU (Mul, Mul, Add,
+ReLU before each separable conv) and DARTS applies ReLU before each op; whatever runs these
+between two generated kernels pays per node, and they were 60 % of RandWire's all-Halide plan.
+As one node they are one Halide kernel (engines/halide/elementwise.py) or, on a library, the
+same ops expanded back (ir/to_onnx.py).
+
+Choices: a group is a tree grown from a root towards its producers; a producer joins when the
+group holds its only reader and the value is not a graph output, so nothing inside is needed
+outside. Only 4-d float32 nodes whose run-time inputs all have the output's shape (no
+broadcasting) and whose constants are scalars join: the kernel is then one loop over the
+output in any layout, and the generated kernel takes the channels-innermost layout of the
+convolutions around it. A single eligible node becomes a group of one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.ir.pattern import sole_reader
+from woodpecker.ops.fused import ELEMENTWISE
+
+
+def eligible(node: Node) -> bool:
+    """An element-wise node over one 4-d float32 shape, with scalar constants only."""
+    if node.op not in ELEMENTWISE or len(node.outputs) != 1:
+        return False
+    y = node.outputs[0]
+    if y.dtype != np.float32 or y.shape is None or len(y.shape) != 4:
+        return False
+    for v in node.inputs:
+        if v is None:
+            continue
+        if v.is_const:
+            if v.data.size != 1:
+                return False
+        elif tuple(v.shape) != tuple(y.shape) or v.dtype != y.dtype:
+            return False
+    return True
+
+
+def _group(graph: Graph, root: Node, taken: set[int]) -> list[Node]:
+    """The root and, transitively, every eligible producer whose value only the group reads."""
+    group, i = [root], 0
+    while i < len(group):
+        for v in group[i].inputs:
+            p = None if v is None or v.is_const else v.producer
+            if p is None or id(p) in taken or p in group or not eligible(p):
+                continue
+            if sole_reader(graph, v) is group[i]:
+                group.append(p)
+        i += 1
+    return group
+
+
+def _program(nodes: list[Node]) -> tuple[list[dict], list[Value], list[float]]:
+    """The steps of `nodes` (in graph order), their run-time inputs and scalar constants."""
+    step_of = {id(n.outputs[0]): k for k, n in enumerate(nodes)}
+    inputs: list[Value] = []
+    consts: list[float] = []
+    program = []
+    for n in nodes:
+        args = []
+        for v in n.inputs:
+            if v is None:
+                args.append(None)
+            elif v.is_const:
+                consts.append(float(v.data.reshape(-1)[0]))
+                args.append(["const", len(consts) - 1])
+            elif id(v) in step_of:
+                args.append(["step", step_of[id(v)]])
+            else:
+                if v not in inputs:
+                    inputs.append(v)
+                args.append(["in", inputs.index(v)])
+        attrs = {k: a for k, a in n.attrs.items() if not k.startswith("_")}
+        program.append({"op": n.op, "args": args, "attrs": attrs})
+    return program, inputs, consts
+
+
+def fuse_elementwise(graph: Graph) -> int:
+    taken: set[int] = set()
+    groups = []
+    for root in reversed(list(graph.nodes)):
+        if id(root) in taken or not eligible(root):
+            continue
+        group = _group(graph, root, taken)
+        taken.update(id(n) for n in group)
+        groups.append(group)
+    for group in groups:
+        order = {id(n): k for k, n in enumerate(graph.nodes)}
+        nodes = sorted(group, key=lambda n: order[id(n)])
+        program, inputs, consts = _program(nodes)
+        root = nodes[-1]
+        ins = list(inputs)
+        if consts:
+            ins.append(graph.const(np.array(consts, np.float32), root.name + ".consts"))
+        out = root.outputs[0]
+        index = order[id(root)] - (len(nodes) - 1)
+        for n in nodes:
+            graph.remove_node(n)
+        graph.add_node("FusedElementwise", ins, [out], {"program": program}, name=root.name,
+                       index=index)
+    if groups:
+        graph.toposort()
+        graph.dce()
+    return len(groups)

@@ -1,0 +1,80 @@
+"""The element-wise task: a FusedElementwise group (passes/fuse_elementwise.py) over one 4-d
+shape, computed in NHWC like the convolutions around it (for an element-wise map the layout is
+only the order of the loop, so the layout pass's conversions are the ones it saves)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from woodpecker.ir.graph import Node
+from woodpecker.ops.fused import run_program, runtime_count
+from woodpecker.tune.tasks import NHWC, Task
+
+
+@dataclass(frozen=True)
+class ElementwiseTask(Task):
+    """`program`: the group's steps as (op, args, attrs) with args ("in", i), ("const", j),
+    ("step", k) or None and attrs as sorted (name, value) pairs. The constants' values are
+    kernel arguments, not part of the task: RandWire's nodes, which weigh their inputs by
+    different learned scalars, share one task and one tuned kernel per shape."""
+
+    kind = "elementwise"
+    layout = NHWC
+    ops = frozenset({"FusedElementwise"})
+
+    n: int
+    h: int
+    w: int
+    c: int
+    inputs: int
+    consts: int
+    program: tuple
+    dtype: str = "float32"
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (self.n, self.h, self.w, self.c)
+
+    @property
+    def flops(self) -> int:
+        return self.n * self.h * self.w * self.c * len(self.program)
+
+    @classmethod
+    def from_node(cls, node: Node) -> "ElementwiseTask":
+        program = node.attrs["program"]
+        y = node.outputs[0]
+        if len(y.shape) != 4:
+            raise ValueError(f"{node.name!r}: not a 4-d element-wise group")
+        n, c, h, w = y.shape
+        k = runtime_count(program)
+        consts = node.inputs[k].data.size if len(node.inputs) > k else 0
+        steps = tuple((s["op"], tuple(None if a is None else tuple(a) for a in s["args"]),
+                       tuple(sorted(s.get("attrs", {}).items()))) for s in program)
+        return cls(n, h, w, c, k, consts, steps, y.dtype.name)
+
+    def steps(self) -> list[dict]:
+        """The program as FusedElementwise's attrs hold it."""
+        return [{"op": op, "args": [None if a is None else list(a) for a in args],
+                 "attrs": dict(attrs)} for op, args, attrs in self.program]
+
+    def describe(self) -> str:
+        ops = "+".join(op for op, _, _ in self.program)
+        return f"elementwise {ops} ({self.inputs} in) {self.c} @ {self.h}x{self.w}"
+
+    def constant(self, node: Node, i: int) -> np.ndarray:
+        return np.ascontiguousarray(node.inputs[i].data, np.float32).reshape(-1)
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """The run-time inputs (NHWC), then the constants, drawn from [0.5, 1.5) so that a
+        divisor is never near zero."""
+        rng = np.random.default_rng(seed)
+        xs = [rng.standard_normal(self.out_shape).astype(np.float32)
+              for _ in range(self.inputs)]
+        consts = [rng.uniform(0.5, 1.5, self.consts).astype(np.float32)] if self.consts else []
+        return xs + consts
+
+    def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
+        consts = inputs[self.inputs] if self.consts else ()
+        return np.asarray(run_program(self.steps(), inputs[:self.inputs], consts), np.float32)
