@@ -48,6 +48,10 @@ ELEMENTWISE = [
         ("Add", (("step", 3), ("step", 2)), ()), ("Relu", (("step", 4),), ()),
         ("Clip", (("step", 5), ("const", 3), ("const", 4)), ()),
         ("Div", (("step", 6), ("const", 5)), ()))),
+    # a BatchNormalization (scale and shift per channel) and a per-channel Mul
+    ElementwiseTask(1, 4, 3, 8, 1, 24, (
+        ("Mul", (_IN0, ("channel", 0)), ()), ("Add", (("step", 0), ("channel", 8)), ()),
+        ("Mul", (("channel", 16), ("step", 1)), ()))),
     # every activation, a Clip without a minimum, and a Sub
     ElementwiseTask(2, 3, 4, 4, 2, 1, (
         ("HardSigmoid", (_IN0,), (("alpha", 0.3), ("beta", 0.4))),

@@ -34,6 +34,21 @@ def _weighted_sum(scales=(0.7, 1.3, 0.4)) -> "onnx.ModelProto":  # noqa: F821
                                                       ("c1", [1, c, 10, 10])], inits)
 
 
+def _pool_bn() -> "onnx.ModelProto":  # noqa: F821
+    """DARTS' pooling branch: MaxPool, then a BatchNormalization no conv absorbs, then a
+    per-channel scale and a ReLU."""
+    c = 6
+    rng = np.random.default_rng(3)
+    inits = {"g": rand(c, seed=1), "b": rand(c, seed=2), "m": rand(c, seed=3),
+             "v": (0.5 + rng.random(c)).astype(np.float32), "s": rand(1, c, 1, 1, seed=4)}
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["p", "g", "b", "m", "v"], ["n"],
+                              epsilon=1e-3),
+             helper.make_node("Mul", ["s", "n"], ["t"]),
+             helper.make_node("Relu", ["t"], ["y"])]
+    return make_model(nodes, [("x", [1, c, 10, 10])], [("y", [1, c, 10, 10])], inits)
+
+
 def _groups(compiled):
     return [n for n in compiled.graph.nodes if n.op == "FusedElementwise"]
 
@@ -48,13 +63,24 @@ def test_weighted_sum_becomes_one_node():
     assert "c1" in [v.name for v in c.graph.outputs]
 
 
+def test_batchnorm_joins_as_a_scale_and_shift_per_channel():
+    c = woodpecker.compile(_pool_bn(), engines="numpy", threads=1)
+    (group,) = _groups(c)
+    assert [(s["op"], [a[0] for a in s["args"]]) for s in group.attrs["program"]] == \
+        [("Mul", ["in", "channel"]), ("Add", ["step", "channel"]), ("Mul", ["channel", "step"]),
+         ("Relu", ["step"])]
+    assert group.inputs[1].data.size == 3 * 6
+
+
 @pytest.mark.parametrize("engines", ["numpy", "torch", "onnxruntime"])
-def test_every_engine_computes_the_group(engines):
-    model = _weighted_sum()
+@pytest.mark.parametrize("make", [_weighted_sum, _pool_bn])
+def test_every_engine_computes_the_group(engines, make):
+    model = make()
     c = woodpecker.compile(model, engines=engines + ",numpy", threads=1)
     assert c.plan.engines[c.graph.nodes.index(_groups(c)[0])] == engines
-    x = rand(1, 8, 10, 10, seed=4)
-    for got, want in zip(c(x), ort_run(model, {"x": x})):
+    x = rand(*[d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim], seed=4)
+    outs = c(x)
+    for got, want in zip(outs if isinstance(outs, tuple) else (outs,), ort_run(model, {"x": x})):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -66,11 +92,13 @@ def test_groups_that_differ_in_constants_share_a_task():
 
 
 def test_broadcasting_and_other_ranks_stay_unfused():
-    """A per-channel operand broadcasts (the kernel reads every input at the same element),
-    and a 2-d map has no channels-innermost layout to share with convs."""
+    """A run-time operand that broadcasts (the kernel reads every input at the same element),
+    a constant that varies along a spatial axis, and a 2-d map (no channels-innermost layout
+    to share with convs) stay as they are."""
     nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Relu", ["m"], ["y"]),
-             helper.make_node("Relu", ["z"], ["t"])]
-    model = make_model(nodes, [("x", [1, 4, 3, 3]), ("z", [5, 6])],
-                       [("y", [1, 4, 3, 3]), ("t", [5, 6])], {"s": rand(1, 4, 1, 1, seed=2)})
+             helper.make_node("Relu", ["z"], ["t"]), helper.make_node("Add", ["x", "h"], ["u"])]
+    model = make_model(nodes, [("x", [1, 4, 3, 3]), ("s", [1, 4, 1, 1]), ("z", [5, 6])],
+                       [("y", [1, 4, 3, 3]), ("t", [5, 6]), ("u", [1, 4, 3, 3])],
+                       {"h": rand(1, 1, 3, 1, seed=2)})
     c = woodpecker.compile(model, engines="numpy", threads=1)
-    assert [n.op for n in c.graph.nodes] == ["Mul", "FusedElementwise", "Relu"]
+    assert [n.op for n in c.graph.nodes] == ["Mul", "FusedElementwise", "Relu", "Add"]

@@ -269,18 +269,19 @@ for _name, _fn in _FNS.items():
 
 @builder("FusedElementwise")
 def _fused_elementwise(node: Node, consts: list):
-    """Each step by its own op's torch function; the scalar constants as 0-d tensors."""
+    """Each step by its own op's torch function on the constants as views of one tensor."""
     torch = _torch()
     program = node.attrs["program"]
     n = runtime_count(program)
-    scalars = consts[n].reshape(-1) if len(consts) > n else ()
+    scalars = consts[n].reshape(-1) if len(consts) > n else torch.zeros(0)
+    channels = (1, node.outputs[0].shape[1], 1, 1)
 
     def step_fn(step: dict):
         if step["op"] == "Clip":
             return lambda x, lo=None, hi=None: torch.clamp(x, lo, hi)
         return _FNS[step["op"]](Node(step["op"], "", [], [], step.get("attrs", {})))
 
-    return lambda *xs: run_program(program, list(xs), scalars, step_fn)
+    return lambda *xs: run_program(program, list(xs), scalars, channels, step_fn)
 
 
 @builder("Clip")

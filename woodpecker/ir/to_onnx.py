@@ -81,13 +81,19 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
 
 def _elementwise_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
                                                                   list[onnx.TensorProto]]:
-    """A FusedElementwise's steps as the ONNX nodes they were, its constants as scalars."""
+    """A FusedElementwise's steps as ONNX nodes, its constants as scalars or (1, C, 1, 1)."""
     program = node.attrs["program"]
     n = runtime_count(program)
-    dtype = node.outputs[0].dtype
-    consts = node.inputs[n].data.reshape(-1) if len(node.inputs) > n else []
-    inits = [numpy_helper.from_array(np.array(c, dtype=dtype), fresh(node.name + ".c"))
-             for c in consts]
+    y = node.outputs[0]
+    consts = node.inputs[n].data.reshape(-1) if len(node.inputs) > n else np.zeros(0)
+    inits: list[onnx.TensorProto] = []
+
+    def constant(kind: str, i: int) -> str:
+        shape, size = ((), 1) if kind == "const" else ((1, y.shape[1], 1, 1), y.shape[1])
+        data = np.asarray(consts[i:i + size], dtype=y.dtype).reshape(shape)
+        inits.append(numpy_helper.from_array(data, fresh(node.name + ".c")))
+        return inits[-1].name
+
     outs: list[str] = []
     protos = []
     for k, step in enumerate(program):
@@ -97,8 +103,8 @@ def _elementwise_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodePr
                 args.append("")
             else:
                 kind, i = a
-                args.append(node.inputs[i].name if kind == "in" else
-                            inits[i].name if kind == "const" else outs[i])
+                args.append(node.inputs[i].name if kind == "in" else outs[i]
+                            if kind == "step" else constant(kind, i))
         outs.append(node.outputs[0].name if k == len(program) - 1 else fresh(node.name))
         protos.append(helper.make_node(step["op"], args, [outs[-1]],
                                        name=fresh(node.name),

@@ -52,11 +52,12 @@ for _fused, (_base, _n) in BASE_INPUTS.items():
 
 # -- FusedElementwise: a group of element-wise nodes (passes/fuse_elementwise.py) ---------------
 # The ops a group may hold. Its node reads the group's run-time inputs (all of the output's
-# shape), then, when any step takes a constant, one float vector of the group's scalar
-# constants. `attrs["program"]` lists the steps in order; each is {"op", "args", "attrs"}
-# whose args refer to ["in", i] (run-time input i), ["const", j] (entry j of the vector),
-# ["step", k] (an earlier step's result) or None (an omitted optional input, e.g. Clip's max).
-# The last step's result is the node's output.
+# shape), then, when any step takes a constant, one float vector of the group's constants.
+# `attrs["program"]` lists the steps in order; each is {"op", "args", "attrs"} whose args
+# refer to ["in", i] (run-time input i), ["const", j] (entry j of the vector, a scalar),
+# ["channel", j] (entries j to j + C of the vector, one per channel), ["step", k] (an earlier
+# step's result) or None (an omitted optional input, e.g. Clip's max). The last step's result
+# is the node's output. (BatchNormalization joins a group as a Mul and an Add by channel.)
 ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Clip", "HardSigmoid",
                "HardSwish")
 
@@ -71,15 +72,21 @@ def _reference_step(step: dict):
     return lambda *args: OPS[step["op"]].reference(step.get("attrs", {}), *args)
 
 
-def run_program(program: list[dict], inputs: list, consts, step_fn=_reference_step):
-    """A FusedElementwise program on `inputs` and `consts`: each step computed by
-    `step_fn(step)(*args)` (by default the op's numpy reference; an engine passes its own)."""
+def run_program(program: list[dict], inputs: list, consts, channel_shape: tuple[int, ...],
+                step_fn=_reference_step):
+    """A FusedElementwise program on `inputs` and the constant vector `consts`, whose
+    per-channel runs are reshaped to `channel_shape` (e.g. (1, C, 1, 1) for NCHW arrays,
+    (C,) for NHWC): each step computed by `step_fn(step)(*args)` (by default the op's numpy
+    reference; an engine passes its own)."""
     results: list = []
+    size = int(np.prod(channel_shape))
 
     def arg(ref):
         if ref is None:
             return None
         kind, i = ref
+        if kind == "channel":
+            return consts[i:i + size].reshape(channel_shape)
         return inputs[i] if kind == "in" else consts[i] if kind == "const" else results[i]
 
     for step in program:
@@ -99,11 +106,17 @@ def _elementwise_flops(node: Node) -> int:
 @op("FusedElementwise", _elementwise_infer, _elementwise_flops)
 def _fused_elementwise(attrs, *inputs):
     n = runtime_count(attrs["program"])
-    consts = inputs[n].astype(inputs[0].dtype) if len(inputs) > n else ()
-    return np.asarray(run_program(attrs["program"], list(inputs[:n]), consts),
+    consts = inputs[n].astype(inputs[0].dtype) if len(inputs) > n else np.zeros(0)
+    channels = (1, inputs[0].shape[1], 1, 1)
+    return np.asarray(run_program(attrs["program"], list(inputs[:n]), consts, channels),
                       dtype=inputs[0].dtype)
 
 
 def channelwise_elementwise(node: Node) -> bool:
-    """A FusedElementwise of one run-time input: it commutes with a channel Concat."""
-    return node.op == "FusedElementwise" and runtime_count(node.attrs["program"]) == 1
+    """A FusedElementwise of one run-time input and no per-channel constants: it commutes
+    with a channel Concat."""
+    if node.op != "FusedElementwise":
+        return False
+    program = node.attrs["program"]
+    return runtime_count(program) == 1 and not any(
+        a is not None and a[0] == "channel" for s in program for a in s["args"])

@@ -11,9 +11,11 @@ same ops expanded back (ir/to_onnx.py).
 Choices: a group is a tree grown from a root towards its producers; a producer joins when the
 group holds its only reader and the value is not a graph output, so nothing inside is needed
 outside. Only 4-d float32 nodes whose run-time inputs all have the output's shape (no
-broadcasting) and whose constants are scalars join: the kernel is then one loop over the
-output in any layout, and the generated kernel takes the channels-innermost layout of the
-convolutions around it. A single eligible node becomes a group of one.
+broadcasting) and whose constants are scalars or one value per channel join: the kernel is
+then one loop over the output, and the generated kernel takes the channels-innermost layout of
+the convolutions around it. An inference BatchNormalization that folded into no conv (DARTS
+normalises its pooling branches) joins as x · a + b per channel, a = scale / sqrt(var + ε),
+b = bias − mean · a. A single eligible node becomes a group of one.
 """
 
 from __future__ import annotations
@@ -26,21 +28,32 @@ from woodpecker.ops.fused import ELEMENTWISE
 
 
 def eligible(node: Node) -> bool:
-    """An element-wise node over one 4-d float32 shape, with scalar constants only."""
-    if node.op not in ELEMENTWISE or len(node.outputs) != 1:
+    """An element-wise node over one 4-d float32 shape, its constants scalars or per channel
+    (a BatchNormalization: its four parameters constant)."""
+    if node.op not in ELEMENTWISE + ("BatchNormalization",) or len(node.outputs) != 1:
         return False
     y = node.outputs[0]
     if y.dtype != np.float32 or y.shape is None or len(y.shape) != 4:
         return False
+    if node.op == "BatchNormalization":
+        return all(v is not None and v.is_const for v in node.inputs[1:5])
     for v in node.inputs:
         if v is None:
             continue
         if v.is_const:
-            if v.data.size != 1:
+            if v.data.size != 1 and _per_channel(v, y.shape) is None:
                 return False
         elif tuple(v.shape) != tuple(y.shape) or v.dtype != y.dtype:
             return False
     return True
+
+
+def _per_channel(v: Value, shape: tuple[int, ...]) -> np.ndarray | None:
+    """A constant's values, one per channel, when it broadcasts over everything but axis 1."""
+    s = (1,) * (4 - len(v.shape)) + tuple(v.shape)
+    if len(s) != 4 or s[0] != 1 or s[2:] != (1, 1) or s[1] != shape[1]:
+        return None
+    return v.data.reshape(-1)
 
 
 def _group(graph: Graph, root: Node, taken: set[int]) -> list[Node]:
@@ -58,27 +71,44 @@ def _group(graph: Graph, root: Node, taken: set[int]) -> list[Node]:
 
 
 def _program(nodes: list[Node]) -> tuple[list[dict], list[Value], list[float]]:
-    """The steps of `nodes` (in graph order), their run-time inputs and scalar constants."""
-    step_of = {id(n.outputs[0]): k for k, n in enumerate(nodes)}
+    """The steps of `nodes` (in graph order), their run-time inputs and the constant vector."""
+    step_of: dict[int, int] = {}
     inputs: list[Value] = []
     consts: list[float] = []
-    program = []
+    program: list[dict] = []
+
+    def constant(values: np.ndarray, kind: str) -> list:
+        consts.extend(float(c) for c in values.reshape(-1))
+        return [kind, len(consts) - values.size]
+
+    def ref(v: Value | None, shape) -> list | None:
+        if v is None:
+            return None
+        if v.is_const:
+            if v.data.size == 1:
+                return constant(v.data, "const")
+            return constant(_per_channel(v, shape), "channel")
+        if id(v) in step_of:
+            return ["step", step_of[id(v)]]
+        if v not in inputs:
+            inputs.append(v)
+        return ["in", inputs.index(v)]
+
     for n in nodes:
-        args = []
-        for v in n.inputs:
-            if v is None:
-                args.append(None)
-            elif v.is_const:
-                consts.append(float(v.data.reshape(-1)[0]))
-                args.append(["const", len(consts) - 1])
-            elif id(v) in step_of:
-                args.append(["step", step_of[id(v)]])
-            else:
-                if v not in inputs:
-                    inputs.append(v)
-                args.append(["in", inputs.index(v)])
-        attrs = {k: a for k, a in n.attrs.items() if not k.startswith("_")}
-        program.append({"op": n.op, "args": args, "attrs": attrs})
+        shape = n.outputs[0].shape
+        if n.op == "BatchNormalization":
+            scale, bias, mean, var = (v.data.astype(np.float64) for v in n.inputs[1:5])
+            a = scale / np.sqrt(var + n.attrs.get("epsilon", 1e-5))
+            program.append({"op": "Mul", "args": [ref(n.inputs[0], shape),
+                                                  constant(a, "channel")], "attrs": {}})
+            program.append({"op": "Add", "args": [["step", len(program) - 1],
+                                                  constant(bias - mean * a, "channel")],
+                            "attrs": {}})
+        else:
+            attrs = {k: a for k, a in n.attrs.items() if not k.startswith("_")}
+            program.append({"op": n.op, "args": [ref(v, shape) for v in n.inputs],
+                            "attrs": attrs})
+        step_of[id(n.outputs[0])] = len(program) - 1
     return program, inputs, consts
 
 

@@ -1,7 +1,8 @@
 """Fused element-wise groups (passes/fuse_elementwise.py), NHWC.
 
 Algorithm: out[c, x, y, n] = the group's program evaluated at that element, its run-time
-inputs read at the same element and its constants from one small vector `k` (Halide order,
+inputs read at the same element and its constants from one vector `k` — a scalar at k[j], a
+per-channel value at k[j + c] (Halide order,
 numpy NHWC arrays; strides are free, so a channel slice of a concat is read where it lies).
 Nothing is reused between elements, so the kernel is bound by memory traffic and per-call
 overhead; what is tuned is how the loop is cut.
@@ -65,6 +66,8 @@ def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
         if ref is None:
             return None
         kind, i = ref
+        if kind == "channel":
+            return k[i + c]
         return xs[i][c, x, y, n] if kind == "in" else k[i] if kind == "const" else values[i]
 
     for op, args, attrs in task.program:

@@ -16,9 +16,10 @@ from woodpecker.tune.tasks import NHWC, Task
 @dataclass(frozen=True)
 class ElementwiseTask(Task):
     """`program`: the group's steps as (op, args, attrs) with args ("in", i), ("const", j),
-    ("step", k) or None and attrs as sorted (name, value) pairs. The constants' values are
-    kernel arguments, not part of the task: RandWire's nodes, which weigh their inputs by
-    different learned scalars, share one task and one tuned kernel per shape."""
+    ("channel", j), ("step", k) or None (see ops/fused.py) and attrs as sorted (name, value)
+    pairs. The constants' values are kernel arguments, not part of the task: RandWire's nodes,
+    which weigh their inputs by different learned scalars, share one task and one tuned
+    kernel per shape."""
 
     kind = "elementwise"
     layout = NHWC
@@ -76,5 +77,6 @@ class ElementwiseTask(Task):
         return xs + consts
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
-        consts = inputs[self.inputs] if self.consts else ()
-        return np.asarray(run_program(self.steps(), inputs[:self.inputs], consts), np.float32)
+        consts = inputs[self.inputs] if self.consts else np.zeros(0, np.float32)
+        return np.asarray(run_program(self.steps(), inputs[:self.inputs], consts, (self.c,)),
+                          np.float32)
