@@ -66,15 +66,14 @@ def lifetimes(graph: Graph, steps: Steps = None,
     end = len(steps)
     outputs = {id(v) for v in graph.outputs}
     first_part: dict[str, int] = {}
-    last_view: dict[str, int] = {}
+    last_view: dict[str, int] = {}   # a whole's last step: its views' and its parts' readers
     for name, (whole, axis, _) in aliases.items():
         v = graph.values[name]
         k = at[id(v.producer)]
-        if is_view(axis):
-            last = end if id(v) in outputs else max((at[id(c)] for c in v.consumers), default=k)
-            whole = view_root(aliases, whole)
-            last_view[whole] = max(last, last_view.get(whole, last))
-        else:
+        last = end if id(v) in outputs else max((at[id(c)] for c in v.consumers), default=k)
+        whole = view_root(aliases, whole)
+        last_view[whole] = max(last, last_view.get(whole, last))
+        if not is_view(axis):
             first_part[whole] = min(k, first_part.get(whole, k))
     out = []
     for node in graph.nodes:

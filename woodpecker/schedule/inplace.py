@@ -7,9 +7,12 @@ concatenate branches. Copying the parts cost 0.72 ms of SqueezeNet 1.1's 5.7 ms 
 plan. In-place concatenation is the classic memory-planner rewrite (e.g. TVM's and TFLite's
 "concat in place"); the conditions here are ours:
 
-- the Concat runs as its own step (not inside a library region) and each part is read by it
-  alone, once, is produced by a node (not a graph input or constant) and is not a graph
-  output, nor itself a concatenation written in place;
+- the Concat runs as its own step (not inside a library region) and reads each part once;
+  a part is produced by a node (not a graph input or constant), is not a graph output, nor
+  itself a concatenation written in place, nor a part of another Concat. Other readers of a
+  part read it in its slice (every engine reads strided arrays; ONNX Runtime copies them for
+  its I/O binding), and the whole then lives until the last of them: DARTS' cells and
+  SwiftNet's dense blocks concatenate states that later ops of the cell read too;
 - the part's slice is contiguous (every axis before the concat axis has size 1: NCHW channel
   concats at batch 1), or the concat axis is the innermost one and the producing engine writes
   through strides (`Engine.writes_strided`): a channel slice of an NHWC value, whose pixels are
@@ -27,8 +30,8 @@ feed the second to a 1×1 conv: 13 of its 26 slice copies a run. Such an alias h
 `slice_code(axis)` (below −1).
 
 The arena keeps an alias out of the placement, starts a whole's lifetime at its first part's
-step and ends a viewed value's at its views' last reader (schedule/arena.py); a plan stores the
-aliases and `check_arena` validates them on load.
+step and ends it no earlier than the last reader of its views and parts (schedule/arena.py); a
+plan stores the aliases and `check_arena` validates them on load.
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ def _slice_view(node, aliases, outputs, engines, index) -> Alias | None:
 
 
 def _in_place(v: Value, concat, axis: int, outputs, aliases, producer_engine) -> bool:
-    if producer_engine is None or id(v) in outputs or v.consumers != [concat] \
+    if producer_engine is None or id(v) in outputs or v.name in aliases \
             or concat.inputs.count(v) != 1 or any(w == v.name for w, _, _ in aliases.values()):
         return False
     contiguous = int(np.prod(v.shape[:axis])) == 1
