@@ -46,26 +46,33 @@ class CompiledModel:
                          for (nodes, k), step in zip(built, self.steps)]
         self._executor = Executor(g, built, plan.arena)
         self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
+        self._expected = {name: (tuple(shape), dtype) for name, shape, dtype in self.inputs}
         self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]
 
     @property
     def graph(self):
         return self.plan.graph
 
+    def _listing(self) -> str:
+        return ", ".join(f"{n}[{_fmt(s)} {d}]" for n, s, d in self.inputs)
+
     def _validate(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
-        expected = {name: (shape, dtype) for name, shape, dtype in self.inputs}
-        listing = ", ".join(f"{n}[{_fmt(s)} {d}]" for n, s, d in self.inputs)
+        """The feeds as arrays, or a one-line InputError. Runs before every call, so the
+        error text is only built for an error (building it took 4 us a call)."""
+        expected = self._expected
         for name in feeds:
             if name not in expected:
-                raise InputError(f"unknown input {name!r}; the model's inputs are: {listing}")
+                raise InputError(f"unknown input {name!r}; the model's inputs are: "
+                                 f"{self._listing()}")
         out = {}
         for name, (shape, dtype) in expected.items():
             if name not in feeds:
-                raise InputError(f"missing input {name!r}; the model's inputs are: {listing}")
+                raise InputError(f"missing input {name!r}; the model's inputs are: "
+                                 f"{self._listing()}")
             a = np.asarray(feeds[name])
             if a.dtype != dtype:
                 raise InputError(f"input {name!r} has dtype {a.dtype}, expected {dtype}")
-            if tuple(a.shape) != tuple(shape):
+            if a.shape != shape:
                 raise InputError(f"input {name!r} has shape {_fmt(a.shape)}, expected "
                                  f"{_fmt(shape)}")
             out[name] = a
