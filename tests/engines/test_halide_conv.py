@@ -28,7 +28,13 @@ DEPTHWISE = [
     ConvTask(1, 24, 9, 9, 24, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 24, False,
              (("Add",), ("Relu",))),
     ConvTask(1, 8, 12, 12, 8, 5, 5, (1, 1), (4, 4, 4, 4), (2, 2), 8, True, ()),
+    # DARTS' ReLU before the conv, applied inside it (a prologue)
+    ConvTask(1, 16, 8, 8, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16, False, (),
+             prologue=(("Relu", (("in", 0),), ()),)),
 ]
+# Sigmoid(0) is 0.5: the zero padding must come after the prologue, as the conv pads its input
+SIGMOID_FIRST = (("Sigmoid", (("in", 0),), ()), ("HardSigmoid", (("step", 0),),
+                                                 (("alpha", 0.3), ("beta", 0.1))))
 TASKS = [
     ConvTask(1, 8, 9, 11, 12, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True,
              (("Add",), ("Relu",))),
@@ -47,6 +53,12 @@ TASKS = [
              x_layout="NCHW"),
     ConvTask(1, 4, 6, 7, 8, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True, (("Relu",),),
              x_layout="NCHW"),
+    # element-wise steps on the input first (a prologue), padded (Winograd too), and on an
+    # NCHW model input
+    ConvTask(1, 8, 7, 8, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, (("Relu",),),
+             prologue=SIGMOID_FIRST),
+    ConvTask(1, 3, 9, 9, 8, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1, False, (),
+             x_layout="NCHW", prologue=SIGMOID_FIRST),
 ]
 
 
@@ -214,3 +226,21 @@ def test_a_model_input_is_read_where_it_lies():
         got = template.build(stem, config)(*kernel_arguments(template, stem, config, inputs))
         ref = stem.reference(inputs)
         assert relative_error(got, ref) <= TOLERANCE, (template.__name__, config)
+
+
+@pytest.mark.parametrize("task", [t for t in TASKS + DEPTHWISE if t.prologue])
+def test_a_prologue_is_applied_before_the_padding(task):
+    """Every template's first and a sampled config compute the reference of a conv with a
+    prologue (passes/fuse_prologue.py), Sigmoid's included: the padding is zero after it."""
+    inputs = task.random_inputs(5)
+    ref = task.reference(inputs)
+    templates = [t for t in (conv_direct, conv_gemm, conv_winograd, conv_depthwise)
+                 if t.supports(task)]
+    assert templates
+    for template in templates:
+        space = template.space(task)
+        for config in (next(iter(space.valid_configs())), space.sample(random.Random(1))):
+            got = template.build(task, config)(*kernel_arguments(template, task, config,
+                                                                 inputs))
+            assert relative_error(got, ref) <= TOLERANCE, (template.__name__, config)
+    assert task.from_json(task.to_json()) == task and "prologue" in task.key

@@ -102,3 +102,36 @@ def test_broadcasting_and_other_ranks_stay_unfused():
                        {"h": rand(1, 1, 3, 1, seed=2)})
     c = woodpecker.compile(model, engines="numpy", threads=1)
     assert [n.op for n in c.graph.nodes] == ["Mul", "FusedElementwise", "Relu", "Add"]
+
+
+def _relu_conv(reread: bool) -> "onnx.ModelProto":  # noqa: F821
+    """DARTS' ReLU-Conv: a conv's output a is read by a ReLU → padded 3x3 conv and, unactivated,
+    by an Add; `reread`: the ReLU's output is also a graph output (it must stay a node)."""
+    c = 8
+    inits = {"w0": rand(c, c, 1, 1, seed=1), "w1": rand(c, c, 3, 3, seed=2)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"]),
+             helper.make_node("Sigmoid", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "w1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    outputs = [("y", [1, c, 6, 6])] + ([("r", [1, c, 6, 6])] if reread else [])
+    return make_model(nodes, [("x", [1, c, 6, 6])], outputs, inits)
+
+
+def test_an_activation_before_a_conv_becomes_its_prologue():
+    c = woodpecker.compile(_relu_conv(False), engines="numpy", threads=1)
+    assert [n.op for n in c.graph.nodes] == ["Conv", "FusedConv"]
+    conv = c.graph.nodes[1]
+    assert conv.inputs[0].name == "a" and \
+        [s["op"] for s in conv.attrs["prologue"]] == ["Sigmoid"]
+    kept = woodpecker.compile(_relu_conv(True), engines="numpy", threads=1)
+    assert "FusedElementwise" in [n.op for n in kept.graph.nodes]
+
+
+@pytest.mark.parametrize("engines", ["numpy", "torch", "onnxruntime"])
+def test_every_engine_applies_the_prologue_before_padding(engines):
+    """Sigmoid(0) is 0.5: the conv pads the activated input with zeros."""
+    model = _relu_conv(False)
+    c = woodpecker.compile(model, engines=engines + ",numpy", threads=1)
+    assert c.plan.engines[1] == engines
+    x = rand(1, 8, 6, 6, seed=7)
+    np.testing.assert_allclose(c(x), ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -28,7 +28,16 @@ def _conv_mean():
                       {"w": rand(4, 8, 3, 3, seed=1)})
 
 
-MODELS = {"reduce_mean_to_pool": _conv_mean}   # passes that conv_bn_relu_residual lacks work for
+def _relu_conv():
+    """x → Relu → padded Conv (the ReLU becomes the conv's prologue)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1])]
+    return make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 4, 6, 6])],
+                      {"w": rand(4, 8, 3, 3, seed=1)})
+
+
+# passes that conv_bn_relu_residual lacks work for
+MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv}
 
 
 @pytest.mark.parametrize("name", DEFAULT)

@@ -168,8 +168,12 @@ def _conv(node: Node, consts: list):
     stride, dil, groups = tuple(a["strides"]), tuple(a["dilations"]), a.get("group", 1)
     epi = _epilogue(node)
     nb = _n_base(node)
+    prologue = _program(node.attrs["prologue"], (1, node.inputs[0].shape[1]) + (1,) * nd) \
+        if node.attrs.get("prologue") else None
 
     def run(x, w, b=None, *operands):
+        if prologue is not None:
+            x = prologue([x], ())
         if pre is not None:
             x = F.pad(x, pre)
         y = conv(x, w, b, stride, padding, dil, groups)
@@ -267,21 +271,26 @@ for _name, _fn in _FNS.items():
     builder(_name)(_simple(_fn))
 
 
-@builder("FusedElementwise")
-def _fused_elementwise(node: Node, consts: list):
-    """Each step by its own op's torch function on the constants as views of one tensor."""
+def _program(program: list[dict], channels: tuple[int, ...]) -> Callable:
+    """An element-wise program (ops/fused.py) as `run(inputs, consts)`, each step by its own
+    op's torch function, the constants as views of one tensor."""
     torch = _torch()
-    program = node.attrs["program"]
-    n = runtime_count(program)
-    scalars = consts[n].reshape(-1) if len(consts) > n else torch.zeros(0)
-    channels = (1, node.outputs[0].shape[1], 1, 1)
 
     def step_fn(step: dict):
         if step["op"] == "Clip":
             return lambda x, lo=None, hi=None: torch.clamp(x, lo, hi)
         return _FNS[step["op"]](Node(step["op"], "", [], [], step.get("attrs", {})))
 
-    return lambda *xs: run_program(program, list(xs), scalars, channels, step_fn)
+    return lambda xs, consts: run_program(program, xs, consts, channels, step_fn)
+
+
+@builder("FusedElementwise")
+def _fused_elementwise(node: Node, consts: list):
+    program = node.attrs["program"]
+    n = runtime_count(program)
+    scalars = consts[n].reshape(-1) if len(consts) > n else _torch().zeros(0)
+    run = _program(program, (1, node.outputs[0].shape[1], 1, 1))
+    return lambda *xs: run(list(xs), scalars)
 
 
 @builder("Clip")

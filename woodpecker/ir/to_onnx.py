@@ -28,7 +28,8 @@ def _attrs(op: str, attrs: dict, opset: int) -> dict:
         known = None
     out = {}
     for k, v in attrs.items():
-        if k.startswith("_") or k == "epilogue" or (known is not None and k not in known):
+        if k.startswith("_") or k in ("epilogue", "prologue") or \
+                (known is not None and k not in known):
             continue
         out[k] = numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v
     return out
@@ -48,10 +49,15 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
     ins = [name(v) for v in node.inputs[:n_base]]
     while ins and ins[-1] == "":
         ins.pop()
+    protos, inits = [], []
+    if node.attrs.get("prologue"):
+        x = node.inputs[0]
+        ins[0] = fresh(node.name)
+        protos, inits = _program_protos(node.attrs["prologue"], [x.name], np.zeros(0), x,
+                                        ins[0], node.name, fresh, opset)
     cur = fresh(node.name)
-    protos = [helper.make_node(base, ins, [cur], name=node.name,
-                               **_attrs(base, node.attrs, opset))]
-    inits: list[onnx.TensorProto] = []
+    protos.append(helper.make_node(base, ins, [cur], name=node.name,
+                                   **_attrs(base, node.attrs, opset)))
     operands = iter(node.inputs[n_base:])
     steps = node.attrs["epilogue"]
     for i, step in enumerate(steps):
@@ -75,7 +81,7 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
                                            **{k: v for k, v in step.items() if k != "op"}))
         cur = out
     if not steps:
-        protos[0].output[0] = node.outputs[0].name
+        protos[-1].output[0] = node.outputs[0].name
     return protos, inits
 
 
@@ -84,14 +90,22 @@ def _elementwise_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodePr
     """A FusedElementwise's steps as ONNX nodes, its constants as scalars or (1, C, 1, 1)."""
     program = node.attrs["program"]
     n = runtime_count(program)
-    y = node.outputs[0]
     consts = node.inputs[n].data.reshape(-1) if len(node.inputs) > n else np.zeros(0)
+    return _program_protos(program, [v.name for v in node.inputs[:n]], consts,
+                           node.outputs[0], node.outputs[0].name, node.name, fresh, opset)
+
+
+def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, y: Value,
+                    out: str, name: str, fresh, opset: int) -> tuple[list[onnx.NodeProto],
+                                                                     list[onnx.TensorProto]]:
+    """ONNX nodes computing an element-wise program (ops/fused.py) of `inputs` into `out`;
+    constants become initializers shaped to broadcast over `y` (scalars, or per channel)."""
     inits: list[onnx.TensorProto] = []
 
     def constant(kind: str, i: int) -> str:
         shape, size = ((), 1) if kind == "const" else ((1, y.shape[1], 1, 1), y.shape[1])
         data = np.asarray(consts[i:i + size], dtype=y.dtype).reshape(shape)
-        inits.append(numpy_helper.from_array(data, fresh(node.name + ".c")))
+        inits.append(numpy_helper.from_array(data, fresh(name + ".c")))
         return inits[-1].name
 
     outs: list[str] = []
@@ -103,11 +117,10 @@ def _elementwise_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodePr
                 args.append("")
             else:
                 kind, i = a
-                args.append(node.inputs[i].name if kind == "in" else outs[i]
+                args.append(inputs[i] if kind == "in" else outs[i]
                             if kind == "step" else constant(kind, i))
-        outs.append(node.outputs[0].name if k == len(program) - 1 else fresh(node.name))
-        protos.append(helper.make_node(step["op"], args, [outs[-1]],
-                                       name=fresh(node.name),
+        outs.append(out if k == len(program) - 1 else fresh(name))
+        protos.append(helper.make_node(step["op"], args, [outs[-1]], name=fresh(name),
                                        **_attrs(step["op"], step.get("attrs", {}), opset)))
     return protos, inits
 

@@ -1,9 +1,12 @@
-"""Fused ops made by the epilogue-fusion pass: FusedConv, FusedGemm, FusedMatMul.
+"""Fused ops made by the fusion passes: FusedConv, FusedGemm, FusedMatMul (epilogues),
+FusedElementwise (element-wise groups).
 
 A fused node holds the base op's inputs (fixed slots, None where omitted), then one extra input
 per `Add` step of its epilogue. `attrs["epilogue"]` is a list of steps applied in order to the
 base result, e.g. `[{"op": "Add"}, {"op": "Relu"}]` for ResNet's conv+bn+add+relu (the
-BatchNorm having been folded into the weights first). Engines run the whole node in one call.
+BatchNorm having been folded into the weights first). A FusedConv may also hold a `prologue`:
+an element-wise program without constants applied to its input first (DARTS' and RandWire's
+ReLU before each conv; passes/fuse_prologue.py). Engines run the whole node in one call.
 """
 
 from __future__ import annotations
@@ -37,9 +40,16 @@ def _register(fused: str, base: str, n_base: int) -> None:
         return OPS[base].infer(node, data_of)
 
     def flops(node: Node) -> int:
-        return OPS[base].flops(node) + output_numel(node) * len(node.attrs["epilogue"])
+        x = node.inputs[0]
+        return OPS[base].flops(node) + output_numel(node) * len(node.attrs["epilogue"]) \
+            + int(np.prod(x.shape)) * len(node.attrs.get("prologue", []))
 
     def reference(attrs, *inputs):
+        if attrs.get("prologue"):
+            x = inputs[0]
+            x = run_program(attrs["prologue"], [x], np.zeros(0, x.dtype),
+                            (1, x.shape[1]) + (1,) * (x.ndim - 2))
+            inputs = (x.astype(inputs[0].dtype), *inputs[1:])
         y = OPS[base].reference(attrs, *inputs[:n_base])
         return apply_epilogue(y, attrs["epilogue"], list(inputs[n_base:])).astype(y.dtype)
 

@@ -10,6 +10,7 @@ from woodpecker.passes.dce import eliminate_dead_code
 from woodpecker.passes.fold_batchnorm import fold_batchnorm
 from woodpecker.passes.fuse_elementwise import fuse_elementwise
 from woodpecker.passes.fuse_epilogue import fuse_epilogues
+from woodpecker.passes.fuse_prologue import fuse_prologues
 from woodpecker.passes.global_pool import reduce_mean_to_pool
 from woodpecker.passes.remove_identity import remove_identities
 
@@ -20,6 +21,7 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "reduce_mean_to_pool": reduce_mean_to_pool,
     "fuse_epilogues": fuse_epilogues,
     "fuse_elementwise": fuse_elementwise,
+    "fuse_prologues": fuse_prologues,
     "dce": eliminate_dead_code,
 }
 DEFAULT = tuple(PASSES)

@@ -70,7 +70,7 @@ def _group(graph: Graph, root: Node, taken: set[int]) -> list[Node]:
     return group
 
 
-def _program(nodes: list[Node]) -> tuple[list[dict], list[Value], list[float]]:
+def element_program(nodes: list[Node]) -> tuple[list[dict], list[Value], list[float]]:
     """The steps of `nodes` (in graph order), their run-time inputs and the constant vector."""
     step_of: dict[int, int] = {}
     inputs: list[Value] = []
@@ -124,7 +124,7 @@ def fuse_elementwise(graph: Graph) -> int:
     for group in groups:
         order = {id(n): k for k, n in enumerate(graph.nodes)}
         nodes = sorted(group, key=lambda n: order[id(n)])
-        program, inputs, consts = _program(nodes)
+        program, inputs, consts = element_program(nodes)
         root = nodes[-1]
         ins = list(inputs)
         if consts:

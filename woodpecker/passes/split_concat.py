@@ -119,9 +119,11 @@ def _channel_partitions(graph: Graph, conv: Node, xs: list[Value]) -> list[Node]
         y = out if last else graph.value(graph.fresh_name(conv.name), out.shape, out.dtype)
         name = graph.fresh_name(conv.name)
         if acc is None:
+            # a prologue (passes/fuse_prologue.py) is element-wise: each part applies it
             ins = [x, wj, b] + (list(residuals) if last else [])
-            op, epi = ("FusedConv", steps) if last and steps else ("Conv", None)
-            attrs = dict(base, epilogue=epi) if epi is not None else dict(base)
+            epi = steps if last else []
+            op, attrs = ("FusedConv", dict(base, epilogue=epi)) if epi or "prologue" in base \
+                else ("Conv", dict(base))
         else:
             ins = [x, wj, None, acc] + (list(residuals) if last else [])
             op, attrs = "FusedConv", dict(base, epilogue=[{"op": "Add"}] + (steps if last else []))

@@ -34,13 +34,16 @@ class ConvInputs:
 
     def _nhwc(self):
         """The input as the algorithm indexes it, [c, x, y, n]: the parameter itself, or an
-        NCHW parameter read across (a model input's few channels, `ConvTask.x_layout`)."""
-        if not self.task.reads_nchw:
+        NCHW parameter read across (a model input's few channels, `ConvTask.x_layout`), with
+        the task's prologue applied (before the zero padding, as the conv pads its input)."""
+        if not self.task.reads_nchw and not self.task.prologue:
             return self.x
         hl = self.hl
         c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
-        f = hl.Func("x_nchw")
-        f[c, x, y, n] = self.x[x, y, c, n]
+        f = hl.Func("x_nchw" if self.task.reads_nchw else "x_prologue")
+        value = self.x[x, y, c, n] if self.task.reads_nchw else self.x[c, x, y, n]
+        f[c, x, y, n] = program_expr(hl, self.task.prologue, lambda ref: value) \
+            if self.task.prologue else value
         return f
 
     def bias(self, c):
@@ -108,6 +111,35 @@ def epilogue_expr(hl, e, epilogue, residuals, args):
     for step in epilogue:
         e = e + next(res)[args] if step[0] == "Add" else activation(hl, e, step)
     return e
+
+
+def step_expr(hl, op: str, args: list, attrs: dict):
+    """One element-wise program step (ops/fused.py) as a Halide expression of its argument
+    expressions (None for an omitted optional one)."""
+    if op in ("Add", "Sub", "Mul", "Div"):
+        a, b = args
+        return a + b if op == "Add" else a - b if op == "Sub" else a * b if op == "Mul" \
+            else a / b
+    if op == "Clip":
+        x, lo, hi = (args + [None, None])[:3]
+        x = x if lo is None else hl.max(x, lo)
+        return x if hi is None else hl.min(x, hi)
+    if op == "HardSigmoid":
+        alpha, beta = attrs.get("alpha", 0.2), attrs.get("beta", 0.5)
+        return hl.clamp(args[0] * hl.f32(alpha) + hl.f32(beta), 0.0, 1.0)
+    return activation(hl, args[0], (op,))
+
+
+def program_expr(hl, program: tuple, value_of):
+    """The last step's expression of an element-wise program ((op, args, attrs) steps, as
+    tasks hold it); `value_of(ref)` gives an ("in", i), ("const", j) or ("channel", j)
+    argument's expression."""
+    values: list = []
+    for op, args, attrs in program:
+        exprs = [None if a is None else values[a[1]] if a[0] == "step" else value_of(a)
+                 for a in args]
+        values.append(step_expr(hl, op, exprs, dict(attrs)))
+    return values[-1]
 
 
 def activation(hl, e, step):

@@ -14,7 +14,7 @@ calling thread (on small maps a parallel dispatch can cost more than the work).
 from __future__ import annotations
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.conv_common import activation, own_shapes
+from woodpecker.engines.halide.conv_common import own_shapes, program_expr
 from woodpecker.engines.halide.schedule import compiled
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.tasks.elementwise import ElementwiseTask
@@ -37,22 +37,6 @@ def space(task: ElementwiseTask, vector_registers: int = 16) -> KnobSpace:
 views = own_shapes
 
 
-def _step(hl, op: str, args: list, attrs: dict):
-    """One program step as a Halide expression of its argument expressions."""
-    if op in ("Add", "Sub", "Mul", "Div"):
-        a, b = args
-        return a + b if op == "Add" else a - b if op == "Sub" else a * b if op == "Mul" \
-            else a / b
-    if op == "Clip":
-        x, lo, hi = (args + [None, None])[:3]
-        x = x if lo is None else hl.max(x, lo)
-        return x if hi is None else hl.min(x, hi)
-    if op == "HardSigmoid":
-        alpha, beta = attrs.get("alpha", 0.2), attrs.get("beta", 0.5)
-        return hl.clamp(args[0] * hl.f32(alpha) + hl.f32(beta), 0.0, 1.0)
-    return activation(hl, args[0], (op,))
-
-
 def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     f32 = hl.Float(32)
@@ -60,20 +44,13 @@ def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
     k = hl.ImageParam(f32, 1, "k") if task.consts else None
     params = xs + ([k] if k is not None else [])
     c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
-    values: list = []
 
-    def arg(ref):
-        if ref is None:
-            return None
+    def value_of(ref):
         kind, i = ref
-        if kind == "channel":
-            return k[i + c]
-        return xs[i][c, x, y, n] if kind == "in" else k[i] if kind == "const" else values[i]
+        return xs[i][c, x, y, n] if kind == "in" else k[i] if kind == "const" else k[i + c]
 
-    for op, args, attrs in task.program:
-        values.append(_step(hl, op, [arg(a) for a in args], dict(attrs)))
     out = hl.Func("out")
-    out[c, x, y, n] = values[-1]
+    out[c, x, y, n] = program_expr(hl, task.program, value_of)
     out.vectorize(c, config["vec"])
     if config["parallel"]:
         out.parallel(y)

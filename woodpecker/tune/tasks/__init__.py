@@ -72,6 +72,19 @@ def epilogue_dicts(steps: tuple[tuple, ...]) -> list[dict]:
             for s in steps]
 
 
+def program_steps(program: list[dict]) -> tuple:
+    """An element-wise program (ops/fused.py's dicts) as hashable (op, args, attrs) steps,
+    attrs as sorted (name, value) pairs."""
+    return tuple((s["op"], tuple(None if a is None else tuple(a) for a in s["args"]),
+                  tuple(sorted(s.get("attrs", {}).items()))) for s in program)
+
+
+def program_dicts(steps: tuple) -> list[dict]:
+    """The inverse of `program_steps`, as ops/fused.py's `run_program` reads it."""
+    return [{"op": op, "args": [None if a is None else list(a) for a in args],
+             "attrs": dict(attrs)} for op, args, attrs in steps]
+
+
 def steps_text(steps: tuple[tuple, ...]) -> str:
     return " +" + "+".join(s[0] for s in steps) if steps else ""
 

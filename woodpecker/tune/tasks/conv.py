@@ -8,8 +8,16 @@ import numpy as np
 
 from woodpecker.ir.graph import Node
 from woodpecker.ops.conv import conv
-from woodpecker.ops.fused import apply_epilogue
-from woodpecker.tune.tasks import NHWC, Task, epilogue_dicts, epilogue_steps, steps_text
+from woodpecker.ops.fused import apply_epilogue, run_program
+from woodpecker.tune.tasks import (
+    NHWC,
+    Task,
+    epilogue_dicts,
+    epilogue_steps,
+    program_dicts,
+    program_steps,
+    steps_text,
+)
 
 # A conv reading a model input with at most this many channels (an image) reads it in the
 # model's NCHW layout where it lies: the layout conversion before it cost 0.13 ms of
@@ -42,8 +50,9 @@ class ConvTask(Task):
     epilogue: tuple[tuple, ...]               # (op, *params) steps; "Add" reads a residual
     dtype: str = "float32"
     x_layout: str = NHWC                      # or NCHW: a model input read where it lies
+    prologue: tuple = ()                      # element-wise steps on x first (ops/fused.py)
 
-    LATER_FIELDS = ("x_layout",)
+    LATER_FIELDS = ("x_layout", "prologue")
 
     @property
     def reads_nchw(self) -> bool:
@@ -83,7 +92,8 @@ class ConvTask(Task):
         reads_nchw = x.producer is None and x.data is None and c <= MODEL_INPUT_CHANNELS
         return cls(n, c, h, w, k, kh, kw, tuple(a["strides"]), (p[0], p[1], p[2], p[3]),
                    tuple(a["dilations"]), a.get("group", 1), node.input(2) is not None,
-                   epilogue_steps(node), x.dtype.name, NCHW if reads_nchw else NHWC)
+                   epilogue_steps(node), x.dtype.name, NCHW if reads_nchw else NHWC,
+                   program_steps(a.get("prologue", [])))
 
     def input_layout(self, i: int) -> str:
         return "" if i == 0 and self.reads_nchw else NHWC
@@ -92,6 +102,7 @@ class ConvTask(Task):
         kind = "dwconv" if self.groups > 1 else "conv"
         return (f"{kind} {self.kh}x{self.kw}/{self.stride[0]} {self.c}->{self.k} @ "
                 f"{self.h}x{self.w}" + (" (NCHW input)" if self.reads_nchw else "")
+                + (" after " + "+".join(s[0] for s in self.prologue) if self.prologue else "")
                 + steps_text(self.epilogue))
 
     def constant(self, node: Node, i: int) -> np.ndarray:
@@ -122,6 +133,9 @@ class ConvTask(Task):
         attrs = {"_pads": list(self.pads), "strides": list(self.stride),
                  "dilations": list(self.dilation), "group": self.groups}
         x = x if self.reads_nchw else x.transpose(0, 3, 1, 2)
+        if self.prologue:
+            x = run_program(program_dicts(self.prologue), [x], np.zeros(0, x.dtype),
+                            (1, self.c, 1, 1))
         y = conv(attrs, x, w.transpose(3, 2, 0, 1), b)
         return apply_epilogue(y.transpose(0, 2, 3, 1), epilogue_dicts(self.epilogue),
                               residuals).astype(np.float32)

@@ -10,7 +10,7 @@ import numpy as np
 
 from woodpecker.ir.graph import Node
 from woodpecker.ops.fused import run_program, runtime_count
-from woodpecker.tune.tasks import NHWC, Task
+from woodpecker.tune.tasks import NHWC, Task, program_dicts, program_steps
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,7 @@ class ElementwiseTask(Task):
         n, c, h, w = y.shape
         k = runtime_count(program)
         consts = node.inputs[k].data.size if len(node.inputs) > k else 0
-        steps = tuple((s["op"], tuple(None if a is None else tuple(a) for a in s["args"]),
-                       tuple(sorted(s.get("attrs", {}).items()))) for s in program)
-        return cls(n, h, w, c, k, consts, steps, y.dtype.name)
-
-    def steps(self) -> list[dict]:
-        """The program as FusedElementwise's attrs hold it."""
-        return [{"op": op, "args": [None if a is None else list(a) for a in args],
-                 "attrs": dict(attrs)} for op, args, attrs in self.program]
+        return cls(n, h, w, c, k, consts, program_steps(program), y.dtype.name)
 
     def describe(self) -> str:
         ops = "+".join(op for op, _, _ in self.program)
@@ -78,5 +71,5 @@ class ElementwiseTask(Task):
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
         consts = inputs[self.inputs] if self.consts else np.zeros(0, np.float32)
-        return np.asarray(run_program(self.steps(), inputs[:self.inputs], consts, (self.c,)),
-                          np.float32)
+        return np.asarray(run_program(program_dicts(self.program), inputs[:self.inputs], consts,
+                                      (self.c,)), np.float32)
