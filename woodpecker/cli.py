@@ -170,7 +170,8 @@ def cmd_inspect(args) -> None:
             acc[0] += r["flops"]
             if len(step) == 1:
                 r["ms"] = t
-            op = r["op"] + ("+" + "+".join(r["epilogue"]) if r["epilogue"] else "")
+            op = "+".join(r["program"]) if r["program"] else \
+                "+".join(r["prologue"] + [r["op"]] + r["epilogue"])
             out = "x".join(map(str, r["outputs"][0]))
             shown = f"{t:>7.3f}" if len(step) == 1 else f"{'(r' + str(k) + ')':>7}"
             print(f"{i:>3} {r['name'][:36]:<36} {op[:18]:<18} {r['engine']:<12} {out[:16]:<16} "

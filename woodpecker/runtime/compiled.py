@@ -109,7 +109,8 @@ class CompiledModel:
         return sum(f for f, e in flops if e == "halide") / total if total else 0.0
 
     def node_table(self) -> list[dict]:
-        """Per node: name, op, engine, input/output shapes and FLOPs (for `inspect`)."""
+        """Per node: name, op, engine, input/output shapes, FLOPs and the ops fused into it
+        (epilogue, prologue, an element-wise group's program) (for `inspect`)."""
         rows = []
         for n, e in zip(self.graph.nodes, self.plan.engines):
             rows.append({
@@ -118,6 +119,8 @@ class CompiledModel:
                 "outputs": [list(v.shape) for v in n.outputs],
                 "flops": int(OPS[n.op].flops(n)),
                 "epilogue": [s["op"] for s in n.attrs.get("epilogue", [])],
+                "prologue": [s["op"] for s in n.attrs.get("prologue", [])],
+                "program": [s["op"] for s in n.attrs.get("program", [])],
             })
         return rows
 
