@@ -276,12 +276,14 @@ def _program(program: list[dict], channels: tuple[int, ...]) -> Callable:
     op's torch function, the constants as views of one tensor."""
     torch = _torch()
 
-    def step_fn(step: dict):
+    def make(step: dict):
         if step["op"] == "Clip":
             return lambda x, lo=None, hi=None: torch.clamp(x, lo, hi)
         return _FNS[step["op"]](Node(step["op"], "", [], [], step.get("attrs", {})))
 
-    return lambda xs, consts: run_program(program, xs, consts, channels, step_fn)
+    fns = {id(step): make(step) for step in program}   # built once, not on every call
+    return lambda xs, consts: run_program(program, xs, consts, channels,
+                                          lambda step: fns[id(step)])
 
 
 @builder("FusedElementwise")

@@ -17,8 +17,7 @@ from __future__ import annotations
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.ops.fused import BASE_INPUTS
 from woodpecker.passes.fuse_elementwise import element_program, eligible
-
-CONVS = ("Conv", "FusedConv")
+from woodpecker.passes.split_concat import CONVS
 
 
 def _program(node: Node) -> list[dict] | None:
