@@ -96,6 +96,30 @@ def test_register_constraint_prunes_the_space():
     assert all(c["co_block"] * c["x_block"] <= 15 for c in space.valid_configs())
 
 
+def test_sixteen_lanes_take_one_register_with_avx512():
+    """32 vector registers are AVX-512's 16-lane zmm registers: a 16-lane accumulator is one of
+    them, where AVX2 needs two 8-lane ones."""
+    config = {"vec": 16, "co_block": 2, "x_block": 7, "panel": 1, "col": "inline",
+              "parallel": "co", "pad": "inline", "unroll_kw": False}
+    assert conv_gemm.space(TASKS[2], vector_registers=32).violations(config) == []
+    assert conv_gemm.space(TASKS[2], vector_registers=16).violations(config) == \
+        ["accumulators fit the vector registers"]
+
+
+@pytest.mark.parametrize("task", DEPTHWISE)
+@pytest.mark.parametrize("x_block", [1, 4])
+def test_depthwise_padding_per_channel_tile_is_correct(task, x_block):
+    config = {"vec": 8, "c_block": 1, "x_block": x_block, "parallel": "co", "pad": "tile",
+              "unroll_k": True}
+    assert conv_depthwise.space(task).violations(config) == []
+    inputs = task.random_inputs(1)
+    got = conv_depthwise.build(task, config)(*kernel_arguments(conv_depthwise, task, config,
+                                                                inputs))
+    np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4)
+    assert conv_depthwise.space(task).violations({**config, "parallel": "rows"}) == \
+        ["per-tile padding needs channel tiles in parallel"]
+
+
 def test_compiled_kernel_is_cached_and_rejects_bad_buffers():
     from woodpecker.errors import EngineError
 

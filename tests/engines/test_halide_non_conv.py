@@ -95,6 +95,16 @@ def test_pool_space_constraints():
         "ceil_mode's last window leaves the image: materialising the padding is an option"
 
 
+@pytest.mark.parametrize("task", [t for t in POOL if pool._padded(t)])
+def test_pool_padding_per_channel_tile_is_correct(task):
+    config = {"vec": 4, "c_block": 1, "x_block": 2, "parallel": "co", "pad": "tile",
+              "unroll_k": True}
+    assert pool.space(task).violations(config) == []
+    inputs = task.random_inputs(2)
+    got = pool.build(task, config)(*kernel_arguments(pool, task, config, inputs))
+    np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-5, atol=1e-5)
+
+
 def test_layernorm_keeps_digits_on_rows_with_a_large_mean():
     task = ROWS[2]
     x, scale, bias = task.random_inputs(3)

@@ -100,7 +100,7 @@ def test_compile_tune_then_inspect(conv_model, tmp_path, capsys):
 
 def test_budget_follows_the_work_with_a_floor():
     from woodpecker.tune.extract import TaskGroup
-    from woodpecker.tune.session import MIN_SHARE, work_weights
+    from woodpecker.tune.session import FLOPS_PER_BYTE, MIN_SHARE, task_bytes, work_weights
     from woodpecker.tune.tasks.dense import DenseTask
     from woodpecker.tune.tasks.pool import PoolTask
 
@@ -108,5 +108,19 @@ def test_budget_follows_the_work_with_a_floor():
     tiny = PoolTask(1, 8, 4, 4, "avg", 4, 4, (1, 1), (0, 0, 0, 0), (1, 1), False, False)
     groups = [TaskGroup(big, (), ["a", "b"]), TaskGroup(big, (), ["c"]), TaskGroup(tiny, (), ["d"])]
     w = work_weights(groups)
-    assert w[0] == 2 * w[1] == 2 * big.flops
-    assert w[2] == MIN_SHARE * (3 * big.flops + tiny.flops)
+    assert w[0] == 2 * w[1] == 2 * big.flops        # compute-bound: its FLOPs
+    tiny_work = max(tiny.flops, FLOPS_PER_BYTE * task_bytes(tiny))
+    assert w[2] == MIN_SHARE * (3 * big.flops + tiny_work)
+
+
+def test_a_memory_bound_task_is_weighed_by_its_bytes():
+    from woodpecker.tune.extract import TaskGroup
+    from woodpecker.tune.session import FLOPS_PER_BYTE, task_bytes, work_weights
+    from woodpecker.tune.tasks.conv import ConvTask
+
+    # MnasNet's 5x5 depthwise conv at 7x7: 2.8 MFLOPs over 0.57 MB
+    dw = ConvTask(1, 1152, 7, 7, 1152, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 1152, True, ())
+    nbytes = 4 * (1152 * 49 + 1152 * 25 + 1152 + 1152 * 49)
+    assert task_bytes(dw) == nbytes
+    assert work_weights([TaskGroup(dw, (), ["a"])]) == [FLOPS_PER_BYTE * nbytes]
+    assert FLOPS_PER_BYTE * nbytes > dw.flops

@@ -19,6 +19,7 @@ import numpy as np
 from woodpecker.engines.halide.templates import kernel_arguments, template_module
 from woodpecker.errors import EngineError
 from woodpecker.tune.records import TuningLog
+from woodpecker.tune.rotation import rotating_call
 from woodpecker.tune.tasks import Task
 from woodpecker.tune.worker import TOLERANCE, relative_error
 
@@ -53,7 +54,7 @@ def checked_kernel(task: Task, record: dict, threads: int, inputs: list[np.ndarr
 class Finalist(NamedTuple):
     record: dict
     kernel: object            # the built AotKernel
-    run: Callable[[], object]  # a call of the kernel on seeded inputs
+    run: Callable[[], object]  # a call on seeded inputs, weights cold (tune/rotation.py)
 
 
 def finalist_runners(task: Task, records: list[dict], threads: int,
@@ -68,6 +69,5 @@ def finalist_runners(task: Task, records: list[dict], threads: int,
         except EngineError as e:
             report(f"{task.describe()}: {record['template'].rsplit('.', 1)[-1]}: {e}; not used")
             continue
-        runners[record["template"]] = Finalist(record, kernel,
-                                               (lambda k, a: lambda: k(*a))(kernel, args))
+        runners[record["template"]] = Finalist(record, kernel, rotating_call(kernel, args))
     return runners

@@ -6,7 +6,8 @@ Request: {"template": module path, "kind": task kind, "task": task JSON, "config
 "repeats": int, "seed": int}. Reply: {"ok": true, "cost_s", "compile_s", "rel_err"} or
 {"ok": false, "error"}.
 A candidate is valid only when its output matches the numpy reference (max error relative to
-the reference's largest magnitude ≤ 1e-4).
+the reference's largest magnitude ≤ 1e-4). It is timed with its weights out of the caches, as
+a plan runs it (tune/rotation.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 import numpy as np
 
 from woodpecker.engines.halide.templates import kernel_arguments
+from woodpecker.tune.rotation import rotating_call
 from woodpecker.tune.tasks import spec_task
 
 TOLERANCE = 1e-4
@@ -52,12 +54,13 @@ def measure_one(req: dict, threads: int, cache: dict) -> dict:
     rel = relative_error(out, ref)
     if not rel <= TOLERANCE:
         return {"ok": False, "error": f"wrong result: relative error {rel:.2e}"}
+    call = rotating_call(run, inputs)   # weights cold, as in a plan
     for _ in range(2):
-        run(*inputs)
+        call()
     times = []
     for _ in range(max(1, req.get("repeats", 10))):
         t = time.perf_counter()
-        run(*inputs)
+        call()
         times.append(time.perf_counter() - t)
     return {"ok": True, "cost_s": statistics.median(times), "compile_s": compile_s,
             "rel_err": rel}

@@ -4,7 +4,7 @@ bias, one residual per epilogue Add), the zero-padded input, and the fused epilo
 
 from __future__ import annotations
 
-from woodpecker.engines.halide.schedule import PARALLEL
+from woodpecker.engines.halide.schedule import PARALLEL, TILE_PAD
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.tasks.conv import ConvTask
 
@@ -58,10 +58,12 @@ class ConvInputs:
 
 def fits_registers(vector_registers: int, block: str, spare: int,
                    pixels: str = "x_block") -> Constraint:
-    """The (`block` vectors × `pixels` pixels) accumulator tile, at 8 lanes per register, fits
-    the vector registers with `spare` left for operands."""
+    """The (`block` vectors × `pixels` pixels) accumulator tile fits the vector registers with
+    `spare` left for operands: 32 registers means AVX-512, 16 float lanes to a register, else
+    8 (AVX2)."""
+    lanes = 16 if vector_registers >= 32 else 8
     return Constraint("accumulators fit the vector registers",
-                      lambda c: c[block] * c[pixels] * max(1, c["vec"] // 8)
+                      lambda c: c[block] * c[pixels] * max(1, c["vec"] // lanes)
                       <= vector_registers - spare)
 
 
@@ -69,13 +71,15 @@ def window_space(task, vector_registers: int, extra: tuple[Constraint, ...] = ()
                  seeds: tuple[dict, ...] = ()) -> KnobSpace:
     """The knobs of a per-channel window reduction (depthwise conv, pooling; `register_tile`'s
     schedule): `vec` lanes, `c_block` channel vectors and `x_block` pixels per register tile,
-    `parallel`, `pad`, `unroll_k` (unroll the window), with the tile within the channels, the
-    output row and the vector registers, plus the caller's `extra` constraints and `seeds`
-    (see KnobSpace)."""
+    `parallel`, `pad` (see schedule.pad_input), `unroll_k` (unroll the window), with the tile
+    within the channels, the output row and the vector registers, plus the caller's `extra`
+    constraints and `seeds` (see KnobSpace)."""
     knobs = [Knob("vec", (4, 8, 16)), Knob("c_block", (1, 2, 4)),
              Knob("x_block", (1, 2, 4, 7, 8)), Knob("parallel", PARALLEL),
-             Knob("pad", ("root", "inline")), Knob("unroll_k", (False, True))]
+             Knob("pad", ("root", "inline", TILE_PAD)), Knob("unroll_k", (False, True))]
     constraints = [
+        Constraint("per-tile padding needs channel tiles in parallel",
+                   lambda c: c["pad"] != TILE_PAD or c["parallel"] == "co"),
         fits_registers(vector_registers, "c_block", 2),
         Constraint("channel tile within the channels", lambda c: c["vec"] * c["c_block"] <= task.c),
         Constraint("pixel tile within the output row", lambda c: c["x_block"] <= task.out_w),

@@ -91,5 +91,5 @@ def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
     if config["unroll_k"]:
         upd.unroll(r[0])
     if leaves:
-        pad_input(padded, config["pad"])
+        pad_input(padded, config["pad"], tile=(out, hl.Var("co"), config["vec"]))
     return compiled(__name__, task, config, threads, out, [x])
