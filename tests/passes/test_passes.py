@@ -36,8 +36,22 @@ def _relu_conv():
                       {"w": rand(4, 8, 3, 3, seed=1)})
 
 
+def _renamed_axes():
+    """x → Transpose of a size-1 axis → Unsqueeze → Reshape → Gather of one index → Relu, as
+    PyTorch's attention exports its batch-first transposes and q/k/v split."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2, 3]),
+             helper.make_node("Unsqueeze", ["t", "ax"], ["u"]),
+             helper.make_node("Reshape", ["u", "shape"], ["r"]),
+             helper.make_node("Gather", ["r", "i"], ["g"], axis=1),
+             helper.make_node("Relu", ["g"], ["y"])]
+    return make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 36])],
+                      {"ax": np.array([0], np.int64), "shape": np.array([1, 8, 36], np.int64),
+                       "i": np.array(-3, np.int64)})
+
+
 # passes that conv_bn_relu_residual lacks work for
-MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv}
+MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv,
+          "simplify_reshapes": _renamed_axes}
 
 
 @pytest.mark.parametrize("name", DEFAULT)
@@ -103,3 +117,24 @@ def test_folding_does_not_inflate_constants():
                        {"s": np.array([1024, 1024], np.int64)})
     c = _compile(model, DEFAULT)
     assert "ConstantOfShape" in _ops(c)
+
+
+def test_axis_renames_become_one_reshape_of_the_input():
+    c = _compile(_renamed_axes(), ("simplify_reshapes", "dce"))
+    assert c.plan.meta["passes"]["simplify_reshapes"] == 3
+    assert _ops(c) == ["Reshape", "Gather", "Relu"]
+    assert c.graph.nodes[0].inputs[0].name == "x"
+
+
+def test_a_transpose_moving_data_and_a_reshape_of_an_output_stay():
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["t", "s1"], ["r"]),
+             helper.make_node("Reshape", ["r", "s2"], ["y"])]
+    model = make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 288]), ("r", [6, 48])],
+                       {"s1": np.array([6, 48], np.int64), "s2": np.array([1, 288], np.int64)})
+    c = _compile(model, ("simplify_reshapes", "dce"))
+    assert c.plan.meta["passes"]["simplify_reshapes"] == 0
+    assert _ops(c) == ["Transpose", "Reshape", "Reshape"]
+    x = rand(1, 8, 6, 6)
+    for got, want in zip(c(x), ort_run(model, {"x": x})):
+        np.testing.assert_array_equal(got, want)

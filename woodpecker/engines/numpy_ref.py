@@ -33,7 +33,20 @@ class NumpyEngine(Engine):
         elif node.op == "Slice":
             index = slice_index(node.attrs["_slices"])   # ShuffleNet: 26 per run
             kernel.into = lambda outs, x, *bounds: np.copyto(outs[0], x[index])
+        elif node.op == "Gather" and _scalar_index(node) is not None:
+            # One constant index (an attention's q/k/v split: 6 per transformer layer pair):
+            # copy the selected view once, not np.take's new array and then that array.
+            at = (slice(None),) * node.attrs["axis"] + (_scalar_index(node),)
+            kernel.into = lambda outs, x: np.copyto(outs[0], x[at])
         return kernel
+
+
+def _scalar_index(node: Node) -> int | None:
+    """A Gather's index when it is one constant and its data the only run-time input."""
+    data, idx = node.inputs[0], node.inputs[1]
+    if data.data is not None or idx.data is None or np.ndim(idx.data) != 0:
+        return None
+    return int(idx.data)
 
 
 def _transpose(node: Node):

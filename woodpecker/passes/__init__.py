@@ -13,10 +13,12 @@ from woodpecker.passes.fuse_epilogue import fuse_epilogues
 from woodpecker.passes.fuse_prologue import fuse_prologues
 from woodpecker.passes.global_pool import reduce_mean_to_pool
 from woodpecker.passes.remove_identity import remove_identities
+from woodpecker.passes.simplify_reshapes import simplify_reshapes
 
 PASSES: dict[str, Callable[[Graph], int]] = {
     "fold_constants": fold_constants,
     "remove_identities": remove_identities,
+    "simplify_reshapes": simplify_reshapes,
     "fold_batchnorm": fold_batchnorm,
     "reduce_mean_to_pool": reduce_mean_to_pool,
     "fuse_epilogues": fuse_epilogues,
