@@ -18,12 +18,7 @@ from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, optimize
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
-from woodpecker.runtime.regions import (
-    absorb_movement,
-    lone_elementwise_to_numpy,
-    plan_steps,
-    small_elementwise,
-)
+from woodpecker.runtime.regions import absorb_movement, plan_steps
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.schedule.inplace import concat_aliases
 from woodpecker.schedule.memory import schedule_memory
@@ -102,8 +97,6 @@ def _assemble(graph, chosen: list[str], allowed: list[str], ctx: BuildContext, t
         meta["layout_conversions"] = 0
     if meta["library_regions"] and "onnxruntime" in allowed:
         ort = get_engine("onnxruntime")
-        if "numpy" in allowed:
-            chosen = lone_elementwise_to_numpy(chosen, [small_elementwise(n) for n in graph.nodes])
         chosen = absorb_movement(chosen, [e == "numpy" and n.op in MOVEMENT
                                           and ort.supports(n, ctx)
                                           for n, e in zip(graph.nodes, chosen)])

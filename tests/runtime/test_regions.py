@@ -13,11 +13,7 @@ from tests.schedule.test_rewrite_arena import chains, concat_model
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.executor import step_io
 from woodpecker.runtime.plan import Plan
-from woodpecker.runtime.regions import (
-    absorb_movement,
-    lone_elementwise_to_numpy,
-    plan_steps,
-)
+from woodpecker.runtime.regions import absorb_movement, plan_steps
 from woodpecker.schedule.arena import check_arena, plan_arena
 
 
@@ -42,35 +38,6 @@ def test_absorb_moves_only_movable_numpy_runs_next_to_ort(nodes):
             assert "onnxruntime" not in (out[i - 1] if i else None,
                                          out[i + 1] if i + 1 < len(out) else None)
     assert absorb_movement(out, movable) == out
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(ENGINES), st.booleans()), max_size=20))
-def test_only_whole_runs_of_small_elementwise_library_nodes_go_to_numpy(nodes):
-    engines, small = [e for e, _ in nodes], [s for _, s in nodes]
-    out = lone_elementwise_to_numpy(engines, small)
-    steps = plan_steps(engines, True)
-    for step in steps:
-        moved = [out[i] != engines[i] for i in step]
-        if engines[step[0]] == "onnxruntime" and all(small[i] for i in step):
-            assert all(out[i] == "numpy" for i in step)   # the whole session goes
-        else:
-            assert not any(moved)                          # anything else stays
-    assert lone_elementwise_to_numpy(out, small) == out
-
-
-def test_a_small_add_between_numpy_steps_runs_on_numpy():
-    from onnx import helper
-
-    from tests.helpers import make_model
-    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
-             helper.make_node("Add", ["t", "t"], ["a"]),
-             helper.make_node("Transpose", ["a"], ["y"], perm=[0, 2, 1])]
-    model = make_model(nodes, [("x", [1, 8, 16])], [("y", [1, 8, 16])])
-    compiled = woodpecker.compile(model, threads=1)
-    assert compiled.plan.engines == ["numpy", "numpy", "numpy"]
-    x = rand(1, 8, 16)
-    np.testing.assert_allclose(compiled(x), ort_run(model, {"x": x})[0], rtol=1e-6)
 
 
 def test_concat_between_library_convs_joins_their_region():

@@ -12,10 +12,7 @@ allocates by itself, which would undo the memory order and the arena.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-
-from woodpecker.ops.fused import ELEMENTWISE
 
 REGION_ENGINE = "onnxruntime"
 
@@ -31,42 +28,6 @@ def plan_steps(engines: Sequence[str], regions: bool) -> list[list[int]]:
         else:
             steps.append([i])
     return steps
-
-
-# The largest output (elements) a lone element-wise region hands to numpy: about where numpy's
-# single-threaded pass costs what calling a session does (see `lone_elementwise_to_numpy`).
-SMALL_ELEMENTWISE = 1 << 15
-
-
-def small_elementwise(node) -> bool:
-    """An element-wise node (an op of ops/fused.py's ELEMENTWISE, or a fused group of them)
-    whose output holds at most SMALL_ELEMENTWISE elements."""
-    out = node.outputs[0]
-    return (node.op in ELEMENTWISE or node.op == "FusedElementwise") and out.shape is not None \
-        and math.prod(out.shape) <= SMALL_ELEMENTWISE
-
-
-def lone_elementwise_to_numpy(engines: Sequence[str], small: Sequence[bool]) -> list[str]:
-    """Engines with each run of consecutive ONNX Runtime nodes that are all small element-wise
-    maps (`small`) given to numpy.
-
-    Why: such a run between generated kernels is a session of its own, and calling a session
-    costs more than the map: in transformer_encoder's plan with Halide products, the attention's
-    scaling Muls and the residual Adds (16 K floats each) were six sessions per run. numpy
-    computes each in a few microseconds. Runs inside a larger library region are left alone."""
-    out = list(engines)
-    i = 0
-    while i < len(out):
-        if out[i] != REGION_ENGINE:
-            i += 1
-            continue
-        j = i
-        while j < len(out) and out[j] == REGION_ENGINE:
-            j += 1
-        if all(small[i:j]):
-            out[i:j] = ["numpy"] * (j - i)
-        i = j
-    return out
 
 
 def absorb_movement(engines: Sequence[str], movable: Sequence[bool]) -> list[str]:
