@@ -135,3 +135,17 @@ def test_every_engine_applies_the_prologue_before_padding(engines):
     assert c.plan.engines[1] == engines
     x = rand(1, 8, 6, 6, seed=7)
     np.testing.assert_allclose(c(x), ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_numpy_writes_a_float32_group_into_its_output_like_the_reference():
+    from woodpecker.engines.base import BuildContext
+    from woodpecker.engines.registry import get_engine
+
+    for make in (_weighted_sum, _pool_bn):
+        c = woodpecker.compile(make(), engines="numpy", threads=1)
+        node = next(n for n in c.graph.nodes if n.op == "FusedElementwise")
+        kernel = get_engine("numpy").build(node, BuildContext(1, c.graph.opset))
+        xs = [rand(*v.shape, seed=i) for i, v in enumerate(node.inputs) if v.data is None]
+        out = np.empty(node.outputs[0].shape, np.float32)
+        kernel.into([out], *xs)
+        np.testing.assert_allclose(out, kernel(*xs)[0], rtol=1e-6, atol=1e-6)
