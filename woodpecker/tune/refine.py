@@ -49,6 +49,11 @@ from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
 
 MARGIN = 0.02   # the fraction of the plan's median a candidate must save to be kept
+# Interleaved rounds per comparison. 15 were too few on this class of machine: with nearly the
+# same kernels, transformer_encoder's all-Halide trial measured 0.998 of the library plan in
+# one tuning run and 1.177 in the next. A plan runs in 1-60 ms, so 40 rounds cost at most a
+# few seconds per candidate.
+RUNS = 40
 
 
 def halide_chains(graph: Graph, candidates: set[int]) -> list[list[int]]:
@@ -74,7 +79,7 @@ def halide_chains(graph: Graph, candidates: set[int]) -> list[list[int]]:
 
 
 def refine_selection(graph: Graph, before: list[str], selected: list[str], records: list[dict],
-                     assemble: Callable[[Graph, list[str]], Plan], runs: int = 15,
+                     assemble: Callable[[Graph, list[str]], Plan], runs: int = RUNS,
                      out: TextIO | None = None) -> tuple[list[str], list[dict]]:
     """The engines to keep: `selected` with the Halide chains that do not speed up the whole
     plan given back to their engine in `before`, or every timed node (a `records` entry, whose
