@@ -107,6 +107,7 @@ def main() -> int:
     from woodpecker.tune.finalists import finalist_runners, leaders
     from woodpecker.tune.measure import Measurer
     from woodpecker.tune.records import TuningLog
+    from woodpecker.tune.select import library_inputs
     from woodpecker.tune.tuner import tune_templates
 
     target = Target.parse("cpu", args.threads)
@@ -137,8 +138,8 @@ def main() -> int:
             best = finalists[min(picked, key=picked.get)].record
             inputs = task.random_inputs(0)
             node = by_name[g.nodes[0]]
-            nchw = [np.ascontiguousarray(a.transpose(0, 3, 1, 2)) for a in
-                    [inputs[0]] + inputs[2 + task.has_bias:]]
+            # the node's own (NCHW) layout: a model input the kernel reads NCHW stays as it is
+            nchw = library_inputs(task, node, inputs)
             onnx_model = nodes_model([node], [node.inputs[0]] + list(node.inputs[3:]),
                                      node.outputs, model.graph.opset)
             feeds = dict(zip([vi.name for vi in onnx_model.graph.input], nchw))
