@@ -7,7 +7,7 @@ import numpy as np
 from woodpecker.engines.base import NUMERIC, BuildContext, Engine, Kernel, full_inputs
 from woodpecker.ir.graph import Node
 from woodpecker.ops import OPS, run_reference
-from woodpecker.ops.fused import run_program, runtime_count
+from woodpecker.ops.fused import built_steps, reference_step, run_program, runtime_count
 from woodpecker.ops.shape import slice_index
 
 # Innermost output axes at most this long are copied one index at a time (transpose_into).
@@ -36,10 +36,10 @@ class NumpyEngine(Engine):
             kernel.into = lambda outs, x, *bounds: np.copyto(outs[0], x[index])
         elif node.op == "FusedElementwise" and _float32_program(node):
             kernel.into = _program_into(node)
-        elif node.op == "Gather" and _scalar_index(node) is not None:
+        elif node.op == "Gather" and (index := _scalar_index(node)) is not None:
             # One constant index (an attention's q/k/v split: 6 per transformer layer pair):
             # copy the selected view once, not np.take's new array and then that array.
-            at = (slice(None),) * node.attrs["axis"] + (_scalar_index(node),)
+            at = (slice(None),) * node.attrs["axis"] + (index,)
             kernel.into = lambda outs, x: np.copyto(outs[0], x[at])
         return kernel
 
@@ -65,18 +65,12 @@ def _program_into(node: Node):
     consts = np.ascontiguousarray(node.inputs[n].data, np.float32).reshape(-1) \
         if len(node.inputs) > n else np.zeros(0, np.float32)
     channels = (1, node.inputs[0].shape[1], 1, 1)
-    fns = {id(step): _UFUNCS.get(step["op"]) or _reference(step) for step in program}
+    steps = built_steps(program, lambda step: _UFUNCS.get(step["op"]) or reference_step(step))
 
     def into(outs, *xs):
-        np.copyto(outs[0], run_program(program, list(xs), consts, channels,
-                                       lambda step: fns[id(step)]))
+        np.copyto(outs[0], run_program(program, list(xs), consts, channels, steps))
 
     return into
-
-
-def _reference(step: dict):
-    attrs = step.get("attrs", {})
-    return lambda *args: OPS[step["op"]].reference(attrs, *args)
 
 
 def _scalar_index(node: Node) -> int | None:

@@ -15,7 +15,13 @@ import numpy as np
 from woodpecker.engines.base import BuildContext, Engine, Kernel, full_inputs
 from woodpecker.ir.graph import Node
 from woodpecker.ir.pattern import const_inputs
-from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS, run_program, runtime_count
+from woodpecker.ops.fused import (
+    ACTIVATIONS,
+    BASE_INPUTS,
+    built_steps,
+    run_program,
+    runtime_count,
+)
 from woodpecker.ops.shape import slice_index
 
 # torch.from_numpy warns once about read-only arrays (views of constants); kernels never write
@@ -281,9 +287,8 @@ def _program(program: list[dict], channels: tuple[int, ...]) -> Callable:
             return lambda x, lo=None, hi=None: torch.clamp(x, lo, hi)
         return _FNS[step["op"]](Node(step["op"], "", [], [], step.get("attrs", {})))
 
-    fns = {id(step): make(step) for step in program}   # built once, not on every call
-    return lambda xs, consts: run_program(program, xs, consts, channels,
-                                          lambda step: fns[id(step)])
+    steps = built_steps(program, make)
+    return lambda xs, consts: run_program(program, xs, consts, channels, steps)
 
 
 @builder("FusedElementwise")

@@ -78,12 +78,21 @@ def runtime_count(program: list[dict]) -> int:
                    default=-1)
 
 
-def _reference_step(step: dict):
-    return lambda *args: OPS[step["op"]].reference(step.get("attrs", {}), *args)
+def reference_step(step: dict):
+    """A program step computed by its op's numpy reference."""
+    attrs = step.get("attrs", {})
+    return lambda *args: OPS[step["op"]].reference(attrs, *args)
+
+
+def built_steps(program: list[dict], make):
+    """A `run_program` step function returning `make(step)` built once per step of `program`,
+    not on every call (an engine's kernel runs the same program each time)."""
+    fns = {id(step): make(step) for step in program}
+    return lambda step: fns[id(step)]
 
 
 def run_program(program: list[dict], inputs: list, consts, channel_shape: tuple[int, ...],
-                step_fn=_reference_step):
+                step_fn=reference_step):
     """A FusedElementwise program on `inputs` and the constant vector `consts`, whose
     per-channel runs are reshaped to `channel_shape` (e.g. (1, C, 1, 1) for NCHW arrays,
     (C,) for NHWC): each step computed by `step_fn(step)(*args)` (by default the op's numpy

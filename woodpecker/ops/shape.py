@@ -132,6 +132,10 @@ op("Expand", _expand_infer)(
     lambda attrs, x, shape=None: np.broadcast_to(x, tuple(attrs["_shape"])).copy())
 
 
+# Ops that only reinterpret their input's row-major bytes in another shape.
+RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+
+
 # -- Transpose, Squeeze, Unsqueeze -------------------------------------------------------------
 def _transpose_infer(node: Node, data_of: DataOf):
     x = shape_of(node, 0)

@@ -19,8 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.ir.graph import Graph, Node
-
-RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+from woodpecker.ops.shape import RESHAPES
 
 
 def _static(node: Node) -> bool:

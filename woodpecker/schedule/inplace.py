@@ -42,10 +42,10 @@ import numpy as np
 
 from woodpecker.engines.registry import get_engine
 from woodpecker.ir.graph import Graph, Value
+from woodpecker.ops.shape import RESHAPES
 
 Alias = tuple[str, int, int]     # (whole value, concat axis or VIEW, start index along it)
 VIEW = -1
-RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 STRIDED_READERS = frozenset({"Conv", "FusedConv"})   # Halide kernels reading x through strides
 
 

@@ -56,6 +56,16 @@ def aligned_channel_tiles(hl, out, c, co, ci, tile: int) -> None:
     out.split(c, co, ci, tile, hl.TailStrategy.RoundUp)
 
 
+# Why `tile` padding (for per-channel window kernels: depthwise convs, pools): inline bounds
+# checks cost a select on every tap, and with 5×5 windows on 7² to 28² images nearly every
+# output pixel is a border pixel, so Halide's loop partitioning finds no inner region to free
+# of them; `root` instead copies the whole padded image in a pass of its own. A channel tile's
+# padded image (e.g. 16 channels of 11×11 pixels, 7.7 KiB) is written and read again in L1.
+# Measured (2 threads, Zen 4): MnasNet's 5×5 depthwise conv on 1152 channels at 7² ran
+# 0.034 ms against 0.056 inline and 0.067 root; 480 channels at 14², 0.042 against 0.072.
+TILE_PAD = "tile"
+
+
 def pad_input(padded, mode: str, channels: int = 0, skew: int = 0, tile=None) -> None:
     """`root`: materialise the zero-padded input once per call (rows in parallel); `inline`:
     bounds-check every access instead; `tile`: materialise, per parallel channel tile, just
@@ -67,19 +77,9 @@ def pad_input(padded, mode: str, channels: int = 0, skew: int = 0, tile=None) ->
         padded.compute_root().parallel(padded.args()[2])
         if skew:
             padded.bound(padded.args()[0], 0, channels + skew)
-    elif mode == "tile":
+    elif mode == TILE_PAD:
         out, var, lanes = tile
         padded.compute_at(out, var).vectorize(padded.args()[0], lanes)
-
-
-# Why `tile` padding (for per-channel window kernels: depthwise convs, pools): inline bounds
-# checks cost a select on every tap, and with 5×5 windows on 7² to 28² images nearly every
-# output pixel is a border pixel, so Halide's loop partitioning finds no inner region to free
-# of them; `root` instead copies the whole padded image in a pass of its own. A channel tile's
-# padded image (e.g. 16 channels of 11×11 pixels, 7.7 KiB) is written and read again in L1.
-# Measured (2 threads, Zen 4): MnasNet's 5×5 depthwise conv on 1152 channels at 7² ran
-# 0.034 ms against 0.056 inline and 0.067 root; 480 channels at 14², 0.042 against 0.072.
-TILE_PAD = "tile"
 
 
 @functools.cache
