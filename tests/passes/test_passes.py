@@ -49,9 +49,27 @@ def _renamed_axes():
                        "i": np.array(-3, np.int64)})
 
 
+def _scaled_attention():
+    """x viewed as (48, 6): q = x/2, kᵀ = xᵀ/4, Relu(q·kᵀ)·w reshaped back and added to x, as
+    PyTorch's attention scales q and kᵀ and adds its projected output to the layer's input."""
+    nodes = [helper.make_node("Reshape", ["x", "rows"], ["a"]),
+             helper.make_node("Mul", ["a", "half"], ["q"]),
+             helper.make_node("Transpose", ["a"], ["at"], perm=[1, 0]),
+             helper.make_node("Mul", ["quarter", "at"], ["kt"]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("MatMul", ["r", "w"], ["p"]),
+             helper.make_node("Reshape", ["p", "back"], ["pb"]),
+             helper.make_node("Add", ["x", "pb"], ["y"])]
+    return make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 8, 6, 6])],
+                      {"rows": np.array([48, 6], np.int64), "half": np.array(0.5, np.float32),
+                       "quarter": np.array([0.25], np.float32), "w": rand(48, 6, seed=1),
+                       "back": np.array([1, 8, 6, 6], np.int64)})
+
+
 # passes that conv_bn_relu_residual lacks work for
 MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv,
-          "simplify_reshapes": _renamed_axes}
+          "simplify_reshapes": _renamed_axes, "expose_epilogues": _scaled_attention}
 
 
 @pytest.mark.parametrize("name", DEFAULT)
@@ -117,6 +135,33 @@ def test_folding_does_not_inflate_constants():
                        {"s": np.array([1024, 1024], np.int64)})
     c = _compile(model, DEFAULT)
     assert "ConstantOfShape" in _ops(c)
+
+
+@pytest.mark.parametrize("engines", ["numpy", "torch", "onnxruntime"])
+def test_scales_and_residual_adds_join_the_products_epilogues(engines):
+    """(The Halide dense template's scale step: tests/engines/test_halide_non_conv.py.)"""
+    c = _compile(_scaled_attention(), DEFAULT, engines=engines + ",numpy")
+    assert c.plan.meta["passes"]["expose_epilogues"] == 2
+    products = [n for n in c.graph.nodes if n.op == "FusedMatMul"]
+    assert [[s["op"] for s in n.attrs["epilogue"]] for n in products] == [["Mul", "Relu"],
+                                                                         ["Add"]]
+    assert products[0].attrs["epilogue"][0]["scale"] == 0.125
+    assert "Mul" not in _ops(c) and "Add" not in _ops(c)
+    assert {c.plan.engines[i] for i, n in enumerate(c.graph.nodes)
+            if n.op == "FusedMatMul"} == {engines}
+    x = rand(1, 8, 6, 6, seed=4)
+    np.testing.assert_allclose(c(x), ort_run(_scaled_attention(), {"x": x})[0], rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_a_scale_stays_when_the_product_is_read_twice():
+    nodes = [helper.make_node("Mul", ["x", "s"], ["a"]),
+             helper.make_node("MatMul", ["a", "w"], ["y"]),
+             helper.make_node("Relu", ["y"], ["z"])]
+    model = make_model(nodes, [("x", [4, 6])], [("y", [4, 5]), ("z", [4, 5])],
+                       {"s": np.array(3.0, np.float32), "w": rand(6, 5, seed=2)})
+    c = _compile(model, ("expose_epilogues",))
+    assert c.plan.meta["passes"]["expose_epilogues"] == 0
 
 
 def test_axis_renames_become_one_reshape_of_the_input():

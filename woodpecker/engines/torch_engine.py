@@ -110,6 +110,8 @@ def _epilogue(node: Node) -> Callable:
         kind = s["op"]
         if kind == "Add":
             steps.append(("add", None))
+        elif kind == "Mul":
+            steps.append(("fn", lambda y, c=s["scale"]: y.mul_(c)))
         elif kind == "Relu":
             steps.append(("fn", lambda y: y.relu_()))
         elif kind == "Clip":
@@ -144,7 +146,8 @@ def _epilogue(node: Node) -> Callable:
 
 
 def _accept_epilogue(node: Node) -> bool:
-    return all(s["op"] == "Add" or s["op"] in ACTIVATIONS for s in node.attrs.get("epilogue", []))
+    return all(s["op"] in ("Add", "Mul") or s["op"] in ACTIVATIONS
+               for s in node.attrs.get("epilogue", []))
 
 
 def _n_base(node: Node) -> int:

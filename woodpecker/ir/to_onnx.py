@@ -65,6 +65,11 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
         kind = step["op"]
         if kind == "Add":
             protos.append(helper.make_node("Add", [cur, next(operands).name], [out]))
+        elif kind == "Mul":
+            t = numpy_helper.from_array(np.array(step["scale"], dtype=node.outputs[0].dtype),
+                                        fresh("scale"))
+            inits.append(t)
+            protos.append(helper.make_node("Mul", [cur, t.name], [out]))
         elif kind == "Clip":
             bounds = []
             for key in ("min", "max"):

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from woodpecker.ir.graph import Graph
 from woodpecker.passes.constant_fold import fold_constants
 from woodpecker.passes.dce import eliminate_dead_code
+from woodpecker.passes.expose_epilogues import expose_epilogues
 from woodpecker.passes.fold_batchnorm import fold_batchnorm
 from woodpecker.passes.fuse_elementwise import fuse_elementwise
 from woodpecker.passes.fuse_epilogue import fuse_epilogues
@@ -21,6 +22,7 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "simplify_reshapes": simplify_reshapes,
     "fold_batchnorm": fold_batchnorm,
     "reduce_mean_to_pool": reduce_mean_to_pool,
+    "expose_epilogues": expose_epilogues,
     "fuse_epilogues": fuse_epilogues,
     "fuse_elementwise": fuse_elementwise,
     "fuse_prologues": fuse_prologues,

@@ -1,5 +1,6 @@
-"""Epilogue fusion: Conv/Gemm/MatMul followed by a chain of bias/residual Adds and activations
-becomes one Fused* node that an engine runs in one call (WPK §2.1 operator fusion).
+"""Epilogue fusion: Conv/Gemm/MatMul followed by a chain of bias/residual Adds, scalings by a
+constant scalar and activations becomes one Fused* node that an engine runs in one call
+(WPK §2.1 operator fusion).
 
 Identity relied on: the chain computes act(...(base(x) + r1)...) element by element on the base
 output, so it can be applied in place right after the base op. An Add is absorbed only when its
@@ -28,6 +29,12 @@ def _step(node: Node, y: Value) -> tuple[dict, Value | None] | None:
         if np.broadcast_shapes(y.shape, other.shape) != y.shape:
             return None
         return {"op": "Add"}, other
+    if node.op == "Mul":
+        other = node.inputs[1] if node.inputs[0] is y else node.inputs[0]
+        if other is y or not other.is_const or other.data.size != 1 \
+                or other.dtype != y.dtype or len(other.shape) > len(y.shape):
+            return None
+        return {"op": "Mul", "scale": float(other.data.reshape(-1)[0])}, None
     if node.op not in ACTIVATIONS or node.inputs[0] is not y:
         return None
     step = {"op": node.op}

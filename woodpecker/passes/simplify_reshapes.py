@@ -11,7 +11,8 @@ of its own (schedule/inplace.py), so the second of two chained reshapes was a co
 size-1 Transpose always was; between generated kernels each is also a step of its own.
 Identities relied on: Transpose(x, perm) = Reshape(x, shape) when the axes of size > 1 keep
 their order; Reshape(Reshape(x, s1), s2) = Reshape(x, s2) (all are row-major reinterpretations).
-The intermediate value, when nothing else reads it, is left to dead-code elimination.
+The intermediate reshape, when nothing else reads it, is removed at once, so that the next
+passes see the original value's true readers (passes/expose_epilogues.py needs a sole reader).
 """
 
 from __future__ import annotations
@@ -56,4 +57,6 @@ def simplify_reshapes(graph: Graph) -> int:
         graph.add_node("Reshape", [origin, shape], [out], {"_shape": list(out.shape)},
                        name=node.name, index=index)
         rewritten += 1
+    if rewritten:
+        graph.dce()
     return rewritten

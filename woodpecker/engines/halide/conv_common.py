@@ -8,7 +8,7 @@ from woodpecker.engines.halide.schedule import PARALLEL, TILE_PAD
 from woodpecker.tune.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.tasks.conv import ConvTask
 
-EPILOGUE_OPS = {"Add", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish"}
+EPILOGUE_OPS = {"Add", "Mul", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish"}
 
 
 class ConvInputs:
@@ -147,10 +147,13 @@ def program_expr(hl, program: tuple, value_of):
 
 
 def activation(hl, e, step):
-    """Expression `e` through the activation `step` ((op, *params), as ConvTask holds it)."""
+    """Expression `e` through the operand-less epilogue `step` ((op, *params), as tasks hold
+    it): an activation or a scalar Mul."""
     kind = step[0]
     if kind == "Relu":
         return hl.max(e, 0.0)
+    if kind == "Mul":
+        return e * hl.f32(step[1])
     if kind == "Clip":
         lo, hi = step[1], step[2]
         e = e if lo is None else hl.max(e, float(lo))

@@ -57,19 +57,18 @@ def _tupled(v):
     return tuple(_tupled(x) for x in v) if isinstance(v, list) else v
 
 
+_PARAMS = {"Clip": ("min", "max"), "Mul": ("scale",)}   # an epilogue step's parameters, in order
+
+
 def epilogue_steps(node: Node) -> tuple[tuple, ...]:
     """A fused node's epilogue as hashable (op, *params) steps; "Add" reads a residual."""
-    steps = []
-    for s in node.attrs.get("epilogue", []):
-        params = tuple(s.get(key) for key in ("min", "max")) if s["op"] == "Clip" else ()
-        steps.append((s["op"],) + params)
-    return tuple(steps)
+    return tuple((s["op"],) + tuple(s.get(key) for key in _PARAMS.get(s["op"], ()))
+                 for s in node.attrs.get("epilogue", []))
 
 
 def epilogue_dicts(steps: tuple[tuple, ...]) -> list[dict]:
     """The inverse of `epilogue_steps`, as `ops.fused.apply_epilogue` reads it."""
-    return [{"op": s[0], **({"min": s[1], "max": s[2]} if s[0] == "Clip" else {})}
-            for s in steps]
+    return [{"op": s[0], **dict(zip(_PARAMS.get(s[0], ()), s[1:]))} for s in steps]
 
 
 def program_steps(program: list[dict]) -> tuple:

@@ -1,0 +1,107 @@
+"""Bring element-wise work that a product's epilogue could do next to the product, so that
+passes/fuse_epilogue.py absorbs it (WPK §2.1 operator fusion).
+
+- A scalar Mul on an input of a MatMul moves to its output: (a·x)·(b·y) = (a·b)·(x·y) for
+  constant scalars a, b. PyTorch's `nn.MultiheadAttention` scales q and kᵀ by d^-1/4 each
+  before q·kᵀ; two element-wise passes over q and kᵀ become one scaling in the product's
+  epilogue.
+- A reshape between a product and the residual Add that reads it moves below the Add:
+  Add(Reshape(p), r) = Reshape(Add(p, Reshape(r))) when r has the Add's shape (all reshapes
+  are row-major reinterpretations). `nn.TransformerEncoderLayer` adds the attention's output
+  projection, (L, E) reshaped to (1, L, E), to its input; the Add then fuses into the Gemm.
+
+Only what then fuses is rewritten: the MatMul's output has one reader or none (a graph output
+keeps its Mul), and the product below the reshape has the reshape as its only reader.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.ir.pattern import producer, sole_reader
+from woodpecker.ops.shape import RESHAPES
+
+_PRODUCTS = ("Conv", "Gemm", "MatMul")
+
+
+def _scalar(v: Value | None, like: Value) -> bool:
+    return v is not None and v.is_const and v.data.size == 1 and v.dtype == like.dtype \
+        and len(v.shape) <= len(like.shape)
+
+
+def _input_scale(graph: Graph, node: Node, i: int) -> tuple[Value, float] | None:
+    """(x, s) when input `i` of `node` is Mul(x, s) of a constant scalar s read only there."""
+    mul = producer(node.inputs[i], "Mul")
+    if mul is None or sole_reader(graph, node.inputs[i]) is not node:
+        return None
+    for x, s in (mul.inputs, mul.inputs[::-1]):
+        if _scalar(s, x) and not x.is_const and x.shape == node.inputs[i].shape:
+            return x, float(s.data.reshape(-1)[0])
+    return None
+
+
+def _move_scale(graph: Graph, node: Node) -> bool:
+    y = node.outputs[0]
+    if len(y.consumers) > 1 or graph.is_output(y):
+        return False
+    scale = 1.0
+    for i in range(2):
+        found = _input_scale(graph, node, i)
+        if found is not None:
+            mul = node.inputs[i].producer
+            graph.set_input(node, i, found[0])
+            graph.remove_node(mul)
+            scale *= found[1]
+    if scale == 1.0:
+        return False
+    product = graph.value(graph.fresh_name(node.name), y.shape, y.dtype)
+    node.outputs[0], product.producer = product, node
+    graph.add_node("Mul", [product, graph.const(np.array(scale, y.dtype), "scale")], [y],
+                   name=graph.fresh_name(f"{node.name}/scale"),
+                   index=graph.nodes.index(node) + 1)
+    return True
+
+
+def _reshape(graph: Graph, x: Value, shape: tuple[int, ...], out: Value, index: int,
+             name: str) -> None:
+    graph.add_node("Reshape", [x, graph.const(np.array(shape, np.int64), "shape")], [out],
+                   {"_shape": list(shape)}, name=name, index=index)
+
+
+def _sink_reshape(graph: Graph, add: Node) -> bool:
+    out = add.outputs[0]
+    for side in range(2):
+        a, r = add.inputs[side], add.inputs[1 - side]
+        reshape = producer(a, *RESHAPES)
+        if reshape is None or sole_reader(graph, a) is not add or r.shape != out.shape \
+                or a.shape != out.shape:
+            continue
+        p = reshape.inputs[0]
+        if producer(p, *_PRODUCTS) is None or sole_reader(graph, p) is not reshape \
+                or p.shape is None or not all(isinstance(d, int) for d in p.shape):
+            continue
+        index = graph.nodes.index(add)
+        graph.remove_node(add)
+        graph.remove_node(reshape)
+        r2 = graph.value(graph.fresh_name(r.name), p.shape, r.dtype)
+        total = graph.value(graph.fresh_name(out.name), p.shape, out.dtype)
+        _reshape(graph, r, p.shape, r2, index, graph.fresh_name(f"{add.name}/operand"))
+        graph.add_node("Add", [p, r2][::1 - 2 * side], [total], name=add.name, index=index + 1)
+        _reshape(graph, total, out.shape, out, index + 2, reshape.name)
+        return True
+    return False
+
+
+def expose_epilogues(graph: Graph) -> int:
+    rewritten = 0
+    for node in list(graph.nodes):
+        if node not in graph.nodes:
+            continue
+        if node.op == "MatMul":
+            rewritten += _move_scale(graph, node)
+        elif node.op == "Add":
+            rewritten += _sink_reshape(graph, node)
+    if rewritten:
+        graph.toposort()
+    return rewritten
