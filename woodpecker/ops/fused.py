@@ -4,10 +4,11 @@ FusedElementwise (element-wise groups).
 A fused node holds the base op's inputs (fixed slots, None where omitted), then one extra input
 per `Add` step of its epilogue. `attrs["epilogue"]` is a list of steps applied in order to the
 base result, e.g. `[{"op": "Add"}, {"op": "Relu"}]` for ResNet's conv+bn+add+relu (the
-BatchNorm having been folded into the weights first); `{"op": "Mul", "scale": s}` multiplies by
-a constant scalar (attention's 1/sqrt(d) scaling, passes/expose_epilogues.py). A FusedConv may also hold a `prologue`:
-an element-wise program without constants applied to its input first (DARTS' and RandWire's
-ReLU before each conv; passes/fuse_prologue.py). Engines run the whole node in one call.
+BatchNorm having been folded into the weights first); `{"op": "Mul", "scale": s}` multiplies
+by a constant scalar (attention's 1/sqrt(d) scaling, passes/expose_epilogues.py). A FusedConv
+may also hold a `prologue`: an element-wise program without constants applied to its input
+first (DARTS' and RandWire's ReLU before each conv; passes/fuse_prologue.py). Engines run the
+whole node in one call.
 """
 
 from __future__ import annotations
