@@ -134,7 +134,6 @@ def main() -> int:
                 continue
             picked = {k: float(np.median(v)) for k, v in time_interleaved(
                 {k: f.run for k, f in finalists.items()}, args.runs, 2, block=3).items()}
-            finalists_ms = {k.rsplit(".", 1)[1]: v for k, v in picked.items()}
             best = finalists[min(picked, key=picked.get)].record
             inputs = task.random_inputs(0)
             node = by_name[g.nodes[0]]
@@ -173,7 +172,7 @@ def main() -> int:
                    "speedup_vs_onnxruntime": med["onnxruntime"] / med["halide"],
                    "tuning_seconds": tune_s, "trials": trials, "best_config": best["config"],
                    "best_template": best["template"].rsplit(".", 1)[1],
-                   "finalists_ms": finalists_ms}
+                   "finalists_ms": picked}
             layers.append(row)
             print(f"layer {i:>2} {row['shape']:<24} halide {gf['halide']:6.1f}  torch "
                   f"{task.flops / (torch_ms * 1e-3) / 1e9:6.1f}  ort {gf['onnxruntime']:6.1f} "

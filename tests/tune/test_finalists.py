@@ -1,10 +1,11 @@
-"""Finalists: one best record per template, checked against the reference before re-timing."""
+"""Finalists: one best record per template and parallel split, checked against the reference
+before re-timing."""
 
 from __future__ import annotations
 
 import pytest
 
-from woodpecker.tune.finalists import finalist_runners, leaders
+from woodpecker.tune.finalists import family, finalist_runners, leaders
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.tasks.conv import ConvTask
 
@@ -30,8 +31,17 @@ def test_leaders_are_each_templates_best_fastest_first(tmp_path):
                           (WINOGRAD, dict(WINOGRAD_CONFIG, t_block=2), None)])
     got = leaders(log, TASK)
     assert [(r["template"], r["cost_s"]) for r in got] == [(DIRECT, 1e-3), (WINOGRAD, 2e-3)]
+    assert [family(r) for r in got] == ["conv_direct/co", "conv_winograd/e"]
     assert [r["template"] for r in leaders(log, TASK, lambda r: r["template"] == WINOGRAD)] \
         == [WINOGRAD]
+
+
+def test_each_parallel_split_of_a_template_has_its_own_finalist(tmp_path):
+    rows = dict(DIRECT_CONFIG, parallel="rows")
+    log = _log(tmp_path, [(DIRECT, DIRECT_CONFIG, 1e-3), (DIRECT, rows, 4e-3),
+                          (DIRECT, dict(rows, x_block=3), 3e-3)])
+    assert [(family(r), r["cost_s"]) for r in leaders(log, TASK)] == [
+        ("conv_direct/co", 1e-3), ("conv_direct/rows", 3e-3)]
 
 
 def test_a_finalist_that_does_not_build_is_reported_and_left_out(tmp_path):
@@ -40,6 +50,7 @@ def test_a_finalist_that_does_not_build_is_reported_and_left_out(tmp_path):
     log = _log(tmp_path, [(DIRECT, DIRECT_CONFIG, 1e-3), (WINOGRAD, broken, 2e-3)])
     said = []
     runners = finalist_runners(TASK, leaders(log, TASK), 1, said.append)
-    assert list(runners) == [DIRECT] and runners[DIRECT].record["config"] == DIRECT_CONFIG
-    assert runners[DIRECT].run().shape == TASK.out_shape
+    assert list(runners) == ["conv_direct/co"]
+    assert runners["conv_direct/co"].record["config"] == DIRECT_CONFIG
+    assert runners["conv_direct/co"].run().shape == TASK.out_shape
     assert len(said) == 1 and "conv_winograd" in said[0] and "not used" in said[0]

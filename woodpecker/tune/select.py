@@ -17,7 +17,8 @@ Choices left open by the paper, made here:
   session) — the call the split adds, and the one the per-node library timing includes but a
   node inside a region does not pay.
 - Timing is interleaved in blocks (see bench/timing.py) on one seeded input; the tuned
-  candidate is the fastest of the templates' finalists (tune/finalists.py) in that same run.
+  candidate is the fastest of the finalists (tune/finalists.py: the best record of each
+  template and parallel split) in that same run.
 - Every allowed library is timed and recorded, but the tuned kernel competes with the library
   the preference order picked for the node (ONNX Runtime where it runs the node), not with all of
   them: measured on ResNet-18, letting per-node winners mix torch kernels between ONNX Runtime
@@ -54,7 +55,7 @@ class GroupTiming:
     task: Task
     kernel_ms: dict[str, float]                 # engine -> median ms of the bare kernel
     spec: dict                                  # node.attrs["halide"]: the tuned kernel
-    finalists_ms: dict[str, float] = field(default_factory=dict)   # template -> median ms
+    finalists_ms: dict[str, float] = field(default_factory=dict)   # family -> median ms
     nodes: list[str] = field(default_factory=list)
 
 
@@ -96,7 +97,7 @@ def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.
 
 def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
                 ctx: BuildContext, runs: int, out: TextIO) -> GroupTiming | None:
-    """Time each template's finalist (see tune/finalists.py) and the libraries interleaved;
+    """Time the finalists (see tune/finalists.py) and the libraries interleaved;
     the fastest finalist is the node's Halide candidate."""
     finalists = finalist_runners(task, records, ctx.threads,
                                  lambda msg: print(f"  {msg}", file=out))
@@ -114,7 +115,7 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
     halide_ms = {name: times.pop(f"halide:{name}") for name in finalists}
     best = min(halide_ms, key=halide_ms.get)
     record = finalists[best].record
-    spec = {"template": best, "kind": task.kind, "config": record["config"],
+    spec = {"template": record["template"], "kind": task.kind, "config": record["config"],
             "task": task.to_json(), "kernel": str(finalists[best].kernel.path)}
     return GroupTiming(task, {"halide": halide_ms[best], **times}, spec,
                        finalists_ms=halide_ms)
