@@ -21,9 +21,12 @@ def test_block_swap(perm, want):
     assert block_swap(perm) == want
 
 
-@pytest.mark.parametrize("shape", [(1, 3, 5, 4), (1, 4, 3, 2, 5), (2, 3, 7), (1, 37, 33, 2)])
+@pytest.mark.parametrize("shape", [(1, 3, 5, 4), (1, 4, 3, 2, 5), (2, 3, 7), (1, 37, 33, 2),
+                                   (1, 29, 27, 2, 58), (1, 3, 41, 37, 30)])
 def test_every_block_swap_matches_numpy(shape):
-    """Interleaving paths (2 or 3 blocks) and the tiled one, tiles cut at odd sizes."""
+    """Interleaving paths (2 or 3 blocks) and the tiled one, tiles cut at odd sizes; the last
+    two shapes are large enough to run in parallel, split by matrices (ShuffleNet's shuffle)
+    or by columns of a few matrices (a layout conversion)."""
     rng = np.random.default_rng(0)
     swapped = 0
     for perm in itertools.permutations(range(len(shape))):
