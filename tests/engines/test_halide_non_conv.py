@@ -23,7 +23,7 @@ DENSE = [
     DenseTask(1, 1, 64, 40, True, "row", (), ()),                     # a classifier (GEMV)
     DenseTask(1, 13, 24, 32, True, "full", ("row",), (("Relu",),)),   # Gemm C (M, N), + bias
     DenseTask(3, 10, 16, 24, False, "", ("full",), (("Sigmoid",),)),  # attention-like, batched
-    DenseTask(2, 9, 8, 9, False, "", (), (("Mul", 0.125),)),           # scaled q·kᵀ
+    DenseTask(2, 9, 8, 12, False, "", (), (("Mul", 0.125),)),          # scaled q·kᵀ
     DenseTask(1, 7, 12, 8, False, "row", (), (("Clip", 0.0, 6.0),)),  # run-time 2-d B
 ]
 POOL = [

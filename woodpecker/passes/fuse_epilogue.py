@@ -1,6 +1,6 @@
-"""Epilogue fusion: Conv/Gemm/MatMul followed by a chain of bias/residual Adds, scalings by a
-constant scalar and activations becomes one Fused* node that an engine runs in one call
-(WPK §2.1 operator fusion).
+"""Epilogue fusion: Conv/Gemm/MatMul followed by a chain of bias/residual Adds, activations and
+(Gemm/MatMul only) scalings by a constant scalar becomes one Fused* node that an engine runs in
+one call (WPK §2.1 operator fusion).
 
 Identity relied on: the chain computes act(...(base(x) + r1)...) element by element on the base
 output, so it can be applied in place right after the base op. An Add is absorbed only when its
@@ -17,10 +17,17 @@ from woodpecker.ir.pattern import const_inputs, sole_reader
 from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS
 
 _FUSED = {base: fused for fused, (base, _) in BASE_INPUTS.items()}
+# Bases whose epilogue takes a scaling by a constant scalar (attention's, passes/
+# expose_epilogues.py). After a Conv the scalar Mul stays for fuse_elementwise: RandWire's
+# weighted input sums become one group whose learned scalars are kernel arguments, so nodes
+# that differ only in them share one tuned kernel; in a conv's epilogue each scalar would make
+# the conv a task of its own.
+SCALED = ("Gemm", "MatMul")
 
 
-def _step(node: Node, y: Value) -> tuple[dict, Value | None] | None:
-    """The epilogue step `node` would add on top of `y`, with its operand, or None."""
+def _step(node: Node, y: Value, base: str) -> tuple[dict, Value | None] | None:
+    """The epilogue step `node` would add on top of `y` (computed by a `base` op), with its
+    operand, or None."""
     if node.op == "Add":
         a, b = node.inputs
         other = b if a is y else a
@@ -29,7 +36,7 @@ def _step(node: Node, y: Value) -> tuple[dict, Value | None] | None:
         if np.broadcast_shapes(y.shape, other.shape) != y.shape:
             return None
         return {"op": "Add"}, other
-    if node.op == "Mul":
+    if node.op == "Mul" and base in SCALED:
         other = node.inputs[1] if node.inputs[0] is y else node.inputs[0]
         if other is y or not other.is_const or other.data.size != 1 \
                 or other.dtype != y.dtype or len(other.shape) > len(y.shape):
@@ -59,7 +66,7 @@ def fuse_epilogues(graph: Graph) -> int:
         operands: list[Value] = []
         absorbed: list[Node] = []
         while (nxt := sole_reader(graph, y)) is not None:
-            found = _step(nxt, y)
+            found = _step(nxt, y, base.op)
             if found is None:
                 break
             step, operand = found
