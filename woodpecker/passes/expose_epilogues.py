@@ -19,15 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.ir.graph import Graph, Node, Value
-from woodpecker.ir.pattern import producer, sole_reader
+from woodpecker.ir.pattern import add_reshape, const_scalar, producer, sole_reader, static
 from woodpecker.ops.shape import RESHAPES
 
 _PRODUCTS = ("Conv", "Gemm", "MatMul")
-
-
-def _scalar(v: Value | None, like: Value) -> bool:
-    return v is not None and v.is_const and v.data.size == 1 and v.dtype == like.dtype \
-        and len(v.shape) <= len(like.shape)
 
 
 def _input_scale(graph: Graph, node: Node, i: int) -> tuple[Value, float] | None:
@@ -36,8 +31,9 @@ def _input_scale(graph: Graph, node: Node, i: int) -> tuple[Value, float] | None
     if mul is None or sole_reader(graph, node.inputs[i]) is not node:
         return None
     for x, s in (mul.inputs, mul.inputs[::-1]):
-        if _scalar(s, x) and not x.is_const and x.shape == node.inputs[i].shape:
-            return x, float(s.data.reshape(-1)[0])
+        scale = const_scalar(s, x)
+        if scale is not None and not x.is_const and x.shape == node.inputs[i].shape:
+            return x, scale
     return None
 
 
@@ -63,12 +59,6 @@ def _move_scale(graph: Graph, node: Node) -> bool:
     return True
 
 
-def _reshape(graph: Graph, x: Value, shape: tuple[int, ...], out: Value, index: int,
-             name: str) -> None:
-    graph.add_node("Reshape", [x, graph.const(np.array(shape, np.int64), "shape")], [out],
-                   {"_shape": list(shape)}, name=name, index=index)
-
-
 def _sink_reshape(graph: Graph, add: Node) -> bool:
     out = add.outputs[0]
     for side in range(2):
@@ -79,16 +69,16 @@ def _sink_reshape(graph: Graph, add: Node) -> bool:
             continue
         p = reshape.inputs[0]
         if producer(p, *_PRODUCTS) is None or sole_reader(graph, p) is not reshape \
-                or p.shape is None or not all(isinstance(d, int) for d in p.shape):
+                or not static(p):
             continue
         index = graph.nodes.index(add)
         graph.remove_node(add)
         graph.remove_node(reshape)
         r2 = graph.value(graph.fresh_name(r.name), p.shape, r.dtype)
         total = graph.value(graph.fresh_name(out.name), p.shape, out.dtype)
-        _reshape(graph, r, p.shape, r2, index, graph.fresh_name(f"{add.name}/operand"))
+        add_reshape(graph, r, r2, graph.fresh_name(f"{add.name}/operand"), index)
         graph.add_node("Add", [p, r2][::1 - 2 * side], [total], name=add.name, index=index + 1)
-        _reshape(graph, total, out.shape, out, index + 2, reshape.name)
+        add_reshape(graph, total, out, reshape.name, index + 2)
         return True
     return False
 

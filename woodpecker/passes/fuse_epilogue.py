@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.ir.graph import Graph, Node, Value
-from woodpecker.ir.pattern import const_inputs, sole_reader
+from woodpecker.ir.pattern import const_inputs, const_scalar, sole_reader
 from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS
 
 _FUSED = {base: fused for fused, (base, _) in BASE_INPUTS.items()}
@@ -37,11 +37,8 @@ def _step(node: Node, y: Value, base: str) -> tuple[dict, Value | None] | None:
             return None
         return {"op": "Add"}, other
     if node.op == "Mul" and base in SCALED:
-        other = node.inputs[1] if node.inputs[0] is y else node.inputs[0]
-        if other is y or not other.is_const or other.data.size != 1 \
-                or other.dtype != y.dtype or len(other.shape) > len(y.shape):
-            return None
-        return {"op": "Mul", "scale": float(other.data.reshape(-1)[0])}, None
+        scale = const_scalar(node.inputs[1] if node.inputs[0] is y else node.inputs[0], y)
+        return None if scale is None else ({"op": "Mul", "scale": scale}, None)
     if node.op not in ACTIVATIONS or node.inputs[0] is not y:
         return None
     step = {"op": node.op}

@@ -17,17 +17,14 @@ passes see the original value's true readers (passes/expose_epilogues.py needs a
 
 from __future__ import annotations
 
-import numpy as np
-
 from woodpecker.ir.graph import Graph, Node
+from woodpecker.ir.pattern import add_reshape, static
 from woodpecker.ops.shape import RESHAPES
 
 
 def _static(node: Node) -> bool:
     """The node's input and output shapes are known (so it can become a Reshape)."""
-    x, out = node.inputs[0], node.outputs[0]
-    return x is not None and x.shape is not None and out.shape is not None \
-        and all(isinstance(d, int) for d in (*x.shape, *out.shape))
+    return static(node.inputs[0]) and static(node.outputs[0])
 
 
 def _renames_axes(node: Node) -> bool:
@@ -53,9 +50,7 @@ def simplify_reshapes(graph: Graph) -> int:
         origin = source.inputs[0] if chained else x
         out, index = node.outputs[0], graph.nodes.index(node)
         graph.remove_node(node)
-        shape = graph.const(np.array(out.shape, np.int64), "shape")
-        graph.add_node("Reshape", [origin, shape], [out], {"_shape": list(out.shape)},
-                       name=node.name, index=index)
+        add_reshape(graph, origin, out, node.name, index)
         rewritten += 1
     if rewritten:
         graph.dce()
