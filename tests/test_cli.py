@@ -118,6 +118,20 @@ def test_block_interleaving_counts_runs():
     assert calls["a"] == calls["b"] == 1 + 7 + 3    # warm-up, timed, one discarded per round
 
 
+def test_settle_runs_after_each_block_off_the_clock():
+    import time
+
+    from woodpecker.bench.timing import time_interleaved
+
+    events = []
+    times = time_interleaved({"a": lambda: events.append("a"), "b": lambda: events.append("b")},
+                             runs=6, warmup=0, block=3,
+                             settle={"a": lambda: (events.append("settle"), time.sleep(0.02))})
+    blocks = "".join("s" if e == "settle" else e for e in events)
+    assert blocks.count("s") == 3 and "aaas" in blocks and "bs" not in blocks
+    assert max(times["a"] + times["b"]) < 10     # the 20 ms pauses are not timed
+
+
 def test_rounds_put_each_runtime_after_each_other_equally_often():
     from collections import Counter
 

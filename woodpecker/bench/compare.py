@@ -11,6 +11,7 @@ import numpy as np
 
 from woodpecker.bench.runners import Runner, make_runner, versions
 from woodpecker.bench.timing import paired_ratio, time_interleaved
+from woodpecker.engines.torch_engine import settle_threads
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.target import cpu_info
 
@@ -61,7 +62,8 @@ def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs:
         runners[name] = ort if name == "onnxruntime" else make_runner(name, onnx_bytes, zoo_meta,
                                                                         threads)
     calls = {name: (lambda fn=fn: fn(feeds)) for name, fn in runners.items()}
-    times = time_interleaved(calls, runs, warmup, progress, block)
+    times = time_interleaved(calls, runs, warmup, progress, block,
+                             settle={"torch": settle_threads})
     results = {name: _stats(ms) for name, ms in times.items()}
     wp = results["woodpecker"]["median_ms"]
     cpu, isa = cpu_info()

@@ -10,7 +10,11 @@ ratios 0.91 and 1.03, and 0.99 with torch left out).
 With `block` > 1 each runtime runs `block` consecutive calls per round and the first of them is
 discarded: a thread pool left spinning by the previous runtime (OpenMP's default wait policy)
 then slows only the discarded call. Measured on the per-layer benchmark, where single-call
-interleaving let torch's spinning threads halve the next kernel's speed."""
+interleaving let torch's spinning threads halve the next kernel's speed.
+
+Discarding one call is not enough after torch: its OpenMP workers spin for 5-10 ms after a
+call (GOMP_SPINCOUNT's default), longer than a kernel's block. `settle` gives such a runtime a
+pause, untimed, after each of its blocks (see engines/torch_engine.settle_threads)."""
 
 from __future__ import annotations
 
@@ -24,8 +28,11 @@ import numpy as np
 
 def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup: int,
                      progress: Callable[[str], None] | None = None,
-                     block: int = 1) -> dict[str, list[float]]:
-    """`runs` timed calls per runtime, in ms."""
+                     block: int = 1,
+                     settle: dict[str, Callable[[], object]] | None = None,
+                     ) -> dict[str, list[float]]:
+    """`runs` timed calls per runtime, in ms; `settle[name]()`, when given, runs untimed after
+    each of that runtime's blocks."""
     for fn in runners.values():
         for _ in range(warmup):
             fn()
@@ -44,6 +51,8 @@ def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup
                 t0 = time.perf_counter()
                 fn()
                 times[name].append((time.perf_counter() - t0) * 1e3)
+            if settle and name in settle:
+                settle[name]()
         if progress and (r + 1) % max(1, rounds // 10) == 0:
             progress(f"round {r + 1}/{rounds}")
     return times

@@ -7,6 +7,7 @@ cheap in-place element-wise passes (Woodpecker-DL §2.1 epilogue fusion, library
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable
 
@@ -28,12 +29,32 @@ from woodpecker.ops.shape import slice_index
 # their inputs, so the warning says nothing here.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
+# How long torch's OpenMP workers go on spinning after a call (libgomp's default spin count).
+# Measured (Zen 4, 2 threads, a 1x1 conv through torch, then two threads of numpy matmuls):
+# the matmuls took 2.25 ms instead of 1.39 when started 0-5 ms after torch returned, 1.5-1.6
+# from 10 ms on.
+OPENMP_SPIN_S = 0.02
+
 Builder = Callable[[Node, list], Callable]
 _BUILDERS: dict[str, Builder] = {}
 _COMPUTE = {"Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul", "Add", "Sub",
             "Mul", "Div", "Pow", "Sqrt", "Erf", "Sigmoid", "Tanh", "Gelu", "HardSigmoid",
             "HardSwish", "Clip", "Relu", "BatchNormalization", "MaxPool", "AveragePool",
             "GlobalAveragePool", "Softmax", "LayerNormalization", "ReduceMean"}
+
+
+def settle_threads() -> None:
+    """Wait, off the clock, until torch's spinning workers have gone to sleep: for timing that
+    interleaves torch with other runtimes (bench/timing.time_interleaved's `settle`).
+
+    The wait is busy, not a sleep. Measured on inception_v3's 1x1 conv 768->192 at 17² timed
+    interleaved (block 3) with ONNX Runtime and torch, medians of 60: with no wait the Halide
+    kernel took 0.76 ms (0.39 without torch in the mix); with a 20 ms sleep after torch it took
+    0.39-0.41 but ONNX Runtime 0.79 (0.46 without torch); with a 20 ms busy wait 0.39-0.40 and
+    0.46-0.47, as without torch."""
+    end = time.perf_counter() + OPENMP_SPIN_S
+    while time.perf_counter() < end:
+        pass
 
 
 def _torch():

@@ -41,6 +41,7 @@ from woodpecker.engines.halide.aot import resting_hook
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.engines.ort_engine import call_overhead_ms
 from woodpecker.engines.registry import get_engine
+from woodpecker.engines.torch_engine import settle_threads
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.finalists import finalist_runners, leaders
@@ -111,7 +112,8 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
             lib = get_engine(name).build(node, ctx)
             runners[name] = (lambda k: lambda: (rest(), k(*own)))(lib)
     times = {k: float(np.median(v))
-             for k, v in time_interleaved(runners, runs, 2, block=3).items()}
+             for k, v in time_interleaved(runners, runs, 2, block=3,
+                                          settle={"torch": settle_threads}).items()}
     halide_ms = {name: times.pop(f"halide:{name}") for name in finalists}
     best = min(halide_ms, key=halide_ms.get)
     record = finalists[best].record
