@@ -67,9 +67,25 @@ def _scaled_attention():
                        "back": np.array([1, 8, 6, 6], np.int64)})
 
 
+def _shared_concats():
+    """Three convs; Concat(a, b) and Concat(b, c), each read by a depthwise conv + ReLU, summed:
+    SwiftNet's dense cell, where part b can be written in place in one Concat only."""
+    inits = {f"w{p}": rand(4, 8, 3, 3, seed=i) for i, p in enumerate("abc")}
+    inits.update({f"d{i}": rand(8, 1, 3, 3, seed=5 + i) for i in range(2)})
+    nodes = [helper.make_node("Conv", ["x", f"w{p}"], [p], pads=[1, 1, 1, 1]) for p in "abc"]
+    for i, parts in enumerate((["a", "b"], ["b", "c"])):
+        nodes += [helper.make_node("Concat", parts, [f"cat{i}"], axis=1),
+                  helper.make_node("Conv", [f"cat{i}", f"d{i}"], [f"dw{i}"], pads=[1, 1, 1, 1],
+                                   group=8),
+                  helper.make_node("Relu", [f"dw{i}"], [f"r{i}"])]
+    nodes.append(helper.make_node("Add", ["r0", "r1"], ["y"]))
+    return make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 8, 6, 6])], inits)
+
+
 # passes that conv_bn_relu_residual lacks work for
 MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv,
-          "simplify_reshapes": _renamed_axes, "expose_epilogues": _scaled_attention}
+          "simplify_reshapes": _renamed_axes, "expose_epilogues": _scaled_attention,
+          "split_copied_concats": _shared_concats}
 
 
 @pytest.mark.parametrize("name", DEFAULT)
@@ -82,6 +98,19 @@ def test_each_pass_keeps_outputs(name):
         x = rand(1, 8, 6, 6, seed=seed)
         np.testing.assert_allclose(after(x), base(x), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(after(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_concat_whose_part_another_concat_holds_is_split_and_the_rest_go_in_place():
+    c = _compile(_shared_concats(), DEFAULT)
+    # splitting the first Concat leaves b to the second alone, which then needs no split
+    assert c.plan.meta["passes"]["split_copied_concats"] == 1
+    concats = [n for n in c.graph.nodes if n.op == "Concat"]
+    assert len(concats) == 2
+    parts = [v.name for n in concats for v in n.inputs]
+    assert sorted(c.plan.arena.aliases) == sorted(parts)
+    x = rand(1, 8, 6, 6, seed=4)
+    np.testing.assert_allclose(c(x), ort_run(_shared_concats(), {"x": x})[0], rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_pipeline_result_shape():

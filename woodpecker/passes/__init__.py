@@ -15,6 +15,7 @@ from woodpecker.passes.fuse_prologue import fuse_prologues
 from woodpecker.passes.global_pool import reduce_mean_to_pool
 from woodpecker.passes.remove_identity import remove_identities
 from woodpecker.passes.simplify_reshapes import simplify_reshapes
+from woodpecker.passes.split_concat import split_copied_concats
 
 PASSES: dict[str, Callable[[Graph], int]] = {
     "fold_constants": fold_constants,
@@ -26,6 +27,7 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "fuse_epilogues": fuse_epilogues,
     "fuse_elementwise": fuse_elementwise,
     "fuse_prologues": fuse_prologues,
+    "split_copied_concats": split_copied_concats,
     "dce": eliminate_dead_code,
 }
 DEFAULT = tuple(PASSES)
