@@ -24,7 +24,7 @@ from woodpecker import zoo
 from woodpecker.bench.compare import cpu_info
 from woodpecker.bench.runners import versions
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
-from woodpecker.passes import optimize
+from woodpecker.passes import MEMORY, optimize
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.schedule.memory import format_bytes, schedule_memory
 from woodpecker.schedule.memory_dp import StepTimeout, least_peak_floor, memory_schedule
@@ -54,7 +54,7 @@ for _ in range(5): s.run(None, {"input": x})
 
 def graph_of(name: str):
     g = import_onnx(load_model_proto(str(zoo.export(name))))
-    optimize(g)
+    optimize(g, MEMORY)
     return g
 
 

@@ -206,7 +206,7 @@ def cmd_inspect(args) -> None:
 def _inspect_memory(args) -> None:
     """Memory of the file's order, Kahn's, the DP's and DP + rewriting (schedule/report.py)."""
     from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
-    from woodpecker.passes import optimize
+    from woodpecker.passes import MEMORY, optimize
     from woodpecker.schedule.report import format_report, memory_report, plot_report
 
     if _is_plan(args.model):
@@ -217,10 +217,10 @@ def _inspect_memory(args) -> None:
             graph = model.graph
         else:   # the plan is reordered: start again from the model file
             graph = import_onnx(load_model_proto(_reference_onnx(model, args.onnx, args.model)))
-            optimize(graph)
+            optimize(graph, MEMORY)
     else:
         graph = import_onnx(load_model_proto(args.model), _shapes(args.input_shape))
-        optimize(graph)
+        optimize(graph, MEMORY)
     doc = memory_report(graph)
     print(format_report(doc))
     plot = args.plot or f"{Path(args.model).name.removesuffix('.onnx')}_memory.png"

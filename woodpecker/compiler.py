@@ -15,7 +15,7 @@ from woodpecker.engines.base import BuildContext
 from woodpecker.engines.registry import MOVEMENT, choose, get_engine, parse_engines
 from woodpecker.errors import WoodpeckerError
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
-from woodpecker.passes import DEFAULT, optimize
+from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
 from woodpecker.runtime.regions import absorb_movement, plan_steps
@@ -30,7 +30,7 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
             engines: "str | Iterable[str] | None" = None,
             input_shapes: Mapping[str, tuple[int, ...]] | None = None,
             input_values: Mapping[str, Any] | None = None,
-            threads: int | None = None, passes: tuple[str, ...] = DEFAULT,
+            threads: int | None = None, passes: tuple[str, ...] | None = None,
             example_inputs: Any = None, tuning_log: "str | os.PathLike | None" = None,
             tune: TuneOptions | None = None, resume: bool = False,
             progress: TextIO | None = None, schedule: str = "file",
@@ -48,10 +48,12 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     the library engines and the fastest kept (tune/select.py); layouts are then assigned and
     the conversions counted. Progress goes to `progress`.
 
-    `schedule="memory"` rewrites concats where it pays and orders the nodes for the least peak
-    of live activations (SERENITY, schedule/memory.py); with `memory_budget` (bytes) a
-    MemoryBudgetError says when no order fits. `schedule="file"` keeps the model's order. With
-    `arena`, every activation gets a fixed offset in one buffer (schedule/arena.py).
+    `passes`: the graph passes in order (default: passes.DEFAULT, or passes.MEMORY for the
+    memory schedule). `schedule="memory"` rewrites concats where it pays and orders the nodes
+    for the least peak of live activations (SERENITY, schedule/memory.py); with
+    `memory_budget` (bytes) a MemoryBudgetError says when no order fits. `schedule="file"`
+    keeps the model's order. With `arena`, every activation gets a fixed offset in one buffer
+    (schedule/arena.py).
     `library_regions` runs consecutive ONNX Runtime nodes as one session (runtime/regions.py;
     default: on, except for the memory schedule, whose order and arena it would undo).
     """
@@ -62,6 +64,8 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     tgt = Target.parse(target, threads)
     allowed = parse_engines(engines)
     graph = import_onnx(proto, input_shapes, input_values)
+    if passes is None:
+        passes = MEMORY if schedule == "memory" else DEFAULT
     stats = optimize(graph, passes)
     memory = _schedule(graph, schedule, memory_budget)
     ctx = BuildContext(tgt.threads, graph.opset)

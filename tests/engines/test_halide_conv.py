@@ -11,12 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from woodpecker.tune.tasks.conv import ConvTask
+from woodpecker.tune.tasks.separable import SeparableTask
 
 pytest.importorskip("halide")
 from woodpecker.engines.halide import (  # noqa: E402
     conv_depthwise,
     conv_direct,
     conv_gemm,
+    conv_separable,
     conv_winograd,
 )
 from woodpecker.engines.halide.templates import kernel_arguments  # noqa: E402
@@ -62,9 +64,26 @@ TASKS = [
 ]
 
 
+
+def _separable(depthwise: ConvTask, k: int, bias: bool, epilogue: tuple) -> SeparableTask:
+    """`depthwise`, then a 1x1 conv to `k` channels reading its output."""
+    d = depthwise
+    return SeparableTask(d, ConvTask(d.n, d.c, d.out_h, d.out_w, k, 1, 1, (1, 1), (0, 0, 0, 0),
+                                     (1, 1), 1, bias, epilogue))
+
+
+# Depthwise then pointwise as one kernel: MobileNet's block (residual), DARTS' (a ReLU
+# prologue, no biases), a 5x5 dilated one, a batch of two.
+SEPARABLE = [_separable(DEPTHWISE[0], 24, True, (("Add",),)),
+             _separable(DEPTHWISE[3], 16, False, ()),
+             _separable(DEPTHWISE[2], 8, True, (("Relu",),)),
+             _separable(ConvTask(2, 32, 9, 14, 32, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 32, True,
+                                 (("Relu",),)), 20, False, (("Add",), ("Relu",)))]
+
 CASES = [(conv_direct, t) for t in TASKS] + [(conv_depthwise, t) for t in DEPTHWISE] + \
     [(conv_gemm, t) for t in TASKS if conv_gemm.supports(t)] + \
-    [(conv_winograd, t) for t in TASKS if conv_winograd.supports(t)]
+    [(conv_winograd, t) for t in TASKS if conv_winograd.supports(t)] + \
+    [(conv_separable, t) for t in SEPARABLE]
 
 
 @settings(max_examples=30, deadline=None)
@@ -85,6 +104,19 @@ def test_random_valid_config_is_correct(which, seed):
     else:
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=str(config))
     assert task.from_json(task.to_json()) == task
+
+
+@pytest.mark.parametrize("task", SEPARABLE)
+@pytest.mark.parametrize("pad", ["inline", "strip"])
+def test_separable_seeds_are_correct(task, pad):
+    space = conv_separable.space(task)
+    assert space.seeds
+    for config in space.seeds:
+        config = {**config, "pad": pad}
+        inputs = task.random_inputs(2)
+        got = conv_separable.build(task, config)(*inputs)
+        np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4,
+                                   err_msg=str(config))
 
 
 def test_register_constraint_prunes_the_space():

@@ -82,10 +82,27 @@ def _shared_concats():
     return make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 8, 6, 6])], inits)
 
 
+def _separable(activations: bool = False):
+    """x → depthwise 3x3 conv → 1x1 conv; with `activations`, DARTS' and MobileNet's extras:
+    a ReLU before the depthwise conv (its prologue), a ReLU between, a residual add of x."""
+    nodes = [helper.make_node("Relu", ["x"], ["rx"])] if activations else []
+    nodes += [helper.make_node("Conv", ["rx" if activations else "x", "wd", "bd"], ["d"],
+                               pads=[1, 1, 1, 1], group=8)]
+    if activations:
+        nodes.append(helper.make_node("Relu", ["d"], ["rd"]))
+    nodes.append(helper.make_node("Conv", ["rd" if activations else "d", "wp", "bp"],
+                                  ["p" if activations else "y"]))
+    if activations:
+        nodes.append(helper.make_node("Add", ["p", "x"], ["y"]))
+    return make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 8, 6, 6])],
+                      {"wd": rand(8, 1, 3, 3, seed=1), "bd": rand(8, seed=2),
+                       "wp": rand(8, 8, 1, 1, seed=3), "bp": rand(8, seed=4)})
+
+
 # passes that conv_bn_relu_residual lacks work for
 MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv,
           "simplify_reshapes": _renamed_axes, "expose_epilogues": _scaled_attention,
-          "split_copied_concats": _shared_concats}
+          "split_copied_concats": _shared_concats, "fuse_separable": _separable}
 
 
 @pytest.mark.parametrize("name", DEFAULT)
@@ -111,6 +128,30 @@ def test_a_concat_whose_part_another_concat_holds_is_split_and_the_rest_go_in_pl
     x = rand(1, 8, 6, 6, seed=4)
     np.testing.assert_allclose(c(x), ort_run(_shared_concats(), {"x": x})[0], rtol=1e-4,
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("engines", ["numpy", "torch", "onnxruntime"])
+def test_a_separable_conv_is_one_node_on_every_engine(engines):
+    model = _separable(activations=True)
+    c = _compile(model, DEFAULT, engines=engines + ",numpy")
+    assert _ops(c) == ["FusedSeparableConv"] and c.plan.engines == [engines]
+    node = c.graph.nodes[0]
+    assert node.attrs["depthwise"]["prologue"] and \
+        [s["op"] for s in node.attrs["pointwise"]["epilogue"]] == ["Add"]
+    for seed in range(2):
+        x = rand(1, 8, 6, 6, seed=seed)
+        np.testing.assert_allclose(c(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_depthwise_conv_read_twice_or_strided_pointwise_stays_apart():
+    model = _separable()
+    model.graph.output.append(helper.make_tensor_value_info("d", 1, [1, 8, 6, 6]))
+    assert "FusedSeparableConv" not in _ops(_compile(model, DEFAULT))
+    model = _separable()
+    model.graph.node[1].attribute.append(helper.make_attribute("strides", [2, 2]))
+    model.graph.output[0].type.tensor_type.shape.dim[2].dim_value = 3
+    model.graph.output[0].type.tensor_type.shape.dim[3].dim_value = 3
+    assert "FusedSeparableConv" not in _ops(_compile(model, DEFAULT))
 
 
 def test_pipeline_result_shape():

@@ -18,7 +18,7 @@ from woodpecker.cli import main
 from woodpecker.errors import PlanError
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.ir.graph import Graph
-from woodpecker.passes import optimize
+from woodpecker.passes import MEMORY, optimize
 from woodpecker.passes.split_concat import candidates, split_concat
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import PLAN_FILE, Plan
@@ -60,7 +60,7 @@ def concat_model(depthwise: bool, relu: bool) -> "object":
 
 def optimized(model) -> Graph:
     g = import_onnx(model)
-    optimize(g)
+    optimize(g, MEMORY)
     return g
 
 

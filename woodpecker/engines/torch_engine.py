@@ -16,6 +16,7 @@ import numpy as np
 from woodpecker.engines.base import BuildContext, Engine, Kernel, full_inputs
 from woodpecker.ir.graph import Node
 from woodpecker.ir.pattern import const_inputs
+from woodpecker.ops import separable
 from woodpecker.ops.fused import (
     ACTIVATIONS,
     BASE_INPUTS,
@@ -37,10 +38,10 @@ OPENMP_SPIN_S = 0.02
 
 Builder = Callable[[Node, list], Callable]
 _BUILDERS: dict[str, Builder] = {}
-_COMPUTE = {"Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul", "Add", "Sub",
-            "Mul", "Div", "Pow", "Sqrt", "Erf", "Sigmoid", "Tanh", "Gelu", "HardSigmoid",
-            "HardSwish", "Clip", "Relu", "BatchNormalization", "MaxPool", "AveragePool",
-            "GlobalAveragePool", "Softmax", "LayerNormalization", "ReduceMean"}
+_COMPUTE = {"Conv", "FusedConv", separable.OP, "Gemm", "FusedGemm", "MatMul", "FusedMatMul",
+            "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Erf", "Sigmoid", "Tanh", "Gelu",
+            "HardSigmoid", "HardSwish", "Clip", "Relu", "BatchNormalization", "MaxPool",
+            "AveragePool", "GlobalAveragePool", "Softmax", "LayerNormalization", "ReduceMean"}
 
 
 def settle_threads() -> None:
@@ -210,6 +211,14 @@ def _conv(node: Node, consts: list):
         return epi(y, operands) if operands or node.attrs.get("epilogue") else y
 
     return _args(node, consts, lambda *xs: run(*xs[:nb], *xs[nb:]))
+
+
+@builder(separable.OP)
+def _separable(node: Node, consts: list):
+    """The depthwise conv, then the 1×1 conv on its result (ops/separable.py)."""
+    dw, pw = separable.parts(node)
+    first, second = _conv(dw, consts[:3]), _conv(pw, [None] + consts[3:])
+    return lambda x, *residuals: second(first(x), *residuals)
 
 
 @builder("Gemm", "FusedGemm")
@@ -398,6 +407,7 @@ def _accept_conv(node: Node) -> bool:
 
 _ACCEPTS: dict[str, Callable[[Node], bool]] = {
     "Conv": _accept_conv, "FusedConv": _accept_conv,
+    separable.OP: lambda n: all(_accept_conv(p) for p in separable.parts(n)),
     "FusedGemm": _accept_epilogue, "FusedMatMul": _accept_epilogue,
     "MaxPool": _accept_pool, "AveragePool": _accept_pool,
     "Clip": lambda n: const_inputs(n, 1, 2),

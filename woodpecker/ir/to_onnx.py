@@ -15,6 +15,7 @@ from onnx import helper, numpy_helper
 
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ir.types import to_onnx_type
+from woodpecker.ops import separable
 from woodpecker.ops.fused import BASE_INPUTS, runtime_count
 
 
@@ -41,6 +42,13 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
     name = lambda v: "" if v is None else v.name  # noqa: E731
     if node.op == "FusedElementwise":
         return _elementwise_protos(node, fresh, opset)
+    if node.op == separable.OP:
+        protos, inits = [], []
+        for part in separable.parts(node):
+            ps, extra = node_protos(part, fresh, opset)
+            protos += ps
+            inits += extra
+        return protos, inits
     if node.op not in BASE_INPUTS:
         return [helper.make_node(node.op, [name(v) for v in node.inputs],
                                  [v.name for v in node.outputs], name=node.name,

@@ -12,6 +12,7 @@ from woodpecker.passes.fold_batchnorm import fold_batchnorm
 from woodpecker.passes.fuse_elementwise import fuse_elementwise
 from woodpecker.passes.fuse_epilogue import fuse_epilogues
 from woodpecker.passes.fuse_prologue import fuse_prologues
+from woodpecker.passes.fuse_separable import fuse_separable
 from woodpecker.passes.global_pool import reduce_mean_to_pool
 from woodpecker.passes.remove_identity import remove_identities
 from woodpecker.passes.simplify_reshapes import simplify_reshapes
@@ -28,9 +29,13 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "fuse_elementwise": fuse_elementwise,
     "fuse_prologues": fuse_prologues,
     "split_copied_concats": split_copied_concats,
+    "fuse_separable": fuse_separable,
     "dce": eliminate_dead_code,
 }
 DEFAULT = tuple(PASSES)
+# The memory schedule's pipeline: its identity rewriting (passes/split_concat.py) splits
+# depthwise convs along their input Concats, which a separable conv would hide.
+MEMORY = tuple(p for p in DEFAULT if p != "fuse_separable")
 
 
 def optimize(graph: Graph, passes: tuple[str, ...] = DEFAULT) -> dict[str, int]:

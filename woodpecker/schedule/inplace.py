@@ -42,11 +42,13 @@ import numpy as np
 
 from woodpecker.engines.registry import get_engine
 from woodpecker.ir.graph import Graph, Value
+from woodpecker.ops import separable
 from woodpecker.ops.shape import RESHAPES
 
 Alias = tuple[str, int, int]     # (whole value, concat axis or VIEW, start index along it)
 VIEW = -1
-STRIDED_READERS = frozenset({"Conv", "FusedConv"})   # Halide kernels reading x through strides
+# Halide kernels reading x through strides
+STRIDED_READERS = frozenset({"Conv", "FusedConv", separable.OP})
 
 
 def slice_code(axis: int) -> int:

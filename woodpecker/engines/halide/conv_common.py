@@ -12,16 +12,18 @@ EPILOGUE_OPS = {"Add", "Mul", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish"}
 
 
 class ConvInputs:
-    """Parameters in `ConvTask.random_inputs` order: x (NHWC), w, bias if any, residuals."""
+    """Parameters in `ConvTask.random_inputs` order: x (NHWC), w, bias if any, residuals.
+    `prefix` starts their names (a kernel computing two convs has two sets)."""
 
     def __init__(self, hl, task: ConvTask, weight_dims: int = 4,
-                 reads_inside: bool = True, out_dims: int = 4) -> None:
+                 reads_inside: bool = True, out_dims: int = 4, prefix: str = "") -> None:
         self.hl, self.task = hl, task
         f32 = hl.Float(32)
-        self.x, self.w = hl.ImageParam(f32, 4, "x"), hl.ImageParam(f32, weight_dims, "w")
-        self.b = hl.ImageParam(f32, 1, "b") if task.has_bias else None
+        self.x = hl.ImageParam(f32, 4, prefix + "x")
+        self.w = hl.ImageParam(f32, weight_dims, prefix + "w")
+        self.b = hl.ImageParam(f32, 1, prefix + "b") if task.has_bias else None
         # Residuals are indexed like the output: 3-D for flattened-pixel templates.
-        self.residuals = [hl.ImageParam(f32, out_dims, f"r{i}")
+        self.residuals = [hl.ImageParam(f32, out_dims, f"{prefix}r{i}")
                           for i, s in enumerate(task.epilogue) if s[0] == "Add"]
         self.params = [self.x, self.w] + ([self.b] if self.b is not None else []) \
             + self.residuals

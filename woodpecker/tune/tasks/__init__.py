@@ -1,7 +1,7 @@
 """Tuning tasks: a distinct (op or fused group, shapes, dtype, layout) extracted from a node.
 Identical layers map to equal tasks and so share one tuning result (Woodpecker-DL §3.1).
 
-Every kind of task (conv2d, dense, pool, rows, elementwise) offers the same interface, so
+Every kind of task (conv2d, sepconv, dense, pool, rows, elementwise) offers the same interface, so
 extraction, the measurement worker, the tuner, system-level selection and the Halide engine
 handle them alike:
 
@@ -94,8 +94,10 @@ def task_kinds() -> dict[str, type]:
     from woodpecker.tune.tasks.elementwise import ElementwiseTask
     from woodpecker.tune.tasks.pool import PoolTask
     from woodpecker.tune.tasks.rows import RowTask
+    from woodpecker.tune.tasks.separable import SeparableTask
 
-    return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask, ElementwiseTask)}
+    return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask, ElementwiseTask,
+                                SeparableTask)}
 
 
 def task_from_node(node: Node) -> Task | None:
