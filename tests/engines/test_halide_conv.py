@@ -113,6 +113,8 @@ def test_separable_seeds_are_correct(task, pad):
     assert space.seeds
     for config in space.seeds:
         config = {**config, "pad": pad}
+        if not space.is_valid(config):
+            continue
         inputs = task.random_inputs(2)
         got = conv_separable.build(task, config)(*inputs)
         np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4,

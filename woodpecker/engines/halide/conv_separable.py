@@ -14,7 +14,11 @@ Knobs: `vec`, `co_block`, `x_block` (the pointwise register tile, bounded by the
 registers), `co_outer` (channel tiles outside the pixel tiles, so one tile's weights stay in L1
 across the strip's pixels), `rows` (output rows per strip), `dw_vec` and `dw_x` (the
 depthwise tile: lanes and unrolled pixels), `pad` (`inline`: bounds checks on the taps;
-`strip`: the strip's zero-padded input rows materialised first).
+`strip`: the strip's zero-padded input rows materialised first), `dw_at` (`strip`, above, or
+`root`: the whole depthwise result first, rows in parallel, then the 1×1 conv with its channel
+tiles in parallel, so each core reads only its tiles' weights: for small images of many
+channels, e.g. 7² × 960 → 320, whose 1.2 MiB of weights dominate; what separate kernels
+would do, less a call).
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ def supports(task: SeparableTask) -> bool:
 
 # The genetic search's first candidates: conv_direct's usual register tiles (16 or 24 output
 # channels by 4-6 pixels), strips of 2 rows, 16-lane depthwise rows of 4 pixels; then 8 lanes
-# for layers of fewer than 16 channels.
-SEEDS = tuple({"vec": vec, "co_block": cb, "x_block": xb, "co_outer": False, "rows": 2,
-               "dw_vec": dw_vec, "dw_x": 4, "pad": "inline"}
-              for vec, cb, xb, dw_vec in ((16, 1, 6, 16), (8, 2, 6, 16), (8, 3, 4, 16),
-                                          (16, 2, 4, 16), (8, 1, 6, 8)))
+# for layers of fewer than 16 channels; then the depthwise result at the root, for small images.
+SEEDS = tuple({"vec": vec, "co_block": cb, "x_block": xb, "co_outer": False,
+               "rows": 1 if at == "root" else 2, "dw_vec": dw_vec, "dw_x": 4, "pad": "inline",
+               "dw_at": at}
+              for vec, cb, xb, dw_vec, at in ((16, 1, 6, 16, "strip"), (8, 2, 6, 16, "strip"),
+                                              (8, 3, 4, 16, "strip"), (16, 2, 4, 16, "strip"),
+                                              (8, 1, 6, 8, "strip"), (16, 1, 7, 16, "root")))
 
 
 def space(task: SeparableTask, vector_registers: int = 16) -> KnobSpace:
@@ -55,7 +61,8 @@ def space(task: SeparableTask, vector_registers: int = 16) -> KnobSpace:
     knobs = [Knob("vec", (4, 8, 16)), Knob("co_block", (1, 2, 3, 4)),
              Knob("x_block", (1, 2, 3, 4, 5, 6, 7, 8)), Knob("co_outer", (False, True)),
              Knob("rows", (1, 2, 4, 8, 16)), Knob("dw_vec", (8, 16)),
-             Knob("dw_x", (1, 2, 4, 8)), Knob("pad", ("inline", "strip"))]
+             Knob("dw_x", (1, 2, 4, 8)), Knob("pad", ("inline", "strip")),
+             Knob("dw_at", ("strip", "root"))]
     # Tiles shift inwards at the edges (see conv_direct), so none may exceed what it covers.
     constraints = [
         fits_registers(vector_registers, "co_block", 1),
@@ -65,6 +72,9 @@ def space(task: SeparableTask, vector_registers: int = 16) -> KnobSpace:
                    lambda c: c["x_block"] <= p.out_w and c["dw_x"] <= p.out_w),
         Constraint("strip within the output rows", lambda c: c["rows"] <= p.out_h),
         Constraint("depthwise lanes within the channels", lambda c: c["dw_vec"] <= d.c),
+        Constraint("a depthwise result at the root has no strips",
+                   lambda c: c["dw_at"] == "strip" or (c["rows"] == 1 and not c["co_outer"]
+                                                       and c["pad"] == "inline")),
     ]
     return KnobSpace(knobs, constraints, SEEDS)
 
@@ -100,20 +110,27 @@ def _schedule(hl, out, acc, dw, padded, axes, rc, config: dict) -> None:
     vec = config["vec"]
     tail = hl.TailStrategy.ShiftInwards
     co, ci, xo, xi, yo, yi = (hl.Var(v) for v in ("co", "ci", "xo", "xi", "yo", "yi"))
-    out.split(y, yo, yi, config["rows"], tail)
     out.split(c, co, ci, vec * config["co_block"], tail).split(x, xo, xi, config["x_block"], tail)
     out.vectorize(ci, vec).unroll(ci).unroll(xi)
-    if config["co_outer"]:
-        out.reorder(ci, xi, xo, co, yi, yo, n)
+    if config["dw_at"] == "root":
+        out.reorder(ci, xi, xo, y, co, n).fuse(co, n, co).parallel(co)
         acc.compute_at(out, xo)
     else:
-        out.reorder(ci, xi, co, xo, yi, yo, n)
-        acc.compute_at(out, co)
-    out.fuse(yo, n, yo).parallel(yo)
+        out.split(y, yo, yi, config["rows"], tail)
+        if config["co_outer"]:
+            out.reorder(ci, xi, xo, co, yi, yo, n)
+            acc.compute_at(out, xo)
+        else:
+            out.reorder(ci, xi, co, xo, yi, yo, n)
+            acc.compute_at(out, co)
+        out.fuse(yo, n, yo).parallel(yo)
     acc.vectorize(c, vec).unroll(c).unroll(x)
     acc.update().reorder(c, x, rc).vectorize(c, vec).unroll(c).unroll(x)
     dc, dci, dxo, dxi = (hl.Var(v) for v in ("dc", "dci", "dxo", "dxi"))
-    dw.compute_at(out, yo)
+    if config["dw_at"] == "root":
+        dw.compute_root().parallel(y)
+    else:
+        dw.compute_at(out, yo)
     dw.split(c, dc, dci, config["dw_vec"], tail).split(x, dxo, dxi, config["dw_x"], tail)
     dw.reorder(dci, dxi, dc, dxo, y, n).vectorize(dci).unroll(dxi)
     if config["pad"] == "strip":
