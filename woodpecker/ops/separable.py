@@ -32,10 +32,9 @@ def parts(node: Node) -> tuple[Node, Node]:
 
 
 def _infer(node: Node, data_of: DataOf):
-    x, wd, bd, wp, bp, *residuals = node.inputs
-    dw = Node("FusedConv", node.name, [x, wd, bd], [], node.attrs["depthwise"])
+    dw = Node("FusedConv", node.name, node.inputs[:3], [], node.attrs["depthwise"])
     (shape, dtype), = OPS["FusedConv"].infer(dw, data_of)
-    return [((shape[0], wp.shape[0]) + tuple(shape[2:]), dtype)]
+    return [((shape[0], node.inputs[3].shape[0]) + tuple(shape[2:]), dtype)]
 
 
 def _flops(node: Node) -> int:

@@ -43,10 +43,10 @@ def _depthwise(node: Node) -> bool:
     if node.op not in _CONVS:
         return False
     x, w = node.inputs[0], node.inputs[1]
-    return len(x.shape) == 4 and w.is_const \
+    # at most x, w and the bias: no residual operand, so no Add in the epilogue
+    return len(x.shape) == 4 and w.is_const and len(node.inputs) <= 3 \
         and node.attrs.get("group", 1) == x.shape[1] == w.shape[0] > 1 \
-        and all(v is None or v.is_const for v in node.inputs[2:3]) and len(node.inputs) <= 3 \
-        and not any(s["op"] == "Add" for s in node.attrs.get("epilogue", []))
+        and (node.input(2) is None or node.input(2).is_const)
 
 
 def _pointwise(node: Node, y) -> bool:
@@ -65,8 +65,8 @@ def _pointwise(node: Node, y) -> bool:
 
 def fuse_separable(graph: Graph) -> int:
     fused = 0
-    for dw in list(graph.nodes):
-        if dw not in graph.nodes or not _depthwise(dw):
+    for dw in list(graph.nodes):   # only the 1x1 conv after each is removed: never a dw
+        if not _depthwise(dw):
             continue
         y = dw.outputs[0]
         if graph.is_output(y) or len(y.consumers) != 1 or not _pointwise(y.consumers[0], y):

@@ -107,12 +107,12 @@ def build(task: SeparableTask, config: dict, threads: int = 2) -> AotKernel:
 
 def _schedule(hl, out, acc, dw, padded, axes, rc, config: dict) -> None:
     c, x, y, n = axes
-    vec = config["vec"]
+    vec, root = config["vec"], config["dw_at"] == "root"
     tail = hl.TailStrategy.ShiftInwards
     co, ci, xo, xi, yo, yi = (hl.Var(v) for v in ("co", "ci", "xo", "xi", "yo", "yi"))
     out.split(c, co, ci, vec * config["co_block"], tail).split(x, xo, xi, config["x_block"], tail)
     out.vectorize(ci, vec).unroll(ci).unroll(xi)
-    if config["dw_at"] == "root":
+    if root:
         out.reorder(ci, xi, xo, y, co, n).fuse(co, n, co).parallel(co)
         acc.compute_at(out, xo)
     else:
@@ -127,7 +127,7 @@ def _schedule(hl, out, acc, dw, padded, axes, rc, config: dict) -> None:
     acc.vectorize(c, vec).unroll(c).unroll(x)
     acc.update().reorder(c, x, rc).vectorize(c, vec).unroll(c).unroll(x)
     dc, dci, dxo, dxi = (hl.Var(v) for v in ("dc", "dci", "dxo", "dxi"))
-    if config["dw_at"] == "root":
+    if root:
         dw.compute_root().parallel(y)
     else:
         dw.compute_at(out, yo)
