@@ -67,6 +67,7 @@ def main() -> int:
                  generated_time_share=halide_ms / sum(ms),
                  layout_conversions=model.plan.meta.get("layout_conversions", 0),
                  plan_check=model.plan.meta.get("plan_check", []),
+                 in_plan=model.plan.meta.get("in_plan", []),
                  selection=model.plan.meta.get("selection", []))
         print(format_table(r), flush=True)
         report["models"][name] = r

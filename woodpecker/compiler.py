@@ -142,9 +142,11 @@ def _is_torch_module(model: Any) -> bool:
 
 def _generated_kernels(graph, chosen, allowed, ctx, target, tuning_log, tune, resume, progress,
                        meta, assemble) -> list[str]:
-    """Tune (optionally), select kernels by measurement per node, then confirm the winners on
-    the whole plan (tune/refine.py, plans built with `assemble`); fills `meta`."""
+    """Tune (optionally), select kernels by measurement per node, pick each task's finalist in
+    the plan (tune/in_plan.py), then confirm the winners on the whole plan (tune/refine.py;
+    plans built with `assemble`); fills `meta`."""
     from woodpecker.cache import cache_dir
+    from woodpecker.tune.in_plan import choose_in_plan
     from woodpecker.tune.refine import refine_selection
     from woodpecker.tune.select import select_kernels
     from woodpecker.tune.session import open_log, tune_graph
@@ -167,6 +169,8 @@ def _generated_kernels(graph, chosen, allowed, ctx, target, tuning_log, tune, re
     meta["selection"] = select_kernels(graph, chosen, allowed, ctx, log, out=progress,
                                        regions=meta["library_regions"])
     if meta["selection"]:
+        print("choosing among each task's finalists in the plan", file=progress, flush=True)
+        meta["in_plan"] = choose_in_plan(graph, chosen, assemble, out=progress)
         print("checking the chosen Halide kernels on the whole plan", file=progress, flush=True)
         chosen, meta["plan_check"] = refine_selection(graph, before, chosen, meta["selection"],
                                                       assemble, out=progress)

@@ -45,6 +45,7 @@ from woodpecker.engines.torch_engine import settle_threads
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.finalists import finalist_runners, leaders
+from woodpecker.tune.in_plan import FINALISTS
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.tasks import NHWC, Task
 
@@ -57,6 +58,7 @@ class GroupTiming:
     kernel_ms: dict[str, float]                 # engine -> median ms of the bare kernel
     spec: dict                                  # node.attrs["halide"]: the tuned kernel
     finalists_ms: dict[str, float] = field(default_factory=dict)   # family -> median ms
+    specs: list[dict] = field(default_factory=list)   # every finalist's spec, fastest first
     nodes: list[str] = field(default_factory=list)
 
 
@@ -115,12 +117,12 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
              for k, v in time_interleaved(runners, runs, 2, block=3,
                                           settle={"torch": settle_threads}).items()}
     halide_ms = {name: times.pop(f"halide:{name}") for name in finalists}
-    best = min(halide_ms, key=halide_ms.get)
-    record = finalists[best].record
-    spec = {"template": record["template"], "kind": task.kind, "config": record["config"],
-            "task": task.to_json(), "kernel": str(finalists[best].kernel.path)}
-    return GroupTiming(task, {"halide": halide_ms[best], **times}, spec,
-                       finalists_ms=halide_ms)
+    specs = [{"template": finalists[name].record["template"], "kind": task.kind,
+              "config": finalists[name].record["config"], "task": task.to_json(),
+              "kernel": str(finalists[name].kernel.path)}
+             for name in sorted(halide_ms, key=halide_ms.get)]
+    return GroupTiming(task, {"halide": min(halide_ms.values()), **times}, specs[0],
+                       finalists_ms=halide_ms, specs=specs)
 
 
 def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: BuildContext,
@@ -188,6 +190,8 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
         contenders = [k for k in totals if k in ("halide", chosen[i])]
         winner = min(contenders, key=totals.get) if chosen[i] in totals else "halide"
         node.attrs["halide"] = t.spec   # also for losers: the plan check may try them
+        if len(t.specs) > 1:
+            node.attrs[FINALISTS] = t.specs   # for tune/in_plan.py
         library, chosen[i] = chosen[i], winner
         records.append({"node": node.name, "op": node.op, "task": t.task.describe(),
                         "library": library,

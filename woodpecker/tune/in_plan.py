@@ -1,0 +1,83 @@
+"""In-plan choice among a task's finalists (WPK §2.5: time the tuned kernel in place).
+
+Per-node selection (tune/select.py) times each finalist alone, on inputs it has just read and
+weights made cold. In a plan a kernel reads what the previous kernel just wrote, split across
+the cores by that kernel's parallel loop, and the ranking can change. Measured on MnasNet's
+all-Halide plan (Zen 4, 2 threads): its 5×5 depthwise conv at 7² × 1152 with a per-channel-tile
+padded image beat the bounds-checked one alone (0.038 vs 0.042 ms) but took 0.11-0.15 ms in
+the plan against 0.10, and the plan picked by isolated timing ran 1.020× ONNX Runtime against
+0.993× for the one before.
+
+So, choices left open by the paper, made here: after per-node selection, the plan with every
+node that has a tuned kernel on Halide is built once per finalist rank — variant k runs each
+task's k-th finalist (by isolated time; its best where it has fewer) — and the variants are
+profiled step by step (`CompiledModel.profile`), interleaved round by round. Each task keeps
+the finalist whose variant had the least median step time summed over the task's nodes.
+All tasks are varied at once, so a step's context (its producer's kernel) changes between
+variants too; one pass of a few variants is cheap (a plan runs in milliseconds) where trying
+each task alone would take a plan per finalist per task.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+import numpy as np
+
+from woodpecker.bench.compare import random_feeds
+from woodpecker.ir.graph import Graph
+from woodpecker.runtime.compiled import CompiledModel
+from woodpecker.runtime.plan import Plan
+from woodpecker.tune.finalists import family
+
+FINALISTS = "halide_finalists"   # node attribute: every finalist's spec, best alone first
+ROUNDS = 40
+
+
+def choose_in_plan(graph: Graph, chosen: list[str], assemble: Callable[[Graph, list[str]], Plan],
+                   rounds: int = ROUNDS, out: TextIO | None = None) -> list[dict]:
+    """Set each node's `attrs["halide"]` to the finalist (of `attrs[FINALISTS]`, which is then
+    dropped from every node) that ran fastest in the plan; returns one record per task with
+    more than one finalist: its nodes, the median in-plan ms of each finalist, the choice."""
+    out = out or sys.stderr
+    groups: dict[int, list[int]] = {}   # the nodes of one task share its list of finalists
+    for i, node in enumerate(graph.nodes):
+        if len(node.attrs.get(FINALISTS, ())) > 1:
+            groups.setdefault(id(node.attrs[FINALISTS]), []).append(i)
+    finalists = {i: graph.nodes[i].attrs.pop(FINALISTS) for i, n in enumerate(graph.nodes)
+                 if FINALISTS in n.attrs}
+    if not groups:
+        return []
+    engines = ["halide" if "halide" in n.attrs else e for n, e in zip(graph.nodes, chosen)]
+    ranks = max(len(finalists[i]) for nodes in groups.values() for i in nodes)
+    models = []
+    for k in range(ranks):
+        g = graph.copy()
+        for i, specs in finalists.items():
+            g.nodes[i].attrs["halide"] = specs[k] if k < len(specs) else specs[0]
+        models.append(CompiledModel(assemble(g, engines)))
+    feeds = random_feeds(models[0])
+    step_of = {i: s for s, step in enumerate(models[0].steps) for i in step}
+    times = np.zeros((rounds, ranks, len(models[0].steps)))
+    for r in range(rounds):
+        order = range(ranks) if r % 2 == 0 else reversed(range(ranks))
+        for k in order:
+            times[r, k] = models[k].profile(feeds, runs=1)
+    median = np.median(times, axis=0)
+    report = []
+    for nodes in groups.values():
+        specs = finalists[nodes[0]]
+        ms = [float(sum(median[k, step_of[i]] for i in nodes)) for k in range(len(specs))]
+        best = int(np.argmin(ms))
+        for i in nodes:
+            graph.nodes[i].attrs["halide"] = specs[best]
+        name = graph.nodes[nodes[0]].name
+        print(f"  in plan, {name!r} ({len(nodes)} node(s)): "
+              + ", ".join(f"{family(s)} {t:.3f}" for s, t in zip(specs, ms))
+              + f" ms -> {family(specs[best])}", file=out, flush=True)
+        report.append({"nodes": [graph.nodes[i].name for i in nodes],
+                       "finalists_ms": {family(s): t for s, t in zip(specs, ms)},
+                       "chosen": family(specs[best]), "changed": best != 0})
+    return report
