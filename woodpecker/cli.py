@@ -153,6 +153,7 @@ def cmd_inspect(args) -> None:
     steps = model.steps
     ms = model.profile(random_feeds(model), args.runs) if args.runs > 0 else [0.0] * len(steps)
     selection = {r["node"]: r for r in model.plan.meta.get("selection", [])}
+    in_plan = {name: r for r in model.plan.meta.get("in_plan", []) for name in r["nodes"]}
     total = sum(r["flops"] for r in rows) or 1
     total_ms = sum(ms) or 1.0
     print(f"{'#':>3} {'node':<36} {'op':<18} {'engine':<12} {'output':<16} {'MFLOPs':>9} "
@@ -183,6 +184,13 @@ def cmd_inspect(args) -> None:
                                                                      key=lambda kv: kv[1]))
                 print(f"{'':>4} candidates (ms, conversions included): {cands} -> "
                       f"{sel['winner']}")
+            fin = in_plan.get(r["name"])
+            if fin and r["engine"] == "halide":
+                r["in_plan"] = fin
+                times = ", ".join(f"{f} {v:.3f}" for f, v in sorted(fin["finalists_ms"].items(),
+                                                                    key=lambda kv: kv[1]))
+                print(f"{'':>4} finalists in the plan (ms, summed over {len(fin['nodes'])} "
+                      f"node(s)): {times} -> {fin['chosen']}")
     gen = by_engine.get("halide", [0, 0.0])
     doc = {"model": model.graph.name, "nodes": rows, "total_flops": total,
            "flops_share": {e: f / total for e, (f, _) in by_engine.items()},

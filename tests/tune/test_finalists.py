@@ -1,11 +1,11 @@
-"""Finalists: one best record per template and parallel split, checked against the reference
-before re-timing."""
+"""Finalists: the best records of each template and parallel split, checked against the
+reference before re-timing."""
 
 from __future__ import annotations
 
 import pytest
 
-from woodpecker.tune.finalists import family, finalist_runners, leaders
+from woodpecker.tune.finalists import family, finalist_names, finalist_runners, leaders
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.tasks.conv import ConvTask
 
@@ -29,18 +29,29 @@ def test_leaders_are_each_templates_best_fastest_first(tmp_path):
     log = _log(tmp_path, [(DIRECT, DIRECT_CONFIG, 3e-3), (WINOGRAD, WINOGRAD_CONFIG, 2e-3),
                           (DIRECT, dict(DIRECT_CONFIG, x_block=3), 1e-3),
                           (WINOGRAD, dict(WINOGRAD_CONFIG, t_block=2), None)])
-    got = leaders(log, TASK)
+    got = leaders(log, TASK, per_family=1)
     assert [(r["template"], r["cost_s"]) for r in got] == [(DIRECT, 1e-3), (WINOGRAD, 2e-3)]
     assert [family(r) for r in got] == ["conv_direct/co", "conv_winograd/e"]
     assert [r["template"] for r in leaders(log, TASK, lambda r: r["template"] == WINOGRAD)] \
         == [WINOGRAD]
 
 
+def test_each_family_brings_its_runner_up_a_config_once(tmp_path):
+    log = _log(tmp_path, [(DIRECT, DIRECT_CONFIG, 3e-3), (WINOGRAD, WINOGRAD_CONFIG, 2e-3),
+                          (DIRECT, dict(DIRECT_CONFIG, x_block=3), 1e-3),
+                          (DIRECT, dict(DIRECT_CONFIG, x_block=3), 5e-4),
+                          (DIRECT, dict(DIRECT_CONFIG, x_block=4), 4e-3)])
+    got = leaders(log, TASK, per_family=2)
+    assert [(r["template"], r["cost_s"]) for r in got] == [
+        (DIRECT, 5e-4), (WINOGRAD, 2e-3), (DIRECT, 3e-3)]
+    assert finalist_names(got) == ["conv_direct/co", "conv_winograd/e", "conv_direct/co#2"]
+
+
 def test_each_parallel_split_of_a_template_has_its_own_finalist(tmp_path):
     rows = dict(DIRECT_CONFIG, parallel="rows")
     log = _log(tmp_path, [(DIRECT, DIRECT_CONFIG, 1e-3), (DIRECT, rows, 4e-3),
                           (DIRECT, dict(rows, x_block=3), 3e-3)])
-    assert [(family(r), r["cost_s"]) for r in leaders(log, TASK)] == [
+    assert [(family(r), r["cost_s"]) for r in leaders(log, TASK, per_family=1)] == [
         ("conv_direct/co", 1e-3), ("conv_direct/rows", 3e-3)]
 
 

@@ -12,6 +12,7 @@ import pytest
 import woodpecker
 from tests.helpers import ort_run, rand
 from tests.tune.test_select import _convnet
+from woodpecker.cli import main
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.passes import optimize
@@ -45,7 +46,7 @@ def _two_families_log(path):
     return model, log.path
 
 
-def test_each_task_keeps_its_fastest_finalist_in_the_plan(tmp_path):
+def test_each_task_keeps_its_fastest_finalist_in_the_plan(tmp_path, capsys):
     model, log = _two_families_log(tmp_path / "log.jsonl")
     compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=log, threads=2)
     report = compiled.plan.meta["in_plan"]
@@ -55,7 +56,7 @@ def test_each_task_keeps_its_fastest_finalist_in_the_plan(tmp_path):
         assert len(r["finalists_ms"]) == 2
         assert r["chosen"] == min(r["finalists_ms"], key=r["finalists_ms"].get)
         for name in r["nodes"]:
-            assert family(by_name[name].attrs["halide"]) == r["chosen"]
+            assert family(by_name[name].attrs["halide"]) == r["chosen"].split("#")[0]
     assert not any(FINALISTS in n.attrs for n in compiled.graph.nodes)
     x = rand(1, 8, 10, 10, seed=9)
     want = ort_run(model, {"x": x})[0]
@@ -63,3 +64,8 @@ def test_each_task_keeps_its_fastest_finalist_in_the_plan(tmp_path):
     assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))
     compiled.save(tmp_path / "plan")
     np.testing.assert_array_equal(woodpecker.load(tmp_path / "plan")(x), got)
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "plan"), "--runs", "2"]) == 0
+    shown = [line for line in capsys.readouterr().out.splitlines()
+             if "finalists in the plan" in line]
+    assert len(shown) == 4 and all(line.endswith(r["chosen"]) for line, r in zip(shown, report))

@@ -30,9 +30,8 @@ from woodpecker.bench.compare import random_feeds
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
-from woodpecker.tune.finalists import family
 
-FINALISTS = "halide_finalists"   # node attribute: every finalist's spec, best alone first
+FINALISTS = "halide_finalists"   # node attribute: finalist name -> spec, best alone first
 ROUNDS = 40
 
 
@@ -46,8 +45,8 @@ def choose_in_plan(graph: Graph, chosen: list[str], assemble: Callable[[Graph, l
     for i, node in enumerate(graph.nodes):
         if len(node.attrs.get(FINALISTS, ())) > 1:
             groups.setdefault(id(node.attrs[FINALISTS]), []).append(i)
-    finalists = {i: graph.nodes[i].attrs.pop(FINALISTS) for i, n in enumerate(graph.nodes)
-                 if FINALISTS in n.attrs}
+    finalists = {i: list(graph.nodes[i].attrs.pop(FINALISTS).items())
+                 for i, n in enumerate(graph.nodes) if FINALISTS in n.attrs}
     if not groups:
         return []
     engines = ["halide" if "halide" in n.attrs else e for n, e in zip(graph.nodes, chosen)]
@@ -55,8 +54,8 @@ def choose_in_plan(graph: Graph, chosen: list[str], assemble: Callable[[Graph, l
     models = []
     for k in range(ranks):
         g = graph.copy()
-        for i, specs in finalists.items():
-            g.nodes[i].attrs["halide"] = specs[k] if k < len(specs) else specs[0]
+        for i, named in finalists.items():
+            g.nodes[i].attrs["halide"] = named[k if k < len(named) else 0][1]
         models.append(CompiledModel(assemble(g, engines)))
     feeds = random_feeds(models[0])
     step_of = {i: s for s, step in enumerate(models[0].steps) for i in step}
@@ -68,16 +67,15 @@ def choose_in_plan(graph: Graph, chosen: list[str], assemble: Callable[[Graph, l
     median = np.median(times, axis=0)
     report = []
     for nodes in groups.values():
-        specs = finalists[nodes[0]]
-        ms = [float(sum(median[k, step_of[i]] for i in nodes)) for k in range(len(specs))]
-        best = int(np.argmin(ms))
+        named = finalists[nodes[0]]
+        ms = {name: float(sum(median[k, step_of[i]] for i in nodes))
+              for k, (name, _) in enumerate(named)}
+        best = min(ms, key=ms.get)
         for i in nodes:
-            graph.nodes[i].attrs["halide"] = specs[best]
-        name = graph.nodes[nodes[0]].name
-        print(f"  in plan, {name!r} ({len(nodes)} node(s)): "
-              + ", ".join(f"{family(s)} {t:.3f}" for s, t in zip(specs, ms))
-              + f" ms -> {family(specs[best])}", file=out, flush=True)
-        report.append({"nodes": [graph.nodes[i].name for i in nodes],
-                       "finalists_ms": {family(s): t for s, t in zip(specs, ms)},
-                       "chosen": family(specs[best]), "changed": best != 0})
+            graph.nodes[i].attrs["halide"] = dict(named)[best]
+        print(f"  in plan, {graph.nodes[nodes[0]].name!r} ({len(nodes)} node(s)): "
+              + ", ".join(f"{name} {t:.3f}" for name, t in ms.items()) + f" ms -> {best}",
+              file=out, flush=True)
+        report.append({"nodes": [graph.nodes[i].name for i in nodes], "finalists_ms": ms,
+                       "chosen": best, "changed": best != named[0][0]})
     return report

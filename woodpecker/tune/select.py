@@ -58,7 +58,7 @@ class GroupTiming:
     kernel_ms: dict[str, float]                 # engine -> median ms of the bare kernel
     spec: dict                                  # node.attrs["halide"]: the tuned kernel
     finalists_ms: dict[str, float] = field(default_factory=dict)   # family -> median ms
-    specs: list[dict] = field(default_factory=list)   # every finalist's spec, fastest first
+    specs: dict[str, dict] = field(default_factory=dict)   # finalist -> spec, fastest first
     nodes: list[str] = field(default_factory=list)
 
 
@@ -117,12 +117,12 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
              for k, v in time_interleaved(runners, runs, 2, block=3,
                                           settle={"torch": settle_threads}).items()}
     halide_ms = {name: times.pop(f"halide:{name}") for name in finalists}
-    specs = [{"template": finalists[name].record["template"], "kind": task.kind,
-              "config": finalists[name].record["config"], "task": task.to_json(),
-              "kernel": str(finalists[name].kernel.path)}
-             for name in sorted(halide_ms, key=halide_ms.get)]
-    return GroupTiming(task, {"halide": min(halide_ms.values()), **times}, specs[0],
-                       finalists_ms=halide_ms, specs=specs)
+    specs = {name: {"template": finalists[name].record["template"], "kind": task.kind,
+                    "config": finalists[name].record["config"], "task": task.to_json(),
+                    "kernel": str(finalists[name].kernel.path)}
+             for name in sorted(halide_ms, key=halide_ms.get)}
+    return GroupTiming(task, {"halide": min(halide_ms.values()), **times},
+                       next(iter(specs.values())), finalists_ms=halide_ms, specs=specs)
 
 
 def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: BuildContext,
