@@ -41,21 +41,22 @@ def choose_in_plan(graph: Graph, chosen: list[str], assemble: Callable[[Graph, l
     dropped from every node) that ran fastest in the plan; returns one record per task with
     more than one finalist: its nodes, the median in-plan ms of each finalist, the choice."""
     out = out or sys.stderr
-    groups: dict[int, list[int]] = {}   # the nodes of one task share its list of finalists
+    groups: dict[int, tuple[list[int], dict[str, dict]]] = {}   # a task's nodes share its dict
     for i, node in enumerate(graph.nodes):
-        if len(node.attrs.get(FINALISTS, ())) > 1:
-            groups.setdefault(id(node.attrs[FINALISTS]), []).append(i)
-    finalists = {i: list(graph.nodes[i].attrs.pop(FINALISTS).items())
-                 for i, n in enumerate(graph.nodes) if FINALISTS in n.attrs}
+        named = node.attrs.pop(FINALISTS, None)
+        if named:
+            groups.setdefault(id(named), ([], named))[0].append(i)
     if not groups:
         return []
     engines = ["halide" if "halide" in n.attrs else e for n, e in zip(graph.nodes, chosen)]
-    ranks = max(len(finalists[i]) for nodes in groups.values() for i in nodes)
+    ranks = max(len(named) for _, named in groups.values())
     models = []
     for k in range(ranks):
         g = graph.copy()
-        for i, named in finalists.items():
-            g.nodes[i].attrs["halide"] = named[k if k < len(named) else 0][1]
+        for nodes, named in groups.values():
+            spec = list(named.values())[k if k < len(named) else 0]
+            for i in nodes:
+                g.nodes[i].attrs["halide"] = spec
         models.append(CompiledModel(assemble(g, engines)))
     feeds = random_feeds(models[0])
     step_of = {i: s for s, step in enumerate(models[0].steps) for i in step}
@@ -66,16 +67,15 @@ def choose_in_plan(graph: Graph, chosen: list[str], assemble: Callable[[Graph, l
             times[r, k] = models[k].profile(feeds, runs=1)
     median = np.median(times, axis=0)
     report = []
-    for nodes in groups.values():
-        named = finalists[nodes[0]]
+    for nodes, named in groups.values():
         ms = {name: float(sum(median[k, step_of[i]] for i in nodes))
-              for k, (name, _) in enumerate(named)}
+              for k, name in enumerate(named)}
         best = min(ms, key=ms.get)
         for i in nodes:
-            graph.nodes[i].attrs["halide"] = dict(named)[best]
+            graph.nodes[i].attrs["halide"] = named[best]
         print(f"  in plan, {graph.nodes[nodes[0]].name!r} ({len(nodes)} node(s)): "
               + ", ".join(f"{name} {t:.3f}" for name, t in ms.items()) + f" ms -> {best}",
               file=out, flush=True)
         report.append({"nodes": [graph.nodes[i].name for i in nodes], "finalists_ms": ms,
-                       "chosen": best, "changed": best != named[0][0]})
+                       "chosen": best, "changed": best != next(iter(named))})
     return report

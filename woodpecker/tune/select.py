@@ -56,10 +56,14 @@ LIBRARIES = ("onnxruntime", "torch")
 class GroupTiming:
     task: Task
     kernel_ms: dict[str, float]                 # engine -> median ms of the bare kernel
-    spec: dict                                  # node.attrs["halide"]: the tuned kernel
-    finalists_ms: dict[str, float] = field(default_factory=dict)   # family -> median ms
-    specs: dict[str, dict] = field(default_factory=dict)   # finalist -> spec, fastest first
+    specs: dict[str, dict]                      # finalist -> its kernel's spec, fastest first
+    finalists_ms: dict[str, float] = field(default_factory=dict)   # finalist -> median ms
     nodes: list[str] = field(default_factory=list)
+
+    @property
+    def spec(self) -> dict:
+        """node.attrs["halide"]: the fastest finalist alone."""
+        return next(iter(self.specs.values()))
 
 
 def _copy_ms(shape: tuple[int, ...], perm: tuple[int, ...], runs: int) -> float:
@@ -121,8 +125,8 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
                     "config": finalists[name].record["config"], "task": task.to_json(),
                     "kernel": str(finalists[name].kernel.path)}
              for name in sorted(halide_ms, key=halide_ms.get)}
-    return GroupTiming(task, {"halide": min(halide_ms.values()), **times},
-                       next(iter(specs.values())), finalists_ms=halide_ms, specs=specs)
+    return GroupTiming(task, {"halide": min(halide_ms.values()), **times}, specs,
+                       finalists_ms=halide_ms)
 
 
 def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: BuildContext,
