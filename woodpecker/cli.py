@@ -143,6 +143,11 @@ def cmd_bench(args) -> None:
         print(f"wrote {write_json(args.json, result)}")
 
 
+def _fastest_first(ms: dict[str, float]) -> str:
+    """"name ms, …" for `inspect`, fastest first."""
+    return ", ".join(f"{name} {t:.3f}" for name, t in sorted(ms.items(), key=lambda kv: kv[1]))
+
+
 def cmd_inspect(args) -> None:
     from woodpecker.bench.compare import random_feeds
 
@@ -180,17 +185,13 @@ def cmd_inspect(args) -> None:
             sel = selection.get(r["name"])
             if sel:
                 r["selection"] = sel
-                cands = ", ".join(f"{e} {v:.3f}" for e, v in sorted(sel["total_ms"].items(),
-                                                                     key=lambda kv: kv[1]))
-                print(f"{'':>4} candidates (ms, conversions included): {cands} -> "
-                      f"{sel['winner']}")
+                print(f"{'':>4} candidates (ms, conversions included): "
+                      f"{_fastest_first(sel['total_ms'])} -> {sel['winner']}")
             fin = in_plan.get(r["name"])
             if fin and r["engine"] == "halide":
                 r["in_plan"] = fin
-                times = ", ".join(f"{f} {v:.3f}" for f, v in sorted(fin["finalists_ms"].items(),
-                                                                    key=lambda kv: kv[1]))
                 print(f"{'':>4} finalists in the plan (ms, summed over {len(fin['nodes'])} "
-                      f"node(s)): {times} -> {fin['chosen']}")
+                      f"node(s)): {_fastest_first(fin['finalists_ms'])} -> {fin['chosen']}")
     gen = by_engine.get("halide", [0, 0.0])
     doc = {"model": model.graph.name, "nodes": rows, "total_flops": total,
            "flops_share": {e: f / total for e, (f, _) in by_engine.items()},
