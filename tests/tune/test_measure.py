@@ -32,6 +32,17 @@ def test_faults_are_invalid_and_measuring_continues():
     measurer.close()
 
 
+def test_paired_timing_reports_the_ratio_to_a_reference_that_builds(measurer):
+    ok = {"template": FAULTY, "config": {"mode": "ok"}}
+    m = measurer.measure(FAULTY, TASK, {"mode": "ok"}, reference=ok)
+    assert m.ok and m.ratio > 0
+    stale = {"template": FAULTY, "config": {"mode": "raise"}}
+    m = measurer.measure(FAULTY, TASK, {"mode": "ok"}, reference=stale)
+    assert m.ok and m.ratio is None                    # timed alone, still valid
+    m = measurer.measure(FAULTY, TASK, {"mode": "wrong"}, reference=ok)
+    assert not m.ok and "wrong result" in m.error
+
+
 def test_real_halide_candidate(measurer):
     pytest.importorskip("halide")
     config = {"vec": 8, "co_block": 1, "x_block": 3, "parallel": "rows", "pad": "inline",

@@ -66,7 +66,7 @@ class FakeMeasurer:
     def __init__(self):
         self.calls = []
 
-    def measure(self, template, task, config):
+    def measure(self, template, task, config, reference=None):
         from woodpecker.tune.measure import Measurement
 
         self.calls.append(KnobSpace.key(config))
@@ -100,6 +100,30 @@ def test_log_resume_and_torn_lines(tmp_path):
     assert any(r["error"] for r in log3.records)             # invalid ones are recorded
 
 
+def test_paired_costs_share_one_scale_while_the_machine_speed_moves(tmp_path):
+    """Each candidate is timed against the best record so far; its cost is that record's cost
+    times their ratio, so the log ranks configs as their true costs do although every
+    candidate's own time is taken at a random machine speed (1× to 3×)."""
+    from woodpecker.tune.measure import Measurement
+
+    rng = random.Random(0)
+
+    class DriftingMachine:
+        def measure(self, template, task, config, reference=None):
+            own = cost(config) * 1e-3 * rng.uniform(1.0, 3.0)
+            ratio = None if reference is None else cost(config) / cost(reference["config"])
+            return Measurement(own, None, 0.0, ratio)
+
+    log = TuningLog(tmp_path / "log.jsonl")
+    tune_task(FakeTask(), "t", SPACE, make_searcher("random", SPACE, 0), DriftingMachine(), log,
+              searcher_name="random", seed=0, max_trials=40)
+    first, *rest = log.records
+    assert "vs_best" not in first and all(r["vs_best"] > 0 for r in rest)
+    for r in log.records:
+        assert r["cost_s"] == pytest.approx(cost(r["config"]) / cost(first["config"])
+                                            * first["cost_s"])
+
+
 def test_sample_rng_is_seeded():
     a = SPACE.sample(random.Random(3))
     assert a == SPACE.sample(random.Random(3))
@@ -116,7 +140,7 @@ def test_templates_share_the_trials_and_the_best_wins(tmp_path):
         def __init__(self):
             self.calls = []
 
-        def measure(self, template, task, config):
+        def measure(self, template, task, config, reference=None):
             self.calls.append(template)
             fast = template.endswith("conv_gemm")
             return Measurement((1.0 if fast else 2.0) * 1e-3 / config["vec"], None, 0.0)

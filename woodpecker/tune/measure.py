@@ -20,6 +20,7 @@ class Measurement:
     cost_s: float | None
     error: str | None = None
     compile_s: float | None = None
+    ratio: float | None = None   # median time over the reference's, when timed paired
 
     @property
     def ok(self) -> bool:
@@ -50,10 +51,15 @@ class Measurer:
             self._proc.wait()
             self._proc = None
 
-    def measure(self, template: str, task: Task, config: dict) -> Measurement:
+    def measure(self, template: str, task: Task, config: dict,
+                reference: dict | None = None) -> Measurement:
+        """Build, check and time one candidate; with `reference` ({"template", "config"} of
+        another config of `task`) it is timed paired with it (see tune/worker.py)."""
         proc = self._start()
         req = {"template": template, "kind": task.kind, "task": task.to_json(), "config": config,
                "repeats": self.repeats, "seed": self.seed}
+        if reference is not None:
+            req["reference"] = reference
         try:
             proc.stdin.write(json.dumps(req) + "\n")
             proc.stdin.flush()
@@ -69,7 +75,7 @@ class Measurer:
         reply = json.loads(line)
         if not reply["ok"]:
             return Measurement(None, reply["error"])
-        return Measurement(reply["cost_s"], None, reply["compile_s"])
+        return Measurement(reply["cost_s"], None, reply["compile_s"], reply.get("ratio"))
 
     def _died(self, proc: subprocess.Popen) -> Measurement:
         code = proc.wait()

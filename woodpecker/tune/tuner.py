@@ -1,6 +1,16 @@
 """Tune one task: ask the searcher, measure new candidates in the worker, append every
 measurement to the log, tell the searcher, until it is done or the budget runs out. Configs
-already in the log are never re-measured (resume, and reuse across models)."""
+already in the log are never re-measured (resume, and reuse across models).
+
+Each candidate is timed paired with the task's best record so far (tune/worker.py), and its
+cost is that record's cost times the median ratio of their times: the costs of one task then
+share one scale however the machine's speed moves between candidates. Why (WPK §2.3 times each
+candidate alone): this 2-core machine at times runs at half speed for seconds — one vCPU taken
+away. Measured in two 15-minute tunings of mobilenet_v2 (Zen 4, 2 threads), the same first 13
+configs of its 3×3 separable conv at 56² × 144 took 1.06-2.1× as long in the second as in the
+first; the search, ranking by those times, settled on configs whose in-plan time was 0.196 ms
+against 0.161 ms from the first tuning, and the whole plan ran 6 % slower.
+"""
 
 from __future__ import annotations
 
@@ -51,10 +61,8 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
             if rec is None:
                 if out_of_budget():
                     break
-                m = measurer.measure(template, task, config)
                 rec = {"task": task.key, "template": template, "config": config,
-                       "cost_s": m.cost_s, "error": m.error, "compile_s": m.compile_s,
-                       "gflops": task.flops / m.cost_s / 1e9 if m.ok else None, **stamp}
+                       **_measured(task, template, config, measurer, log), **stamp}
                 log.append(rec)
                 known[key] = rec
                 trials += 1
@@ -64,6 +72,21 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
             costs.append(rec.get("cost_s"))
         searcher.tell(told, costs)
     return log.best(task.key)
+
+
+def _measured(task: Task, template: str, config: dict, measurer: Measurer,
+              log: TuningLog) -> dict:
+    """A candidate's measurement fields: cost (on the scale of the task's best record when
+    timed paired with it), error, compile time, GFLOP/s; `run_s` and `vs_best` when paired."""
+    best = log.best(task.key)
+    reference = None if best is None else {"template": best["template"],
+                                           "config": best["config"]}
+    m = measurer.measure(template, task, config, reference)
+    fields = {"cost_s": m.cost_s, "error": m.error, "compile_s": m.compile_s}
+    if m.ok and m.ratio:
+        fields.update(cost_s=m.ratio * best["cost_s"], run_s=m.cost_s, vs_best=m.ratio)
+    fields["gflops"] = task.flops / fields["cost_s"] / 1e9 if m.ok else None
+    return fields
 
 
 def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,

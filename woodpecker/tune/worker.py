@@ -3,11 +3,16 @@ kernel which crashes, hangs or corrupts memory takes down only this process.
 
 Protocol: one JSON request per line on stdin, one JSON reply per line on stdout (no pickle).
 Request: {"template": module path, "kind": task kind, "task": task JSON, "config": {...},
-"repeats": int, "seed": int}. Reply: {"ok": true, "cost_s", "compile_s", "rel_err"} or
-{"ok": false, "error"}.
+"repeats": int, "seed": int, optionally "reference": {"template", "config"}}. Reply:
+{"ok": true, "cost_s", "compile_s", "rel_err", and "ratio" when paired} or {"ok": false, "error"}.
 A candidate is valid only when its output matches the numpy reference (max error relative to
 the reference's largest magnitude ≤ 1e-4). It is timed with its weights out of the caches, as
 a plan runs it (tune/rotation.py).
+
+With a reference kernel (another config of the same task, see tune/tuner.py) each timing round
+runs the candidate and the reference back to back, in alternating order, and "ratio" is the
+median over rounds of the candidate's time over the reference's: paired, as the benchmarks
+compare engines, so that a change of the machine's speed between candidates cancels out.
 """
 
 from __future__ import annotations
@@ -32,6 +37,47 @@ def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(got - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
 
 
+def _reference_call(req: dict, task, inputs: list, threads: int, kernels: dict):
+    """The reference kernel's timed call (built once per task), or None when there is no
+    reference or it no longer builds or runs (the candidate is then timed alone)."""
+    spec = req.get("reference")
+    if not spec:
+        return None
+    key = json.dumps(spec, sort_keys=True)
+    if key not in kernels:
+        try:
+            template = importlib.import_module(spec["template"])
+            run = template.build(task, spec["config"], threads)
+            args = kernel_arguments(template, task, spec["config"], inputs)
+            run(*args)
+            kernels[key] = rotating_call(run, args)
+        except Exception:  # noqa: BLE001 - a stale reference only loses the pairing
+            kernels[key] = None
+    return kernels[key]
+
+
+def _timings(call, reference, repeats: int) -> tuple[float, float | None]:
+    """(median time of `call`, median of its time over `reference`'s per round or None)."""
+    times, ratios = [], []
+    for i in range(max(1, repeats)):
+        if reference is not None and i % 2:
+            r = _timed(reference)
+            t = _timed(call)
+        else:
+            t = _timed(call)
+            r = _timed(reference) if reference is not None else None
+        times.append(t)
+        if r:
+            ratios.append(t / r)
+    return statistics.median(times), (statistics.median(ratios) if ratios else None)
+
+
+def _timed(call) -> float:
+    t = time.perf_counter()
+    call()
+    return time.perf_counter() - t
+
+
 def measure_one(req: dict, threads: int, cache: dict) -> dict:
     task = spec_task(req)
     template = importlib.import_module(req["template"])
@@ -39,8 +85,8 @@ def measure_one(req: dict, threads: int, cache: dict) -> dict:
     if key not in cache:
         inputs = task.random_inputs(req.get("seed", 0))
         cache.clear()
-        cache[key] = (inputs, task.reference(inputs))
-    inputs, ref = cache[key]
+        cache[key] = (inputs, task.reference(inputs), {})
+    inputs, ref, kernels = cache[key]
     t0 = time.perf_counter()
     try:
         run = template.build(task, req["config"], threads)
@@ -55,15 +101,14 @@ def measure_one(req: dict, threads: int, cache: dict) -> dict:
     if not rel <= TOLERANCE:
         return {"ok": False, "error": f"wrong result: relative error {rel:.2e}"}
     call = rotating_call(run, inputs)   # weights cold, as in a plan
+    reference = _reference_call(req, task, cache[key][0], threads, kernels)
     for _ in range(2):
         call()
-    times = []
-    for _ in range(max(1, req.get("repeats", 10))):
-        t = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t)
-    return {"ok": True, "cost_s": statistics.median(times), "compile_s": compile_s,
-            "rel_err": rel}
+        if reference is not None:
+            reference()
+    cost, ratio = _timings(call, reference, req.get("repeats", 10))
+    reply = {"ok": True, "cost_s": cost, "compile_s": compile_s, "rel_err": rel}
+    return reply if ratio is None else dict(reply, ratio=ratio)
 
 
 def main() -> int:
