@@ -38,13 +38,15 @@ def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
 
 
 def _reference_call(req: dict, task, inputs: list, threads: int, kernels: dict):
-    """The reference kernel's timed call (built once per task), or None when there is no
-    reference or it no longer builds or runs (the candidate is then timed alone)."""
+    """The reference kernel's timed call (built once while it stays the reference), or None
+    when there is no reference or it no longer builds or runs (the candidate is then timed
+    alone)."""
     spec = req.get("reference")
     if not spec:
         return None
     key = json.dumps(spec, sort_keys=True)
     if key not in kernels:
+        kernels.clear()   # the task's best moved on: keep one reference and its weight copies
         try:
             template = importlib.import_module(spec["template"])
             run = template.build(task, spec["config"], threads)
