@@ -20,6 +20,7 @@ class TuningLog:
     def __init__(self, path: "str | os.PathLike") -> None:
         self.path = Path(path)
         self.records: list[dict] = []
+        self._best: dict[str, dict] = {}   # task key -> its fastest valid record (first on ties)
         self.skipped_lines = 0
         if self.path.exists():
             self._read()
@@ -35,7 +36,7 @@ class TuningLog:
                     self.skipped_lines += 1
                     continue
                 if isinstance(rec, dict) and {"task", "template", "config"} <= rec.keys():
-                    self.records.append(rec)
+                    self._add(rec)
                 else:
                     self.skipped_lines += 1
 
@@ -52,7 +53,13 @@ class TuningLog:
             f.write(line.encode())
             f.flush()
             os.fsync(f.fileno())
+        self._add(record)
+
+    def _add(self, record: dict) -> None:
         self.records.append(record)
+        best = self._best.get(record["task"])
+        if record.get("cost_s") and (best is None or record["cost_s"] < best["cost_s"]):
+            self._best[record["task"]] = record
 
     def measured(self, task_key: str, template: str) -> dict[str, dict]:
         """Records of one task and template, by configuration key (latest wins)."""
@@ -61,7 +68,10 @@ class TuningLog:
 
     def best(self, task_key: str, usable=None) -> dict | None:
         """The fastest valid record of a task over every template; `usable(record)`, when
-        given, also has to hold (e.g. the config fits its template's current knobs)."""
+        given, also has to hold (e.g. the config fits its template's current knobs). Without
+        `usable` it is kept up to date as records come in: tuning asks for it per candidate."""
+        if usable is None:
+            return self._best.get(task_key)
         valid = [r for r in self.records if r["task"] == task_key and r.get("cost_s")
-                 and (usable is None or usable(r))]
+                 and usable(r)]
         return min(valid, key=lambda r: r["cost_s"]) if valid else None

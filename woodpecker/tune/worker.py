@@ -59,19 +59,16 @@ def _reference_call(req: dict, task, inputs: list, threads: int, kernels: dict):
 
 
 def _timings(call, reference, repeats: int) -> tuple[float, float | None]:
-    """(median time of `call`, median of its time over `reference`'s per round or None)."""
-    times, ratios = [], []
+    """(median time of `call`, median of its time over `reference`'s per round or None); the
+    two run in turns, the first of each round alternating."""
+    kernels = [call] if reference is None else [call, reference]
+    rounds = []
     for i in range(max(1, repeats)):
-        if reference is not None and i % 2:
-            r = _timed(reference)
-            t = _timed(call)
-        else:
-            t = _timed(call)
-            r = _timed(reference) if reference is not None else None
-        times.append(t)
-        if r:
-            ratios.append(t / r)
-    return statistics.median(times), (statistics.median(ratios) if ratios else None)
+        step = -1 if i % 2 else 1
+        rounds.append([_timed(k) for k in kernels[::step]][::step])
+    ratios = [p[0] / p[1] for p in rounds if len(p) == 2 and p[1]]
+    return statistics.median(p[0] for p in rounds), \
+        (statistics.median(ratios) if ratios else None)
 
 
 def _timed(call) -> float:
@@ -95,19 +92,16 @@ def measure_one(req: dict, threads: int, cache: dict) -> dict:
     except Exception as e:  # noqa: BLE001 - a compile error invalidates this candidate only
         return {"ok": False, "error": f"build failed: {str(e).splitlines()[0][:300]}"}
     compile_s = time.perf_counter() - t0
-    inputs = kernel_arguments(template, task, req["config"], inputs)
-    out = run(*inputs)
+    args = kernel_arguments(template, task, req["config"], inputs)
+    out = run(*args)
     if out.shape != ref.shape:
         return {"ok": False, "error": f"wrong output shape {out.shape}, expected {ref.shape}"}
     rel = relative_error(out, ref)
     if not rel <= TOLERANCE:
         return {"ok": False, "error": f"wrong result: relative error {rel:.2e}"}
-    call = rotating_call(run, inputs)   # weights cold, as in a plan
-    reference = _reference_call(req, task, cache[key][0], threads, kernels)
-    for _ in range(2):
-        call()
-        if reference is not None:
-            reference()
+    call = rotating_call(run, args)   # weights cold, as in a plan
+    reference = _reference_call(req, task, inputs, threads, kernels)
+    _timings(call, reference, 2)      # warm-up
     cost, ratio = _timings(call, reference, req.get("repeats", 10))
     reply = {"ok": True, "cost_s": cost, "compile_s": compile_s, "rel_err": rel}
     return reply if ratio is None else dict(reply, ratio=ratio)
