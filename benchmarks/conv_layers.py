@@ -9,7 +9,7 @@ of calls (first of each block discarded) and reports medians.
 torch is timed in NCHW and in channels_last and its faster layout counts; the Halide kernel runs
 in NHWC (layout conversions are not counted here: this compares kernels, not plans).
 The Halide kernel is the fastest of the templates' finalists (each template's best record in
-the log, re-timed side by side first: tune/finalists.py), then timed against the libraries.
+the log, re-timed side by side first: selection/finalists.py), then timed against the libraries.
 
     python benchmarks/conv_layers.py --model resnet18 --budget-per-layer 60s --json out.json
 """
@@ -28,7 +28,7 @@ import numpy as np
 # -- runtimes, built inside their own processes ---------------------------------------------------
 def halide_runtime(template: str, task: dict, config: dict, threads: int):
     from woodpecker.engines.halide.templates import kernel_arguments, template_module
-    from woodpecker.tune.tasks.conv import ConvTask
+    from woodpecker.tasks.conv import ConvTask
 
     t, module = ConvTask.from_json(task), template_module(template)
     kernel = module.build(t, config, threads)
@@ -101,13 +101,13 @@ def main() -> int:
     from woodpecker.bench.runners import versions
     from woodpecker.bench.timing import time_interleaved
     from woodpecker.engines.halide.runtime import host_vector_registers
-    from woodpecker.ir.to_onnx import nodes_model
+    from woodpecker.ops.to_onnx import nodes_model
+    from woodpecker.selection.finalists import finalist_runners, leaders
+    from woodpecker.selection.per_node import library_inputs
     from woodpecker.target import Target
     from woodpecker.tune.extract import extract_tasks, parse_budget
-    from woodpecker.tune.finalists import finalist_runners, leaders
     from woodpecker.tune.measure import Measurer
     from woodpecker.tune.records import TuningLog
-    from woodpecker.tune.select import library_inputs
     from woodpecker.tune.tuner import tune_templates
 
     target = Target.parse("cpu", args.threads)

@@ -11,16 +11,13 @@ from typing import Any, TextIO
 
 import onnx
 
+from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.engines.base import BuildContext
-from woodpecker.engines.registry import MOVEMENT, choose, get_engine, parse_engines
+from woodpecker.engines.registry import choose, parse_engines
 from woodpecker.errors import WoodpeckerError
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.runtime.plan import Plan
-from woodpecker.runtime.regions import absorb_movement, plan_steps
-from woodpecker.schedule.arena import plan_arena
-from woodpecker.schedule.inplace import concat_aliases
 from woodpecker.schedule.memory import schedule_memory
 from woodpecker.target import Target
 from woodpecker.tune.session import TuneOptions
@@ -45,7 +42,7 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     Generated kernels: with `tune`, the model's conv tasks are tuned into `tuning_log` (default:
     the shared log in the Woodpecker cache, always continued; a given non-empty log needs
     `resume`). With a tuning log, each conv node whose task has a tuned kernel is timed against
-    the library engines and the fastest kept (tune/select.py); layouts are then assigned and
+    the library engines and the fastest kept (selection/per_node.py); layouts are then assigned and
     the conversions counted. Progress goes to `progress`.
 
     `passes`: the graph passes in order (default: passes.DEFAULT, or passes.MEMORY for the
@@ -80,40 +77,11 @@ def compile(model: Any, target: "str | Target" = "cpu", *,
     if zoo:
         meta["metadata"] = zoo
 
-    def assemble(g, engines: list[str]) -> Plan:
-        return _assemble(g, engines, allowed, ctx, tgt, dict(meta), arena)
-
     if (tune is not None or tuning_log is not None) and "halide" in allowed:
         chosen = _generated_kernels(graph, chosen, allowed, ctx, tgt, tuning_log, tune, resume,
-                                    progress, meta, assemble)
-    return CompiledModel(assemble(graph, chosen))
-
-
-def _assemble(graph, chosen: list[str], allowed: list[str], ctx: BuildContext, tgt: Target,
-              meta: dict, arena: bool) -> Plan:
-    """The plan of `graph` (rewritten in place) with engines `chosen`: NHWC layouts and their
-    conversions around Halide nodes, movement nodes absorbed into library regions, the arena."""
-    if "halide" in chosen:
-        from woodpecker.passes.layout import assign_layouts
-
-        chosen, meta["layout_conversions"] = assign_layouts(graph, chosen)
-    elif "selection" in meta:
-        meta["layout_conversions"] = 0
-    if meta["library_regions"] and "onnxruntime" in allowed:
-        ort = get_engine("onnxruntime")
-        chosen = absorb_movement(chosen, [e == "numpy" and n.op in MOVEMENT
-                                          and ort.supports(n, ctx)
-                                          for n, e in zip(graph.nodes, chosen)])
-    steps = plan_steps(chosen, meta["library_regions"])
-    # In-place concats make a whole live from its first part: not under the memory schedule,
-    # whose peak (and budget) counts the parts as values of their own.
-    memory = meta.get("schedule", {}).get("kind") == "memory"
-    aliases = {} if memory else concat_aliases(graph, chosen, steps)
-    arena_plan = plan_arena(graph, steps, aliases) if arena else None
-    if arena_plan is not None:
-        meta["arena"] = {"size": arena_plan.size, "lower_bound": arena_plan.lower_bound,
-                         "method": arena_plan.method}
-    return Plan(graph, chosen, tgt, meta, arena_plan)
+                                    progress, meta, arena)
+    return CompiledModel(assemble(graph, chosen, AssemblyOptions(tuple(allowed), ctx, tgt, meta,
+                                                                 arena)))
 
 
 def _schedule(graph, schedule: str, budget: int | None) -> dict:
@@ -141,14 +109,14 @@ def _is_torch_module(model: Any) -> bool:
 
 
 def _generated_kernels(graph, chosen, allowed, ctx, target, tuning_log, tune, resume, progress,
-                       meta, assemble) -> list[str]:
+                       meta, arena) -> list[str]:
     """Tune (optionally), select kernels by measurement per node, pick each task's finalist in
-    the plan (tune/in_plan.py), then confirm the winners on the whole plan (tune/refine.py;
-    plans built with `assemble`); fills `meta`."""
+    the plan (selection/in_plan.py), then confirm the winners on the whole plan
+    (selection/refine.py; plans built by assembly/); fills `meta`."""
     from woodpecker.cache import cache_dir
-    from woodpecker.tune.in_plan import choose_in_plan
-    from woodpecker.tune.refine import refine_selection
-    from woodpecker.tune.select import select_kernels
+    from woodpecker.selection.in_plan import choose_in_plan
+    from woodpecker.selection.per_node import select_kernels
+    from woodpecker.selection.refine import refine_selection
     from woodpecker.tune.session import open_log, tune_graph
 
     progress = progress or sys.stderr
@@ -166,14 +134,15 @@ def _generated_kernels(graph, chosen, allowed, ctx, target, tuning_log, tune, re
     print("selecting kernels: timing tuned Halide kernels against the libraries",
           file=progress, flush=True)
     before = list(chosen)
+    assembly = AssemblyOptions(tuple(allowed), ctx, target, meta, arena)
     meta["selection"] = select_kernels(graph, chosen, allowed, ctx, log, out=progress,
                                        regions=meta["library_regions"])
     if meta["selection"]:
         print("choosing among each task's finalists in the plan", file=progress, flush=True)
-        meta["in_plan"] = choose_in_plan(graph, chosen, assemble, out=progress)
+        meta["in_plan"] = choose_in_plan(graph, chosen, assembly, out=progress)
         print("checking the chosen Halide kernels on the whole plan", file=progress, flush=True)
         chosen, meta["plan_check"] = refine_selection(graph, before, chosen, meta["selection"],
-                                                      assemble, out=progress)
+                                                      assembly, out=progress)
     for node, engine in zip(graph.nodes, chosen):
         if engine != "halide":
             node.attrs.pop("halide", None)

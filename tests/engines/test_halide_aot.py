@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from woodpecker.errors import EngineError
-from woodpecker.tune.tasks.rows import RowTask
+from woodpecker.tasks.rows import RowTask
 
 pytest.importorskip("halide")
 from woodpecker.engines.halide import rows  # noqa: E402

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.tune.tasks.conv import ConvTask
-from woodpecker.tune.tasks.separable import SeparableTask
+from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.separable import SeparableTask
 
 pytest.importorskip("halide")
 from woodpecker.engines.halide import (  # noqa: E402

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.tune.tasks.dense import DenseTask
-from woodpecker.tune.tasks.elementwise import ElementwiseTask
-from woodpecker.tune.tasks.pool import PoolTask
-from woodpecker.tune.tasks.rows import RowTask
+from woodpecker.tasks.dense import DenseTask
+from woodpecker.tasks.elementwise import ElementwiseTask
+from woodpecker.tasks.pool import PoolTask
+from woodpecker.tasks.rows import RowTask
 
 pytest.importorskip("halide")
 from woodpecker.engines.halide import dense, elementwise, pool, rows  # noqa: E402

@@ -10,7 +10,7 @@ from onnx import helper
 
 import woodpecker
 from tests.helpers import make_model, ort_run, rand
-from woodpecker.tune.tasks import task_from_node
+from woodpecker.tasks import task_from_node
 
 
 def _weighted_sum(scales=(0.7, 1.3, 0.4)) -> "onnx.ModelProto":  # noqa: F821

@@ -17,7 +17,7 @@ from onnx import helper
 import woodpecker
 from tests.helpers import make_model, ort_run, rand
 from woodpecker.passes.layout_follow import reshape_perm
-from woodpecker.schedule.inplace import VIEW, slice_code
+from woodpecker.schedule.aliases import VIEW, slice_code
 
 
 @st.composite
@@ -114,7 +114,7 @@ def test_movement_between_generated_kernels_stays_nhwc(tmp_path):
     # both concats' parts (two conv outputs, a slice and a conv output) are strided channel
     # slices of NHWC values, written in place; the shuffle's two reshapes and the flatten are
     # views of their inputs, and the half read by a conv is a channel slice of the shuffle's
-    # reshape view (schedule/inplace.py)
+    # reshape view (schedule/aliases.py)
     kinds = sorted(axis for _, axis, _ in plan.arena.aliases.values())
     assert kinds == [slice_code(3)] + [VIEW] * 3 + [3] * 4, plan.arena.aliases
     sliced = [a for a in plan.arena.aliases.values() if a[1] == slice_code(3)]

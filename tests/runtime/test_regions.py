@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 import woodpecker
 from tests.helpers import ort_run, rand
 from tests.schedule.test_rewrite_arena import chains, concat_model
+from woodpecker.assembly.regions import absorb_movement
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.executor import step_io
 from woodpecker.runtime.plan import Plan
-from woodpecker.runtime.regions import absorb_movement, plan_steps
+from woodpecker.runtime.regions import plan_steps
 from woodpecker.schedule.arena import check_arena, plan_arena
 
 

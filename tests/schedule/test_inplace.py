@@ -16,8 +16,8 @@ from tests.helpers import make_model, ort_run, rand
 from woodpecker.errors import PlanError
 from woodpecker.passes import DEFAULT
 from woodpecker.runtime.plan import PLAN_FILE
+from woodpecker.schedule.aliases import VIEW, slice_code
 from woodpecker.schedule.arena import lifetimes
-from woodpecker.schedule.inplace import VIEW, slice_code
 
 C, HW = 4, 6
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import time
 
-from woodpecker.tune.space import Knob, KnobSpace
+from woodpecker.tasks.space import Knob, KnobSpace
 
 
 def space(task, vector_registers=16):

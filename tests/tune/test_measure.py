@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from woodpecker.tasks.conv import ConvTask
 from woodpecker.tune.measure import Measurer
-from woodpecker.tune.tasks.conv import ConvTask
 
 TASK = ConvTask(1, 4, 6, 6, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, (("Relu",),))
 FAULTY = "tests.tune.faulty_template"

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
+from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import make_searcher
-from woodpecker.tune.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.tuner import tune_task
 
 SPACE = KnobSpace([Knob(f"k{i}", tuple(range(8))) for i in range(4)],
@@ -132,8 +132,8 @@ def test_sample_rng_is_seeded():
 def test_templates_share_the_trials_and_the_best_wins(tmp_path):
     """Every template supporting the task is tuned; trials are split among them and the
     fastest record over all templates is returned."""
+    from woodpecker.tasks.conv import ConvTask
     from woodpecker.tune.measure import Measurement
-    from woodpecker.tune.tasks.conv import ConvTask
     from woodpecker.tune.tuner import tune_templates
 
     class TemplateMeasurer:

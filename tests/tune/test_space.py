@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.tune.space import Constraint, Knob, KnobSpace
+from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 
 @st.composite

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from woodpecker.ir.graph import Node
+from woodpecker.ir.graph import Node, runtime_positions
 
 Kernel = Callable[..., Sequence[np.ndarray]]
 
@@ -30,7 +30,7 @@ class Engine:
     ops: frozenset[str] = frozenset()
     dtypes: frozenset[str] = frozenset()
     layouts: frozenset[str] = frozenset({""})
-    # Kernels can write outputs through strides (schedule/inplace.py): true where `into` takes
+    # Kernels can write outputs through strides (schedule/aliases.py): true where `into` takes
     # any numpy view, or where the executor copies a new result in.
     writes_strided = True
     own_threads = False   # runs worker threads of its own (runtime/compiled.py stops Halide's)
@@ -55,11 +55,6 @@ class Engine:
 
     def build(self, node: Node, ctx: BuildContext) -> Kernel:
         raise NotImplementedError
-
-
-def runtime_positions(node: Node) -> list[int]:
-    """Positions of the inputs that arrive at run time (present and not constant)."""
-    return [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
 
 
 def full_inputs(node: Node, constants: list | None = None) -> Callable[[Sequence], list]:

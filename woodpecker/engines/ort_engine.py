@@ -12,10 +12,10 @@ import weakref
 
 import numpy as np
 
-from woodpecker.engines.base import NUMERIC, BuildContext, Engine, Kernel, runtime_positions
-from woodpecker.ir.graph import Node, Value
-from woodpecker.ir.to_onnx import nodes_model
+from woodpecker.engines.base import NUMERIC, BuildContext, Engine, Kernel
+from woodpecker.ir.graph import Node, Value, runtime_positions
 from woodpecker.ops import OPS
+from woodpecker.ops.to_onnx import nodes_model
 
 
 def session_options(threads: int):
@@ -127,10 +127,11 @@ def _kernel(sess, names: list[str], out_names: list[str]) -> Kernel:
 def call_overhead_ms(threads: int, runs: int = 50) -> float:
     """Median milliseconds of one call into a session that does (almost) nothing — an Identity
     of one float written into a bound output, as the executor calls a region. What splitting
-    a library region into two sessions costs beyond the work itself (tune/select.py)."""
-    from onnx import TensorProto, helper
+    a library region into two sessions costs beyond the work itself (selection/per_node.py)."""
+    import statistics
+    import time
 
-    from woodpecker.bench.timing import time_interleaved
+    from onnx import TensorProto, helper
 
     vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1])  # noqa: E731
     model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])],
@@ -138,5 +139,10 @@ def call_overhead_ms(threads: int, runs: int = 50) -> float:
                               opset_imports=[helper.make_opsetid("", 17)])
     kernel = _kernel(new_session(model.SerializeToString(), threads), ["x"], ["y"])
     x, y = np.ones(1, np.float32), np.empty(1, np.float32)
-    t = time_interleaved({"call": lambda: kernel.into([y], x)}, runs, 2)
-    return float(np.median(t["call"]))
+    times = []
+    for i in range(runs + 2):   # two warm-up calls
+        t0 = time.perf_counter()
+        kernel.into([y], x)
+        if i >= 2:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)

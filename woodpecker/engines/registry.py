@@ -62,7 +62,7 @@ def preference(node: Node) -> tuple[str, ...]:
     kernels beat torch/oneDNN per node at batch 1 (ResNet-18 31 ms vs 46 ms end to end), and
     keeping compute in one library avoids one library's idle threads spinning while the other
     works. torch is the fallback for what ORT declines. Halide kernels are not in the order:
-    only measured selection (tune/select.py) puts a node on them."""
+    only measured selection (selection/per_node.py) puts a node on them."""
     if node.op in MOVEMENT:
         return ("numpy", "torch", "onnxruntime")
     return ("onnxruntime", "torch", "numpy")

@@ -238,3 +238,8 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self.nodes)} nodes)"
+
+
+def runtime_positions(node: Node) -> list[int]:
+    """Positions of the inputs that arrive at run time (present and not constant)."""
+    return [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]

@@ -7,7 +7,7 @@
   the attention's q/k/v split exports Reshape → Unsqueeze → Transpose → Squeeze chains.
 
 Why: a reshape run by numpy is a free view of its input only when that input is an arena value
-of its own (schedule/inplace.py), so the second of two chained reshapes was a copy, and a
+of its own (schedule/aliases.py), so the second of two chained reshapes was a copy, and a
 size-1 Transpose always was; between generated kernels each is also a step of its own.
 Identities relied on: Transpose(x, perm) = Reshape(x, shape) when the axes of size > 1 keep
 their order; Reshape(Reshape(x, s1), s2) = Reshape(x, s2) (all are row-major reinterpretations).

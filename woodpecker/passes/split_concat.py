@@ -157,7 +157,7 @@ def _kernel_partitions(graph: Graph, conv: Node, xs: list[Value]) -> list[Node]:
 
 def split_copied_concats(graph: Graph) -> int:
     """Kernel-wise partitioning (Eq. 3.8) of every Concat read only by depthwise convs (through
-    channel-wise ops) one of whose parts cannot be written in place (schedule/inplace.py: a
+    channel-wise ops) one of whose parts cannot be written in place (schedule/aliases.py: a
     part of two Concats lives in the first one's output and is copied into the other's, as is
     a graph input or output). Each depthwise part then reads its part where it lies, and the
     new Concat's parts, the per-part depthwise outputs, are read once and so written in place.
@@ -190,7 +190,7 @@ def _conv_readers(v: Value):
 
 
 def _copied(graph: Graph, part: Value, concat: Node) -> bool:
-    """`part` cannot be written in place in `concat`'s output (schedule/inplace.py)."""
+    """`part` cannot be written in place in `concat`'s output (schedule/aliases.py)."""
     concats = sum(1 for c in dict.fromkeys(part.consumers) if c.op == "Concat")
     return part.producer is None or graph.is_output(part) or concats > 1 \
         or concat.inputs.count(part) > 1

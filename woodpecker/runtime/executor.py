@@ -7,7 +7,7 @@ through I/O binding, Halide kernels) writes there directly, any other kernel's r
 in. A kernel that can be bound to its arrays once (`bind(outs, *args)`, Halide kernels) is, when
 all its inputs live in the arena too: each run then makes just the foreign call, and a run of
 such steps makes one (`_chains`). Graph outputs are copied out at the end, since the next run
-reuses the buffer. Parts of a Concat written in place (schedule/inplace.py) are views of their
+reuses the buffer. Parts of a Concat written in place (schedule/aliases.py) are views of their
 slice of its output, a reshape or slice written in place is a view of its input, and such a
 Concat's, reshape's or slice's step does nothing."""
 
@@ -18,10 +18,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from woodpecker.engines.base import Kernel, runtime_positions
-from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.engines.base import Kernel
+from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
+from woodpecker.schedule.aliases import VIEW, is_view, part_index, sliced_axis
 from woodpecker.schedule.arena import Arena
-from woodpecker.schedule.inplace import VIEW, is_view, part_index, sliced_axis
 from woodpecker.schedule.problem import value_bytes
 
 
@@ -133,7 +133,7 @@ def step_io(nodes: Sequence[Node], graph: Graph) -> tuple[list[Value], list[Valu
 
 def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.ndarray:
     """`v`'s array in the arena: its own span, its slice of the Concat output it is a part
-    of, or its input's array reshaped or sliced (schedule/inplace.py)."""
+    of, or its input's array reshaped or sliced (schedule/aliases.py)."""
     if v.name in arena.aliases:
         whole, axis, start = arena.aliases[v.name]
         w = graph.values[whole]

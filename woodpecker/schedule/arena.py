@@ -6,7 +6,7 @@ from TFLite's greedy planners (values taken largest first, or by the breadth of 
 live in; each placed in a gap beside the already placed values whose lifetimes overlap) plus the
 execution order and a largest-area-first order, each with best-fit and first-fit gaps; the
 smallest arena wins. The lower bound is the most bytes live at once. Parts of a Concat written
-in place (schedule/inplace.py) get no place of their own: they live inside the whole, which is
+in place (schedule/aliases.py) get no place of their own: they live inside the whole, which is
 live from the first part's step; a reshape's view lives in its input, which lives until the
 view's last reader.
 """
@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 
 from woodpecker.ir.graph import Graph
-from woodpecker.schedule.inplace import alias_problem, is_view, view_root
+from woodpecker.schedule.aliases import alias_problem, is_view, view_root
 from woodpecker.schedule.problem import value_bytes
 
 ALIGNMENT = 64   # a cache line, and enough for AVX-512 loads
@@ -59,7 +59,7 @@ def lifetimes(graph: Graph, steps: Steps = None,
     `steps`: node indices per execution step (default one node each). A multi-node step (a
     library region, runtime/regions.py) runs as one call: its inputs stay live until it ends,
     its outputs are live from its start, and values produced and read only inside it never
-    reach the arena. `aliases`: parts written in place into a whole (schedule/inplace.py)."""
+    reach the arena. `aliases`: parts written in place into a whole (schedule/aliases.py)."""
     steps = steps or [[i] for i in range(len(graph.nodes))]
     aliases = aliases or {}
     at = {id(graph.nodes[i]): k for k, step in enumerate(steps) for i in step}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from woodpecker.engines.halide.templates import templates_for
 from woodpecker.ir.graph import Graph
-from woodpecker.tune.tasks import Task, task_from_node
+from woodpecker.tasks import Task, task_from_node
 
 
 @dataclass

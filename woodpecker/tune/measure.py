@@ -12,7 +12,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from woodpecker.tune.tasks import Task
+from woodpecker.tasks import Task
 
 
 @dataclass(frozen=True)

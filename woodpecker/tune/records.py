@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from woodpecker.tune.space import KnobSpace
+from woodpecker.tasks.space import KnobSpace
 
 
 class TuningLog:

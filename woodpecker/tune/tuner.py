@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable
 
 from woodpecker.engines.halide.templates import template_module
+from woodpecker.tasks import Task
+from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import make_searcher
-from woodpecker.tune.space import KnobSpace
-from woodpecker.tune.tasks import Task
 
 
 def versions() -> dict[str, str]:

@@ -26,8 +26,8 @@ import time
 import numpy as np
 
 from woodpecker.engines.halide.templates import kernel_arguments
+from woodpecker.tasks import spec_task
 from woodpecker.tune.rotation import rotating_call
-from woodpecker.tune.tasks import spec_task
 
 TOLERANCE = 1e-4
 

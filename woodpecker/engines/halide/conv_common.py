@@ -5,8 +5,8 @@ bias, one residual per epilogue Add), the zero-padded input, and the fused epilo
 from __future__ import annotations
 
 from woodpecker.engines.halide.schedule import PARALLEL, TILE_PAD
-from woodpecker.tune.space import Constraint, Knob, KnobSpace
-from woodpecker.tune.tasks.conv import ConvTask
+from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 EPILOGUE_OPS = {"Add", "Mul", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish"}
 

@@ -22,8 +22,8 @@ from woodpecker.engines.halide.conv_common import (
     window_space,
 )
 from woodpecker.engines.halide.schedule import compiled, pad_input, register_tile
-from woodpecker.tune.space import KnobSpace
-from woodpecker.tune.tasks.conv import ConvTask
+from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.space import KnobSpace
 
 KIND = "conv2d"
 

@@ -38,8 +38,8 @@ from woodpecker.engines.halide.schedule import (
     pad_input,
     register_tile,
 )
-from woodpecker.tune.space import Constraint, Knob, KnobSpace
-from woodpecker.tune.tasks.conv import ConvTask
+from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 KIND = "conv2d"
 

@@ -37,8 +37,8 @@ from woodpecker.engines.halide.conv_common import (
     flat_views,
 )
 from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled, pad_input
-from woodpecker.tune.space import Constraint, Knob, KnobSpace
-from woodpecker.tune.tasks.conv import ConvTask
+from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 KIND = "conv2d"
 

@@ -32,8 +32,8 @@ from woodpecker.engines.halide.conv_common import (
     own_shapes,
 )
 from woodpecker.engines.halide.schedule import compiled
-from woodpecker.tune.space import Constraint, Knob, KnobSpace
-from woodpecker.tune.tasks.separable import SeparableTask
+from woodpecker.tasks.separable import SeparableTask
+from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 KIND = "sepconv"
 

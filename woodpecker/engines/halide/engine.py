@@ -17,7 +17,7 @@ import numpy as np
 
 from woodpecker.engines.base import BuildContext, Engine, Kernel
 from woodpecker.ir.graph import Node
-from woodpecker.tune.tasks import NHWC, task_kinds
+from woodpecker.tasks import NHWC, task_kinds
 
 
 class HalideEngine(Engine):
@@ -39,7 +39,7 @@ class HalideEngine(Engine):
     def build(self, node: Node, ctx: BuildContext) -> Kernel:
         from woodpecker.engines.halide.aot import AotKernel
         from woodpecker.engines.halide.templates import kernel_arguments, template_module
-        from woodpecker.tune.tasks import spec_task
+        from woodpecker.tasks import spec_task
 
         spec = node.attrs["halide"]
         task = spec_task(spec)
@@ -82,6 +82,6 @@ class HalideEngine(Engine):
 
 def _innermost_dense(a: np.ndarray) -> bool:
     """Halide kernels read any strides but a unit innermost one: an NHWC channel slice (a slice
-    view, schedule/inplace.py) is read where it lies. Templates that see an activation in
+    view, schedule/aliases.py) is read where it lies. Templates that see an activation in
     another shape (`views`) reshape it, which fails loudly for such a slice (aot._viewed)."""
     return a.ndim == 0 or a.strides[-1] == a.itemsize or a.shape[-1] == 1

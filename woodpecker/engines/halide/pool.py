@@ -18,8 +18,8 @@ from __future__ import annotations
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, window_space
 from woodpecker.engines.halide.schedule import compiled, pad_input, register_tile
-from woodpecker.tune.space import Constraint, KnobSpace
-from woodpecker.tune.tasks.pool import PoolTask
+from woodpecker.tasks.pool import PoolTask
+from woodpecker.tasks.space import Constraint, KnobSpace
 
 KIND = "pool"
 MAX_UNROLLED_TAPS = 16

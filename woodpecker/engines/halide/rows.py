@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.schedule import compiled
-from woodpecker.tune.space import Constraint, Knob, KnobSpace
-from woodpecker.tune.tasks.rows import RowTask
+from woodpecker.tasks.rows import RowTask
+from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 KIND = "rows"
 

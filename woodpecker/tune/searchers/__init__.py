@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import random
 
+from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.searchers.genetic import GeneticSearch
 from woodpecker.tune.searchers.random_search import RandomSearch
-from woodpecker.tune.space import KnobSpace
 
 SEARCHERS = {"random": RandomSearch, "ga": GeneticSearch}
 

@@ -21,7 +21,7 @@ import bisect
 import itertools
 import random
 
-from woodpecker.tune.space import Config, KnobSpace
+from woodpecker.tasks.space import Config, KnobSpace
 
 
 class GeneticSearch:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from woodpecker.tune.space import Config, KnobSpace
+from woodpecker.tasks.space import Config, KnobSpace
 
 
 class RandomSearch:

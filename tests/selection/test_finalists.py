@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from woodpecker.tune.finalists import family, finalist_names, finalist_runners, leaders
+from woodpecker.selection.finalists import family, finalist_names, finalist_runners, leaders
+from woodpecker.tasks.conv import ConvTask
 from woodpecker.tune.records import TuningLog
-from woodpecker.tune.tasks.conv import ConvTask
 
 TASK = ConvTask(1, 8, 6, 6, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, (("Relu",),))
 DIRECT, WINOGRAD = "woodpecker.engines.halide.conv_direct", \

@@ -10,7 +10,7 @@ import numpy as np
 
 from woodpecker.ir.graph import Node
 from woodpecker.ops.fused import apply_epilogue
-from woodpecker.tune.tasks import Task, epilogue_dicts, epilogue_steps, steps_text
+from woodpecker.tasks import Task, epilogue_dicts, epilogue_steps, steps_text
 
 GEMM = ("Gemm", "FusedGemm")
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.ir.test_graph import _build, random_dag
-from woodpecker.tune.refine import EVERY, MARGIN, halide_chains
+from woodpecker.selection.refine import EVERY, MARGIN, halide_chains
 
 
 @settings(max_examples=150, deadline=None)
@@ -42,17 +42,17 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
     When the first node lost its per-node comparison, the chain is the other two and then the
     plan with every timed node on Halide is tried as well."""
     from tests.helpers import ort_run, rand
-    from woodpecker.compiler import _assemble
+    from woodpecker.assembly import AssemblyOptions, assemble
     from woodpecker.engines.base import BuildContext
     from woodpecker.engines.halide.templates import template_module
     from woodpecker.engines.registry import choose
     from woodpecker.frontend.onnx_import import import_onnx
     from woodpecker.passes import optimize
     from woodpecker.runtime.compiled import CompiledModel
+    from woodpecker.selection.refine import refine_selection
     from woodpecker.target import Target
     from woodpecker.tune.extract import extract_tasks
     from woodpecker.tune.records import TuningLog
-    from woodpecker.tune.refine import refine_selection
 
     model, log_path = tuned
     graph = import_onnx(model)
@@ -76,7 +76,7 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
     meta = {"library_regions": True}
     engines, report = refine_selection(
         graph, before, selected, records,
-        lambda g, e: _assemble(g, e, allowed, ctx, Target.parse("cpu", 2), dict(meta), True),
+        AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), meta),
         runs=5)
     every = sorted(r["node"] for r in records)
     rest = sorted(set(every) - {records[0]["node"]})
@@ -94,7 +94,8 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
         kept = set()
     on_halide = {n.name for n, e in zip(graph.nodes, engines) if e == "halide"}
     assert on_halide == kept
-    plan = _assemble(graph, engines, allowed, ctx, Target.parse("cpu", 2), dict(meta), True)
+    plan = assemble(graph, engines,
+                    AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), meta))
     x = rand(1, 8, 10, 10, seed=9)
     want = ort_run(model, {"x": x})[0]
     got = CompiledModel(plan)(x)
@@ -103,6 +104,6 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    from tests.tune.test_select import _tuned_log
+    from tests.selection.test_per_node import _tuned_log
 
     return _tuned_log(tmp_path_factory, "first")

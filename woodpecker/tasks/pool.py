@@ -9,7 +9,7 @@ import numpy as np
 from woodpecker.ir.graph import Node
 from woodpecker.ops import window
 from woodpecker.ops.pool import avgpool, maxpool
-from woodpecker.tune.tasks import NHWC, Task
+from woodpecker.tasks import NHWC, Task
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import numpy as np
 
 from woodpecker.ir.graph import Node
 from woodpecker.ops.fused import run_program, runtime_count
-from woodpecker.tune.tasks import NHWC, Task, program_dicts, program_steps
+from woodpecker.tasks import NHWC, Task, program_dicts, program_steps
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import numpy as np
 
 from woodpecker.ir.graph import Node
 from woodpecker.ops.norm import layernorm, softmax
-from woodpecker.tune.tasks import Task
+from woodpecker.tasks import Task
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from woodpecker.engines.base import runtime_positions
-from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
 from woodpecker.passes.layout_follow import FOLLOWERS, NHWC_PERM, MovedOp, moved_op
-from woodpecker.tune.tasks import NHWC, spec_kind, spec_task
+from woodpecker.tasks import NHWC, spec_kind, spec_task
 
 
 def _nhwc(node: Node, engine: str) -> bool:

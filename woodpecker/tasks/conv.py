@@ -9,7 +9,7 @@ import numpy as np
 from woodpecker.ir.graph import Node
 from woodpecker.ops.conv import conv
 from woodpecker.ops.fused import apply_epilogue, run_program
-from woodpecker.tune.tasks import (
+from woodpecker.tasks import (
     NHWC,
     Task,
     epilogue_dicts,

@@ -89,12 +89,12 @@ def steps_text(steps: tuple[tuple, ...]) -> str:
 
 
 def task_kinds() -> dict[str, type]:
-    from woodpecker.tune.tasks.conv import ConvTask
-    from woodpecker.tune.tasks.dense import DenseTask
-    from woodpecker.tune.tasks.elementwise import ElementwiseTask
-    from woodpecker.tune.tasks.pool import PoolTask
-    from woodpecker.tune.tasks.rows import RowTask
-    from woodpecker.tune.tasks.separable import SeparableTask
+    from woodpecker.tasks.conv import ConvTask
+    from woodpecker.tasks.dense import DenseTask
+    from woodpecker.tasks.elementwise import ElementwiseTask
+    from woodpecker.tasks.pool import PoolTask
+    from woodpecker.tasks.rows import RowTask
+    from woodpecker.tasks.separable import SeparableTask
 
     return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask, ElementwiseTask,
                                 SeparableTask)}

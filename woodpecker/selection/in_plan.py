@@ -1,6 +1,6 @@
 """In-plan choice among a task's finalists (WPK §2.5: time the tuned kernel in place).
 
-Per-node selection (tune/select.py) times each finalist alone, on inputs it has just read and
+Per-node selection (selection/per_node.py) times each finalist alone, on inputs it has just read and
 weights made cold. In a plan a kernel reads what the previous kernel just wrote, split across
 the cores by that kernel's parallel loop, and the ranking can change. Measured on MnasNet's
 all-Halide plan (Zen 4, 2 threads): its 5×5 depthwise conv at 7² × 1152 with a per-channel-tile
@@ -21,21 +21,20 @@ each task alone would take a plan per finalist per task.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import TextIO
 
 import numpy as np
 
+from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.runtime.plan import Plan
 
 FINALISTS = "halide_finalists"   # node attribute: finalist name -> spec, best alone first
 ROUNDS = 40
 
 
-def choose_in_plan(graph: Graph, chosen: list[str], assemble: Callable[[Graph, list[str]], Plan],
+def choose_in_plan(graph: Graph, chosen: list[str], assembly: AssemblyOptions,
                    rounds: int = ROUNDS, out: TextIO | None = None) -> list[dict]:
     """Set each node's `attrs["halide"]` to the finalist (of `attrs[FINALISTS]`, which is then
     dropped from every node) that ran fastest in the plan; returns one record per task with
@@ -57,7 +56,7 @@ def choose_in_plan(graph: Graph, chosen: list[str], assemble: Callable[[Graph, l
             spec = list(named.values())[k if k < len(named) else 0]
             for i in nodes:
                 g.nodes[i].attrs["halide"] = spec
-        models.append(CompiledModel(assemble(g, engines)))
+        models.append(CompiledModel(assemble(g, engines, assembly)))
     feeds = random_feeds(models[0])
     step_of = {i: s for s, step in enumerate(models[0].steps) for i in step}
     times = np.zeros((rounds, ranks, len(models[0].steps)))

@@ -11,14 +11,14 @@ import pytest
 
 import woodpecker
 from tests.helpers import ort_run, rand
-from tests.tune.test_select import _convnet
+from tests.selection.test_per_node import _convnet
 from woodpecker.cli import main
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.passes import optimize
+from woodpecker.selection.finalists import family
+from woodpecker.selection.in_plan import FINALISTS
 from woodpecker.tune.extract import extract_tasks
-from woodpecker.tune.finalists import family
-from woodpecker.tune.in_plan import FINALISTS
 from woodpecker.tune.records import TuningLog
 
 pytest.importorskip("halide")

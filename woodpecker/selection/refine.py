@@ -1,6 +1,6 @@
 """Plan-level confirmation of system-level exploration (WPK §2.5).
 
-Per-node selection (tune/select.py) times each library on a one-node model. Inside a library
+Per-node selection (selection/per_node.py) times each library on a one-node model. Inside a library
 region ONNX Runtime does better than that: consecutive convs stay in its blocked NCHWc layout
 without reorders and it fuses across nodes, so per-node timings overstate the library (on
 mobilenet_v2 the per-node ORT times of its convs summed to about 1.5× ORT's whole-model time)
@@ -42,16 +42,15 @@ where the library plan had run 1.06×).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import TextIO
 
 import numpy as np
 
+from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
 from woodpecker.bench.timing import paired_ratio, time_interleaved
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.runtime.plan import Plan
 
 MARGIN = 0.02   # the fraction of the plan's median a candidate must save to be kept
 # Interleaved rounds per comparison. 15 were too few on this class of machine: with nearly the
@@ -85,13 +84,13 @@ def halide_chains(graph: Graph, candidates: set[int]) -> list[list[int]]:
 
 
 def refine_selection(graph: Graph, before: list[str], selected: list[str], records: list[dict],
-                     assemble: Callable[[Graph, list[str]], Plan], runs: int = RUNS,
+                     assembly: AssemblyOptions, runs: int = RUNS,
                      out: TextIO | None = None) -> tuple[list[str], list[dict]]:
     """The engines to keep: `selected` with the Halide chains that do not speed up the whole
     plan given back to their engine in `before`, or every timed node (a `records` entry, whose
     node carries its tuned kernel in `attrs["halide"]`) on Halide when that plan is faster
-    still; plus one record per candidate tried. `assemble(graph_copy, engines)` builds a plan
-    (layouts, regions, arena) to time."""
+    still; plus one record per candidate tried. `assembly` says how a plan
+    (layouts, regions, arena) to time is assembled (assembly/)."""
     out = out or sys.stderr
     gain = {r["node"]: r["total_ms"].get(r["library"], np.inf) - r["total_ms"]["halide"]
             for r in records}
@@ -110,7 +109,7 @@ def refine_selection(graph: Graph, before: list[str], selected: list[str], recor
     report, seen = [], set()
 
     def runner(engines: list[str]):
-        model = CompiledModel(assemble(graph.copy(), engines))
+        model = CompiledModel(assemble(graph.copy(), engines, assembly))
         feeds = random_feeds(model)
         return lambda: model.run(feeds)
 

@@ -7,10 +7,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from woodpecker.assembly.layout import assign_layouts
 from woodpecker.engines.halide.engine import NHWC
 from woodpecker.ir.graph import Graph
-from woodpecker.passes.layout import assign_layouts
-from woodpecker.tune.tasks.conv import ConvTask
+from woodpecker.tasks.conv import ConvTask
 
 
 def _residual_chain(n: int) -> Graph:

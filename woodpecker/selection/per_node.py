@@ -17,7 +17,7 @@ Choices left open by the paper, made here:
   session) — the call the split adds, and the one the per-node library timing includes but a
   node inside a region does not pay.
 - Timing is interleaved in blocks (see bench/timing.py) on one seeded input; the tuned
-  candidate is the fastest of the finalists (tune/finalists.py: the best record of each
+  candidate is the fastest of the finalists (selection/finalists.py: the best record of each
   template and parallel split) in that same run.
 - Every allowed library is timed and recorded, but the tuned kernel competes with the library
   the preference order picked for the node (ONNX Runtime where it runs the node), not with all of
@@ -36,18 +36,18 @@ from typing import TextIO
 import numpy as np
 
 from woodpecker.bench.timing import time_interleaved
-from woodpecker.engines.base import BuildContext, runtime_positions
+from woodpecker.engines.base import BuildContext
 from woodpecker.engines.halide.aot import resting_hook
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.engines.ort_engine import call_overhead_ms
 from woodpecker.engines.registry import get_engine
 from woodpecker.engines.torch_engine import settle_threads
-from woodpecker.ir.graph import Graph, Node
+from woodpecker.ir.graph import Graph, Node, runtime_positions
+from woodpecker.selection.finalists import finalist_runners, leaders
+from woodpecker.selection.in_plan import FINALISTS
+from woodpecker.tasks import NHWC, Task
 from woodpecker.tune.extract import extract_tasks
-from woodpecker.tune.finalists import finalist_runners, leaders
-from woodpecker.tune.in_plan import FINALISTS
 from woodpecker.tune.records import TuningLog
-from woodpecker.tune.tasks import NHWC, Task
 
 LIBRARIES = ("onnxruntime", "torch")
 
@@ -104,7 +104,7 @@ def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.
 
 def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
                 ctx: BuildContext, runs: int, out: TextIO) -> GroupTiming | None:
-    """Time the finalists (see tune/finalists.py) and the libraries interleaved;
+    """Time the finalists (see selection/finalists.py) and the libraries interleaved;
     the fastest finalist is the node's Halide candidate."""
     finalists = finalist_runners(task, records, ctx.threads,
                                  lambda msg: print(f"  {msg}", file=out))
@@ -195,7 +195,7 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
         winner = min(contenders, key=totals.get) if chosen[i] in totals else "halide"
         node.attrs["halide"] = t.spec   # also for losers: the plan check may try them
         if len(t.specs) > 1:
-            node.attrs[FINALISTS] = t.specs   # for tune/in_plan.py
+            node.attrs[FINALISTS] = t.specs   # for selection/in_plan.py
         library, chosen[i] = chosen[i], winner
         records.append({"node": node.name, "op": node.op, "task": t.task.describe(),
                         "library": library,

@@ -10,8 +10,8 @@ import numpy as np
 
 from woodpecker.ir.graph import Node
 from woodpecker.ops import separable
-from woodpecker.tune.tasks import NHWC, Task, steps_text
-from woodpecker.tune.tasks.conv import ConvTask
+from woodpecker.tasks import NHWC, Task, steps_text
+from woodpecker.tasks.conv import ConvTask
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,65 @@
+"""Plan assembly: a graph whose engine per node is decided becomes a runnable `Plan`.
+
+Contract: `assemble(graph, engines, options)` rewrites `graph` in place — NHWC layouts and the
+conversions between them around generated kernels (`layout.py`), cheap data movement absorbed
+into adjacent library regions (`regions.py`), Concat parts and reshapes written in place
+(`inplace.py`) — then places every activation in one arena (schedule/arena.py) and returns the
+plan. Selection (selection/) calls it on copies of the graph to time candidate plans; the
+compiler calls it once on the final choice. It needs nothing from the layers above it: what it
+needs of the compile is `AssemblyOptions`, plain data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from woodpecker.assembly.inplace import concat_aliases
+from woodpecker.assembly.regions import absorb_movement
+from woodpecker.engines.base import BuildContext
+from woodpecker.engines.registry import MOVEMENT, get_engine
+from woodpecker.ir.graph import Graph
+from woodpecker.runtime.plan import Plan
+from woodpecker.runtime.regions import plan_steps
+from woodpecker.schedule.arena import plan_arena
+from woodpecker.target import Target
+
+
+@dataclass(frozen=True)
+class AssemblyOptions:
+    """What assembly needs of a compile: the engines allowed, the build context and target, the
+    plan's metadata so far (copied into each plan), whether to plan an arena and to run
+    consecutive library nodes as one region."""
+
+    allowed: tuple[str, ...]
+    context: BuildContext
+    target: Target
+    meta: dict[str, Any] = field(default_factory=dict)
+    arena: bool = True
+
+
+def assemble(graph: Graph, chosen: list[str], options: AssemblyOptions) -> Plan:
+    """The plan of `graph` (rewritten in place) with engines `chosen`: NHWC layouts and their
+    conversions around Halide nodes, movement nodes absorbed into library regions, the arena."""
+    meta = dict(options.meta)
+    if "halide" in chosen:
+        from woodpecker.assembly.layout import assign_layouts
+
+        chosen, meta["layout_conversions"] = assign_layouts(graph, chosen)
+    elif "selection" in meta:
+        meta["layout_conversions"] = 0
+    if meta["library_regions"] and "onnxruntime" in options.allowed:
+        ort = get_engine("onnxruntime")
+        chosen = absorb_movement(chosen, [e == "numpy" and n.op in MOVEMENT
+                                          and ort.supports(n, options.context)
+                                          for n, e in zip(graph.nodes, chosen)])
+    steps = plan_steps(chosen, meta["library_regions"])
+    # In-place concats make a whole live from its first part: not under the memory schedule,
+    # whose peak (and budget) counts the parts as values of their own.
+    memory = meta.get("schedule", {}).get("kind") == "memory"
+    aliases = {} if memory else concat_aliases(graph, chosen, steps)
+    arena_plan = plan_arena(graph, steps, aliases) if options.arena else None
+    if arena_plan is not None:
+        meta["arena"] = {"size": arena_plan.size, "lower_bound": arena_plan.lower_bound,
+                         "method": arena_plan.method}
+    return Plan(graph, chosen, options.target, meta, arena_plan)
