@@ -102,10 +102,11 @@ def main() -> int:
     from woodpecker.bench.timing import time_interleaved
     from woodpecker.engines.halide.runtime import host_vector_registers
     from woodpecker.ops.to_onnx import nodes_model
+    from woodpecker.options import parse_budget
     from woodpecker.selection.finalists import finalist_runners, leaders
     from woodpecker.selection.per_node import library_inputs
     from woodpecker.target import Target
-    from woodpecker.tune.extract import extract_tasks, parse_budget
+    from woodpecker.tune.extract import extract_tasks
     from woodpecker.tune.measure import Measurer
     from woodpecker.tune.records import TuningLog
     from woodpecker.tune.tuner import tune_templates

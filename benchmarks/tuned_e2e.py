@@ -22,8 +22,8 @@ from pathlib import Path
 import woodpecker
 from woodpecker import zoo
 from woodpecker.bench.compare import benchmark, format_table, random_feeds, write_json
+from woodpecker.options import TuneOptions
 from woodpecker.tune.records import TuningLog
-from woodpecker.tune.session import TuneOptions
 
 
 def main() -> int:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from woodpecker.config import CANDIDATE_TIMEOUT_S
 from woodpecker.errors import WoodpeckerError
+from woodpecker.options import SEARCHES
 
 
 def _shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -273,11 +275,10 @@ def cmd_tune(args) -> None:
 
 
 def _tune_options(args):
-    from woodpecker.tune.session import TuneOptions
+    from woodpecker.options import TuneOptions
 
-    options = TuneOptions(args.budget, args.search, args.seed, args.max_trials, args.timeout)
-    options.budget_seconds()  # a bad budget fails before any work
-    return options
+    # a bad budget or option fails here, before any work
+    return TuneOptions(args.budget, args.search, args.seed, args.max_trials, args.timeout)
 
 
 def cmd_ops(args) -> None:
@@ -305,10 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     def tune_opts(q):
         q.add_argument("--budget", default="15m", help="total tuning time, e.g. 90s, 15m")
-        q.add_argument("--search", default="ga", choices=["ga", "random"])
+        q.add_argument("--search", default="ga", choices=SEARCHES)
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--max-trials", type=int, help="measurements per task at most")
-        q.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
+        q.add_argument("--timeout", type=float, default=CANDIDATE_TIMEOUT_S,
+                       help="seconds per candidate")
 
     c = sub.add_parser("compile", help="optimise a model and save a plan")
     c.add_argument("model")

@@ -6,7 +6,7 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 import onnx
@@ -14,84 +14,69 @@ import onnx
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.registry import choose, parse_engines
-from woodpecker.errors import WoodpeckerError
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
+from woodpecker.options import CompileOptions
 from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.memory import schedule_memory
 from woodpecker.target import Target
-from woodpecker.tune.session import TuneOptions
 
 
-def compile(model: Any, target: "str | Target" = "cpu", *,
-            engines: "str | Iterable[str] | None" = None,
+def compile(model: Any, options: CompileOptions | None = None, *,
+            target: "str | Target" = "cpu",
             input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-            input_values: Mapping[str, Any] | None = None,
-            threads: int | None = None, passes: tuple[str, ...] | None = None,
-            example_inputs: Any = None, tuning_log: "str | os.PathLike | None" = None,
-            tune: TuneOptions | None = None, resume: bool = False,
-            progress: TextIO | None = None, schedule: str = "file",
-            memory_budget: int | None = None, arena: bool = True,
-            library_regions: bool | None = None) -> CompiledModel:
+            input_values: Mapping[str, Any] | None = None, example_inputs: Any = None,
+            progress: TextIO | None = None, **option_fields: Any) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) or a torch.nn.Module.
 
+    What to do is `options` (a `CompileOptions`; see woodpecker/options.py), whose fields may
+    also be given as keyword arguments (`engines=`, `threads=`, `tune=`, `tuning_log=`,
+    `schedule=`, …), replacing those of `options`. The options are recorded whole in the plan.
+
     A torch module needs `example_inputs` (a tensor or tuple of tensors) to be exported.
-    `engines` restricts the engines used (default: every installed one). `input_values` binds
-    inputs to fixed values, specialising the model to them.
+    `input_shapes` fixes dynamic dimensions; `input_values` binds inputs to fixed values,
+    specialising the model to them. Progress of long work goes to `progress` (stderr).
 
-    Generated kernels: with `tune`, the model's conv tasks are tuned into `tuning_log` (default:
+    Generated kernels: with `tune`, the model's tasks are tuned into `tuning_log` (default:
     the shared log in the Woodpecker cache, always continued; a given non-empty log needs
-    `resume`). With a tuning log, each conv node whose task has a tuned kernel is timed against
-    the library engines and the fastest kept (selection/per_node.py); layouts are then assigned and
-    the conversions counted. Progress goes to `progress`.
-
-    `passes`: the graph passes in order (default: passes.DEFAULT, or passes.MEMORY for the
-    memory schedule). `schedule="memory"` rewrites concats where it pays and orders the nodes
-    for the least peak of live activations (SERENITY, schedule/memory.py); with
-    `memory_budget` (bytes) a MemoryBudgetError says when no order fits. `schedule="file"`
-    keeps the model's order. With `arena`, every activation gets a fixed offset in one buffer
-    (schedule/arena.py).
-    `library_regions` runs consecutive ONNX Runtime nodes as one session (runtime/regions.py;
-    default: on, except for the memory schedule, whose order and arena it would undo).
+    `resume`). With a tuning log, each node whose task has a tuned kernel is timed against the
+    library engines and the fastest kept (selection/); layouts are then assigned and the
+    conversions counted (assembly/). `schedule="memory"` rewrites concats where it pays and
+    orders the nodes for the least peak of live activations (SERENITY, schedule/memory.py);
+    with `memory_budget` (bytes) a MemoryBudgetError says when no order fits.
     """
+    opts = CompileOptions.from_kwargs(options, **option_fields)
     if _is_torch_module(model):
         from woodpecker.frontend.torch_import import export_module
         model = export_module(model, example_inputs)
     proto = load_model_proto(model)
-    tgt = Target.parse(target, threads)
-    allowed = parse_engines(engines)
+    tgt = Target.parse(target, opts.threads)
+    allowed = parse_engines(opts.engines)
     graph = import_onnx(proto, input_shapes, input_values)
-    if passes is None:
-        passes = MEMORY if schedule == "memory" else DEFAULT
+    passes = opts.passes if opts.passes is not None else \
+        MEMORY if opts.schedule == "memory" else DEFAULT
     stats = optimize(graph, passes)
-    memory = _schedule(graph, schedule, memory_budget)
+    memory = _schedule(graph, opts.schedule, opts.memory_budget)
     ctx = BuildContext(tgt.threads, graph.opset)
     chosen = [choose(n, allowed, ctx) for n in graph.nodes]
     meta = {"source_sha256": hashlib.sha256(proto.SerializeToString()).hexdigest(),
-            "passes": stats, "engines_allowed": allowed, "schedule": memory,
-            "library_regions": schedule != "memory" if library_regions is None
-            else bool(library_regions)}
+            "options": opts.to_json(), "passes": stats, "engines_allowed": allowed,
+            "schedule": memory, "library_regions": opts.regions}
     if isinstance(model, (str, os.PathLike)):
         meta["source"] = os.path.basename(os.fspath(model))
     zoo = {p.key: p.value for p in proto.metadata_props if p.key.startswith("woodpecker.")}
     if zoo:
         meta["metadata"] = zoo
-
-    if (tune is not None or tuning_log is not None) and "halide" in allowed:
-        chosen = _generated_kernels(graph, chosen, allowed, ctx, tgt, tuning_log, tune, resume,
-                                    progress, meta, arena)
-    return CompiledModel(assemble(graph, chosen, AssemblyOptions(tuple(allowed), ctx, tgt, meta,
-                                                                 arena)))
+    assembly = AssemblyOptions(tuple(allowed), ctx, tgt, meta, opts.arena)
+    if (opts.tune is not None or opts.tuning_log is not None) and "halide" in allowed:
+        chosen = _generated_kernels(graph, chosen, opts, assembly, progress)
+    return CompiledModel(assemble(graph, chosen, assembly))
 
 
 def _schedule(graph, schedule: str, budget: int | None) -> dict:
     """Order the graph's nodes; returns what the plan records about it."""
     if schedule == "file":
-        if budget is not None:
-            raise WoodpeckerError("a memory budget needs the memory schedule (--schedule memory)")
         return {"kind": "file"}
-    if schedule != "memory":
-        raise WoodpeckerError(f"unknown schedule {schedule!r}; use 'file' or 'memory'")
     result = schedule_memory(graph, rewrite=True, budget=budget)
     return {"kind": "memory", "peak_bytes": result.peak, "optimal": result.report.optimal,
             "rewrites": result.rewrites, "seconds": round(result.seconds, 3),
@@ -108,11 +93,11 @@ def _is_torch_module(model: Any) -> bool:
     return isinstance(model, torch.nn.Module)
 
 
-def _generated_kernels(graph, chosen, allowed, ctx, target, tuning_log, tune, resume, progress,
-                       meta, arena) -> list[str]:
+def _generated_kernels(graph, chosen: list[str], opts: CompileOptions,
+                       assembly: AssemblyOptions, progress: TextIO | None) -> list[str]:
     """Tune (optionally), select kernels by measurement per node, pick each task's finalist in
     the plan (selection/in_plan.py), then confirm the winners on the whole plan
-    (selection/refine.py; plans built by assembly/); fills `meta`."""
+    (selection/refine.py; plans built by assembly/); fills `assembly.meta`."""
     from woodpecker.cache import cache_dir
     from woodpecker.selection.in_plan import choose_in_plan
     from woodpecker.selection.per_node import select_kernels
@@ -120,23 +105,23 @@ def _generated_kernels(graph, chosen, allowed, ctx, target, tuning_log, tune, re
     from woodpecker.tune.session import open_log, tune_graph
 
     progress = progress or sys.stderr
-    path = os.fspath(tuning_log) if tuning_log is not None else \
+    meta, tune = assembly.meta, opts.tune
+    path = opts.tuning_log if opts.tuning_log is not None else \
         os.fspath(cache_dir() / "tuning.jsonl")
-    log = open_log(path, resume or tuning_log is None or tune is None, progress)
+    log = open_log(path, opts.resume or opts.tuning_log is None or tune is None, progress)
     if tune is not None:
         start = time.monotonic()
         n0 = len(log.records)
-        tune_graph(graph, target, log, tune, progress)
+        tune_graph(graph, assembly.target, log, tune, progress)
         meta["tuning"] = {"log": path, "search": tune.search, "seed": tune.seed,
-                          "budget_s": tune.budget_seconds(),
+                          "budget_s": tune.budget_s,
                           "seconds": round(time.monotonic() - start, 1),
                           "measurements": len(log.records) - n0}
     print("selecting kernels: timing tuned Halide kernels against the libraries",
           file=progress, flush=True)
     before = list(chosen)
-    assembly = AssemblyOptions(tuple(allowed), ctx, target, meta, arena)
-    meta["selection"] = select_kernels(graph, chosen, allowed, ctx, log, out=progress,
-                                       regions=meta["library_regions"])
+    meta["selection"] = select_kernels(graph, chosen, list(assembly.allowed), assembly.context,
+                                       log, out=progress, regions=meta["library_regions"])
     if meta["selection"]:
         print("choosing among each task's finalists in the plan", file=progress, flush=True)
         meta["in_plan"] = choose_in_plan(graph, chosen, assembly, out=progress)

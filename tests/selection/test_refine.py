@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.ir.test_graph import _build, random_dag
-from woodpecker.selection.refine import EVERY, MARGIN, halide_chains
+from woodpecker.config import REFINE_MARGIN as MARGIN
+from woodpecker.selection.refine import EVERY, halide_chains
 
 
 @settings(max_examples=150, deadline=None)

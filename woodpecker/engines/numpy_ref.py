@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from woodpecker.config import SHORT_AXIS
 from woodpecker.engines.base import NUMERIC, BuildContext, Engine, Kernel, full_inputs
 from woodpecker.ir.graph import Node
 from woodpecker.ops import OPS, run_reference
 from woodpecker.ops.fused import built_steps, reference_step, run_program, runtime_count
 from woodpecker.ops.shape import slice_index
-
-# Innermost output axes at most this long are copied one index at a time (transpose_into).
-SHORT_AXIS = 8
 
 
 class NumpyEngine(Engine):

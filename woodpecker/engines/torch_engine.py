@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from woodpecker.config import OPENMP_SPIN_S
 from woodpecker.engines.base import BuildContext, Engine, Kernel, full_inputs
 from woodpecker.ir.graph import Node
 from woodpecker.ir.pattern import const_inputs
@@ -30,11 +31,6 @@ from woodpecker.ops.shape import slice_index
 # their inputs, so the warning says nothing here.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
-# How long torch's OpenMP workers go on spinning after a call (libgomp's default spin count).
-# Measured (Zen 4, 2 threads, a 1x1 conv through torch, then two threads of numpy matmuls):
-# the matmuls took 2.25 ms instead of 1.39 when started 0-5 ms after torch returned, 1.5-1.6
-# from 10 ms on.
-OPENMP_SPIN_S = 0.02
 
 Builder = Callable[[Node, list], Callable]
 _BUILDERS: dict[str, Builder] = {}

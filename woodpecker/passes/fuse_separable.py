@@ -27,11 +27,11 @@ depthwise conv itself along its input Concat (passes/split_concat.py).
 
 from __future__ import annotations
 
+from woodpecker.config import POINTWISE_WEIGHT_BYTES
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.ops.separable import OP
 
 _CONVS = ("Conv", "FusedConv")
-POINTWISE_WEIGHT_BYTES = 128 << 10
 
 
 def _fused_attrs(node: Node) -> dict:

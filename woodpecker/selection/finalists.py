@@ -26,12 +26,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from woodpecker.config import PER_FAMILY, TOLERANCE
 from woodpecker.engines.halide.templates import kernel_arguments, template_module
 from woodpecker.errors import EngineError
 from woodpecker.tasks import Task
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.rotation import rotating_call
-from woodpecker.tune.worker import TOLERANCE, relative_error
+from woodpecker.tune.worker import relative_error
 
 
 def family(record: dict) -> str:
@@ -41,13 +42,6 @@ def family(record: dict) -> str:
     return name if split is None else f"{name}/{split}"
 
 
-# Finalists per family: its best config and the runner-up. Why: a record timed in a slow moment
-# sinks below its family's best for good (the search rarely re-measures a config), and the
-# in-plan choice (selection/in_plan.py) is cheap per finalist. Measured on all-Halide plans from
-# one 15-minute tuning log each, in-plan choice among one or two per family, interleaved with
-# ONNX Runtime (Zen 4, 2 threads): mobilenet_v2 0.879 → 0.867 and 0.904 → 0.877 of its time,
-# mnasnet1_0 0.952 → 0.924 and 0.914 → 0.897.
-PER_FAMILY = 2
 
 
 def leaders(log: TuningLog, task: Task, usable=None, per_family: int = PER_FAMILY) -> list[dict]:

@@ -27,15 +27,15 @@ import numpy as np
 
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
+from woodpecker.config import IN_PLAN_ROUNDS
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
 
 FINALISTS = "halide_finalists"   # node attribute: finalist name -> spec, best alone first
-ROUNDS = 40
 
 
 def choose_in_plan(graph: Graph, chosen: list[str], assembly: AssemblyOptions,
-                   rounds: int = ROUNDS, out: TextIO | None = None) -> list[dict]:
+                   rounds: int = IN_PLAN_ROUNDS, out: TextIO | None = None) -> list[dict]:
     """Set each node's `attrs["halide"]` to the finalist (of `attrs[FINALISTS]`, which is then
     dropped from every node) that ran fastest in the plan; returns one record per task with
     more than one finalist: its nodes, the median in-plan ms of each finalist, the choice."""

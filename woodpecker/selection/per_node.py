@@ -36,6 +36,7 @@ from typing import TextIO
 import numpy as np
 
 from woodpecker.bench.timing import time_interleaved
+from woodpecker.config import SELECTION_RUNS
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.halide.aot import resting_hook
 from woodpecker.engines.halide.templates import template_module
@@ -130,7 +131,7 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
 
 
 def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: BuildContext,
-                   log: TuningLog, runs: int = 12, out: TextIO | None = None,
+                   log: TuningLog, runs: int = SELECTION_RUNS, out: TextIO | None = None,
                    regions: bool = False) -> list[dict]:
     """Set `chosen[i] = "halide"` where the tuned kernel wins, and every timed node's
     `attrs["halide"]` (its tuned kernel, which the caller drops from nodes that do not run it);

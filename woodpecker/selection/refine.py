@@ -10,10 +10,10 @@ So the per-node winners are confirmed on the whole plan. Choices left open by th
 here: Halide nodes are tried in connected chains (nodes joined by NHWC values, which share
 their layout conversions), largest estimated per-node gain first; starting from the plan with
 no chain, a chain is kept when the whole plan with it, timed interleaved against the current
-best plan on one seeded input, takes at least `MARGIN` (2 %) less time: the median, over the
-interleaved rounds, of each trial run's time over the best plan's run of the same round
-(`bench.timing.paired_ratio`). Two medians compared instead let the machine's drift decide:
-shufflenet_v2's all-Halide plan was kept in one 15-minute tuning run (7.92 vs 9.85 ms) and
+best plan on one seeded input, takes at least `config.REFINE_MARGIN` (2 %) less time: the
+median, over the interleaved rounds, of each trial run's time over the best plan's run of the
+same round (`bench.timing.paired_ratio`). Two medians compared instead let the machine's drift
+decide: shufflenet_v2's all-Halide plan was kept in one 15-minute tuning run (7.92 vs 9.85 ms) and
 dropped in the next (7.40 vs 6.57 ms) with nearly the same kernels. The margin guards
 against keeping a chain on noise: on shufflenet_v2 a one-node chain was kept for 8.09 → 7.94 ms
 (1.9 %), and a Halide node amid ONNX Runtime nodes splits their session, so a wrong keep costs
@@ -49,15 +49,10 @@ import numpy as np
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
 from woodpecker.bench.timing import paired_ratio, time_interleaved
+from woodpecker.config import REFINE_MARGIN, REFINE_RUNS
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
 
-MARGIN = 0.02   # the fraction of the plan's median a candidate must save to be kept
-# Interleaved rounds per comparison. 15 were too few on this class of machine: with nearly the
-# same kernels, transformer_encoder's all-Halide trial measured 0.998 of the library plan in
-# one tuning run and 1.177 in the next. A plan runs in 1-60 ms, so 40 rounds cost at most a
-# few seconds per candidate.
-RUNS = 40
 EVERY = "every timed node"   # the last candidate's label
 
 
@@ -84,7 +79,7 @@ def halide_chains(graph: Graph, candidates: set[int]) -> list[list[int]]:
 
 
 def refine_selection(graph: Graph, before: list[str], selected: list[str], records: list[dict],
-                     assembly: AssemblyOptions, runs: int = RUNS,
+                     assembly: AssemblyOptions, runs: int = REFINE_RUNS,
                      out: TextIO | None = None) -> tuple[list[str], list[dict]]:
     """The engines to keep: `selected` with the Halide chains that do not speed up the whole
     plan given back to their engine in `before`, or every timed node (a `records` entry, whose
@@ -125,7 +120,7 @@ def refine_selection(graph: Graph, before: list[str], selected: list[str], recor
         times = time_interleaved({"best": best_run, "trial": trial_run}, runs, 2, block=3)
         best_ms, trial_ms = (float(np.median(times[key])) for key in ("best", "trial"))
         ratio = paired_ratio(times, "best", "trial")
-        bar = 1.0 if label == EVERY else 1 - MARGIN
+        bar = 1.0 if label == EVERY else 1 - REFINE_MARGIN
         kept = ratio < bar
         print(f"  plan check, {label}: {len(nodes)} Halide node(s) from "
               f"{names[nodes[0]]!r}: plan {best_ms:.2f} -> {trial_ms:.2f} ms "
@@ -141,13 +136,13 @@ def refine_selection(graph: Graph, before: list[str], selected: list[str], recor
                                  block=3)
         start_ms, result_ms = (float(np.median(times[k])) for k in ("start", "result"))
         ratio = paired_ratio(times, "start", "result")
-        confirmed = ratio < 1 - MARGIN
+        confirmed = ratio < 1 - REFINE_MARGIN
         print(f"  plan check, confirmation: plan {start_ms:.2f} -> {result_ms:.2f} ms "
               f"(paired {ratio:.3f}), "
               f"{'kept' if confirmed else 'back to the plan without Halide chains'}",
               file=out, flush=True)
         report.append({"candidate": "confirmation", "nodes": [], "plan_ms": start_ms,
-                       "with_chain_ms": result_ms, "paired_ratio": ratio, "bar": 1 - MARGIN,
+                       "with_chain_ms": result_ms, "paired_ratio": ratio, "bar": 1 - REFINE_MARGIN,
                        "kept": confirmed})
         if not confirmed:
             current = start

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from woodpecker.config import MODEL_INPUT_CHANNELS
 from woodpecker.ir.graph import Node
 from woodpecker.ops.conv import conv
 from woodpecker.ops.fused import apply_epilogue, run_program
@@ -19,11 +20,6 @@ from woodpecker.tasks import (
     steps_text,
 )
 
-# A conv reading a model input with at most this many channels (an image) reads it in the
-# model's NCHW layout where it lies: the layout conversion before it cost 0.13 ms of
-# mobilenet_v2's ~6 ms (224x224x3), which ONNX Runtime does not pay, and with so few channels
-# the kernel broadcasts each input value whichever way the input is laid out.
-MODEL_INPUT_CHANNELS = 4
 NCHW = "NCHW"
 
 

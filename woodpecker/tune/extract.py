@@ -27,13 +27,3 @@ def extract_tasks(graph: Graph) -> list[TaskGroup]:
         if templates:
             groups.setdefault(task.key, TaskGroup(task, templates)).nodes.append(node.name)
     return list(groups.values())
-
-
-def parse_budget(text: str) -> float:
-    """Seconds from `90`, `90s`, `15m` or `1h`."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    t = text.strip().lower()
-    try:
-        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
-    except ValueError:
-        raise ValueError(f"bad budget {text!r}: use e.g. 90s, 15m, 1h") from None

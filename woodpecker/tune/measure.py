@@ -12,6 +12,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
+from woodpecker.config import CANDIDATE_TIMEOUT_S, MEASURE_REPEATS
 from woodpecker.tasks import Task
 
 
@@ -30,7 +31,8 @@ class Measurement:
 class Measurer:
     """A worker process pinned to `threads`; `measure` returns within `timeout_s`."""
 
-    def __init__(self, threads: int = 2, timeout_s: float = 60.0, repeats: int = 10,
+    def __init__(self, threads: int = 2, timeout_s: float = CANDIDATE_TIMEOUT_S,
+                 repeats: int = MEASURE_REPEATS,
                  seed: int = 0) -> None:
         self.threads, self.timeout_s, self.repeats, self.seed = threads, timeout_s, repeats, seed
         self._proc: subprocess.Popen | None = None

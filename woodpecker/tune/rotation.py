@@ -19,8 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-ROTATED_BYTES = 16 << 20     # the weights' copies together: over any L2, within a usual L3
-MIN_WEIGHT_BYTES = 16 << 10  # smaller weights are fetched in a few cache lines: not rotated
+from woodpecker.config import MIN_WEIGHT_BYTES, ROTATED_BYTES
 
 
 def rotating_call(kernel: Callable, args: list) -> Callable[[], object]:

@@ -17,26 +17,21 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from typing import TextIO
 
 import numpy as np
 
+from woodpecker.config import FLOPS_PER_BYTE, MIN_SHARE
 from woodpecker.engines.halide.runtime import host_vector_registers
 from woodpecker.errors import WoodpeckerError
 from woodpecker.ir.graph import Graph
+from woodpecker.options import TuneOptions
 from woodpecker.target import Target
-from woodpecker.tune.extract import TaskGroup, extract_tasks, parse_budget
+from woodpecker.tune.extract import TaskGroup, extract_tasks
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import SEARCHERS
 from woodpecker.tune.tuner import tune_templates
-
-MIN_SHARE = 0.02
-# Roughly where this class of machine turns memory-bound: 2 cores at ~150 GFLOP/s over ~20 GB/s
-# from L3. Fitted to ONNX Runtime's per-node times on MnasNet (depthwise 3×3 at 112², 5×5 at 7²
-# against its pointwise convs) to within a factor of 1.5.
-FLOPS_PER_BYTE = 8.0
 
 
 def task_bytes(task) -> int:
@@ -51,21 +46,6 @@ def work_weights(groups: list[TaskGroup]) -> list[float]:
             for g in groups]
     floor = MIN_SHARE * sum(work)
     return [max(w, floor) for w in work]
-
-
-@dataclass(frozen=True)
-class TuneOptions:
-    budget: str = "15m"
-    search: str = "ga"
-    seed: int = 0
-    max_trials: int | None = None
-    timeout_s: float = 60.0
-
-    def budget_seconds(self) -> float:
-        try:
-            return parse_budget(self.budget)
-        except ValueError as e:
-            raise WoodpeckerError(str(e)) from None
 
 
 def open_log(path: str, resume: bool, out: TextIO | None = None) -> TuningLog:
@@ -87,7 +67,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
     if options.search not in SEARCHERS:
         raise WoodpeckerError(f"unknown search {options.search!r}; choose from "
                               f"{', '.join(SEARCHERS)}")
-    budget = options.budget_seconds()
+    budget = options.budget_s
     regs = host_vector_registers(target.isa)
     groups = extract_tasks(graph)
     results = []

@@ -25,11 +25,10 @@ import time
 
 import numpy as np
 
+from woodpecker.config import TOLERANCE
 from woodpecker.engines.halide.templates import kernel_arguments
 from woodpecker.tasks import spec_task
 from woodpecker.tune.rotation import rotating_call
-
-TOLERANCE = 1e-4
 
 
 def relative_error(got: np.ndarray, ref: np.ndarray) -> float:

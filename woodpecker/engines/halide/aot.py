@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from woodpecker.cache import cache_dir
+from woodpecker.config import HALIDE_SPIN_US
 from woodpecker.errors import EngineError
 
 FUNCTION = "wp_kernel"
@@ -117,12 +118,10 @@ _C_SOURCES = tuple(Path(__file__).with_name(name)
 _runtime_lib: list[ctypes.CDLL] = []
 
 # Why Woodpecker runs Halide's parallel loops on its own pool (spin_pool.c): Halide's workers
-# sleep as soon as a loop ends, and on this class of machine (a 2-vCPU VM) a sleeping vCPU
-# wakes slowly — a pointwise conv timed 0.36 ms right after other work and 0.64 ms after 8 ms
-# of idling, against 0.14-0.24 ms back to back. A plan calls its kernels one after another
-# with Python in between, so each one found the worker asleep. The pool's workers spin this
-# long (µs) for the next loop before they sleep; ONNX Runtime's workers spin likewise.
-SPIN_US = int(os.environ.get("WOODPECKER_HALIDE_SPIN_US", "1000"))
+# sleep as soon as a loop ends, and a plan calls its kernels one after another with Python in
+# between, so each one found the worker asleep. The pool's workers spin this long (µs, see
+# config.HALIDE_SPIN_US) for the next loop before they sleep, as ONNX Runtime's do.
+SPIN_US = int(os.environ.get("WOODPECKER_HALIDE_SPIN_US", str(HALIDE_SPIN_US)))
 
 
 def runtime_path() -> Path:

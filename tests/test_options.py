@@ -1,0 +1,62 @@
+"""The typed options: validated when made, parsed once, recorded whole in the plan."""
+
+from __future__ import annotations
+
+import pytest
+
+import woodpecker
+from tests.helpers import conv_bn_relu_residual
+from woodpecker import config
+from woodpecker.errors import WoodpeckerError
+from woodpecker.options import SEARCHES, CompileOptions, TuneOptions, parse_budget
+from woodpecker.tune.searchers import SEARCHERS
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90.0), ("90s", 90.0), ("15m", 900.0),
+                                          ("1h", 3600.0), (" 2M ", 120.0), (30, 30.0)])
+def test_budget_parsed(text, seconds):
+    assert parse_budget(text) == seconds
+    assert TuneOptions(text).budget_s == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "fast", "10x", "-5m", "nan"])
+def test_bad_budget_is_one_error(bad):
+    with pytest.raises(WoodpeckerError, match="bad budget"):
+        TuneOptions(bad)
+
+
+def test_bad_options_fail_before_work():
+    with pytest.raises(WoodpeckerError, match="unknown search"):
+        TuneOptions(search="annealing-typo")
+    with pytest.raises(WoodpeckerError, match="threads"):
+        CompileOptions(threads=0)
+    with pytest.raises(WoodpeckerError, match="memory budget needs"):
+        CompileOptions(memory_budget=1024)
+    with pytest.raises(WoodpeckerError, match="unknown schedule"):
+        CompileOptions(schedule="fastest")
+    with pytest.raises(TypeError, match="unknown compile option"):
+        CompileOptions.from_kwargs(enignes="numpy")
+
+
+def test_search_names_match_the_searchers():
+    assert set(SEARCHES) == set(SEARCHERS)
+
+
+def test_defaults_come_from_config():
+    assert TuneOptions().timeout_s == config.CANDIDATE_TIMEOUT_S
+
+
+def test_keywords_replace_fields_of_the_options():
+    base = CompileOptions(engines="onnxruntime,numpy", threads=1)
+    merged = CompileOptions.from_kwargs(base, threads=2, tune=TuneOptions("5s"))
+    assert merged.engines == ("onnxruntime", "numpy") and merged.threads == 2
+    assert merged.tune.budget_s == 5.0
+
+
+def test_plan_records_the_options_whole(tmp_path):
+    opts = CompileOptions(engines="numpy,onnxruntime", threads=1, library_regions=False)
+    model = woodpecker.compile(conv_bn_relu_residual(), opts)
+    model.save(tmp_path / "p")
+    recorded = woodpecker.load(tmp_path / "p").plan.meta["options"]
+    assert recorded == opts.to_json()
+    assert recorded["engines"] == ["numpy", "onnxruntime"] and recorded["threads"] == 1

@@ -1,0 +1,104 @@
+"""Every tuned constant of Woodpecker, in one place, each with the measurement behind it.
+
+Contract: plain values only (no imports of the package), so every layer may read them. A module
+that uses one reads it from here; changing a value here changes the behaviour everywhere it
+is used. Unless said otherwise the machine is the project's 2-vCPU AMD EPYC (Zen 4, AVX-512)
+VM, 2 threads. The thinking behind each mechanism stays in its module's docstring; what sits
+here is the number and how it was fitted.
+"""
+
+from __future__ import annotations
+
+# -- tuning (tune/) ---------------------------------------------------------------------------
+
+# The least share of a model's tuning budget any task gets (tune/session.py), so a pool or a
+# classifier does not take a convolution's time yet still gets a search.
+MIN_SHARE = 0.02
+
+# The budget split's roofline: a task's work is max(FLOPs, FLOPS_PER_BYTE × bytes moved).
+# Roughly where this class of machine turns memory-bound: 2 cores at ~150 GFLOP/s over
+# ~20 GB/s from L3. Fitted to ONNX Runtime's per-node times on MnasNet (depthwise 3×3 at 112²,
+# 5×5 at 7² against its pointwise convs) to within a factor of 1.5; FLOPs alone gave MnasNet's
+# 5×5 depthwise convs five measurements each in 15 minutes (1.5-2.5× ONNX Runtime's time).
+FLOPS_PER_BYTE = 8.0
+
+# A candidate is valid when its largest error relative to the reference's largest magnitude
+# is at most this (tune/worker.py, selection/finalists.py). A correctness bound, chosen, not
+# fitted: whole tuned plans of every zoo model differ from ONNX Runtime by at most 1.2e-6 of
+# the output's magnitude (benchmarks/results/tuned_e2e_*.json, max_rel_diff), while a wrong
+# index or a missed tile is off by O(1).
+TOLERANCE = 1e-4
+
+# Timed rounds per candidate, each paired with the task's best record (tune/worker.py); 10
+# gave a rank correlation of 0.94-0.96 with quiet paired rankings under a bursty background
+# load (16 configs of mobilenet_v2's separable conv at 56² × 144), against 0.36 and -0.21 for
+# lone timings.
+MEASURE_REPEATS = 10
+
+# Seconds a candidate may take to build and time before its worker is killed and it is
+# recorded invalid (`--timeout`): a safety limit against hanging kernels, not fitted.
+CANDIDATE_TIMEOUT_S = 60.0
+
+# Weight rotation (tune/rotation.py): the copies of a kernel's weights together exceed any
+# core's L2 but fit a usual L3, so each timed call reads its weights from L3 as in a plan.
+# Measured on MnasNet's 1×1 conv 1152→192 at 7²: the config kept by back-to-back timing ran
+# 0.171 ms warm, 0.208 ms cold, while the best cold config ran 0.163 ms.
+ROTATED_BYTES = 16 << 20
+# Weights smaller than this are fetched in a few cache lines: not rotated.
+MIN_WEIGHT_BYTES = 16 << 10
+
+# -- selection (selection/) -------------------------------------------------------------------
+
+# Interleaved timed calls per node when finalists meet the libraries (selection/per_node.py).
+SELECTION_RUNS = 12
+
+# Finalists per template and parallel split (selection/finalists.py). Measured on all-Halide
+# plans from one 15-minute tuning log each, in-plan choice among one or two per family,
+# interleaved with ONNX Runtime: mobilenet_v2 0.879 → 0.867 and 0.904 → 0.877 of its time,
+# mnasnet1_0 0.952 → 0.924 and 0.914 → 0.897.
+PER_FAMILY = 2
+
+# Interleaved rounds of the in-plan finalist choice (selection/in_plan.py): a plan runs in
+# 1-60 ms, so 40 rounds of a few variants cost seconds.
+IN_PLAN_ROUNDS = 40
+
+# The fraction of the whole plan's time a Halide chain must save to be kept
+# (selection/refine.py). On shufflenet_v2 a one-node chain was kept for 8.09 → 7.94 ms (1.9 %)
+# on noise; a Halide node amid ONNX Runtime nodes splits their session, so a wrong keep costs
+# more than it can win.
+REFINE_MARGIN = 0.02
+# Interleaved rounds per plan comparison. 15 were too few: with nearly the same kernels,
+# transformer_encoder's all-Halide trial measured 0.998 of the library plan in one tuning run
+# and 1.177 in the next.
+REFINE_RUNS = 40
+
+# -- graph passes (passes/) -------------------------------------------------------------------
+
+# A depthwise conv fuses into the 1×1 conv reading it only when the 1×1 weights are at most
+# this (passes/fuse_separable.py). On mobilenet_v2 (15 min of tuning): fused kernels with
+# 0.6-1.2 MiB of weights (7² × 960 → 160, 320) took 0.25-0.32 ms against ONNX Runtime's
+# 0.15-0.21 for the two convs, with 147 KiB (14² × 384 → 96) 0.174 against 0.150, while those
+# of at most 96 KiB (DARTS' all, MobileNet's up to 14² × 384 → 64) beat it.
+POINTWISE_WEIGHT_BYTES = 128 << 10
+
+# -- kernels and engines (tasks/, engines/) ---------------------------------------------------
+
+# A conv reading a model input with at most this many channels (an image) reads it in NCHW
+# where it lies (tasks/conv.py): the conversion before it cost 0.13 ms of mobilenet_v2's
+# ~6 ms (224×224×3), which ONNX Runtime does not pay.
+MODEL_INPUT_CHANNELS = 4
+
+# How long (µs) Halide pool workers spin for the next parallel loop before sleeping
+# (engines/halide/spin_pool.c); `WOODPECKER_HALIDE_SPIN_US` overrides. A pointwise conv timed
+# 0.36 ms right after other work and 0.64 ms after 8 ms of idling, against 0.14-0.24 ms back
+# to back: a sleeping vCPU wakes slowly, and a plan's kernels follow each other within µs.
+HALIDE_SPIN_US = 1000
+
+# How long torch's OpenMP workers go on spinning after a call (libgomp's default spin count):
+# two threads of numpy matmuls took 2.25 ms instead of 1.39 when started 0-5 ms after a torch
+# 1×1 conv returned, 1.5-1.6 from 10 ms on (engines/torch_engine.settle_threads).
+OPENMP_SPIN_S = 0.02
+
+# Innermost output axes at most this long are copied one index at a time by the numpy
+# engine's transpose: 0.066 vs 0.24 ms for the NCHW → NHWC conversion of 1×3×224×224.
+SHORT_AXIS = 8

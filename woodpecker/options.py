@@ -1,0 +1,131 @@
+"""The options of a compile and of tuning, as typed values: what `woodpecker.compile`, the CLI
+and the benchmarks pass down, and what a plan records whole (`model.options` in plan.json).
+
+Contract: frozen dataclasses of plain values, validated when made (a bad budget, schedule or
+thread count is a `WoodpeckerError` before any work starts); the budget text is parsed here
+and nowhere else. Defaults are the tuned constants of `config.py`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from woodpecker import config
+from woodpecker.errors import WoodpeckerError
+
+SEARCHES = ("ga", "random")   # the searchers of tune/searchers (checked there too)
+SCHEDULES = ("file", "memory")
+
+
+def parse_budget(text: "str | float | int") -> float:
+    """Seconds from `90`, `90s`, `15m`, `1h` (or a number of seconds)."""
+    if isinstance(text, (int, float)):
+        seconds = float(text)
+    else:
+        units = {"s": 1, "m": 60, "h": 3600}
+        t = text.strip().lower()
+        try:
+            seconds = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+        except ValueError:
+            raise WoodpeckerError(f"bad budget {text!r}: use e.g. 90s, 15m, 1h") from None
+    if not seconds >= 0:
+        raise WoodpeckerError(f"bad budget {text!r}: it must be a duration of at least 0 s")
+    return seconds
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How to tune: `budget` (a duration text or seconds, parsed once into `budget_s`), the
+    searcher, its seed, an optional cap on measurements per task, the per-candidate limit."""
+
+    budget: "str | float" = "15m"
+    search: str = "ga"
+    seed: int = 0
+    max_trials: int | None = None
+    timeout_s: float = config.CANDIDATE_TIMEOUT_S
+    budget_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "budget_s", parse_budget(self.budget))
+        if self.search not in SEARCHES:
+            raise WoodpeckerError(f"unknown search {self.search!r}; choose from "
+                                  f"{', '.join(SEARCHES)}")
+        if self.max_trials is not None and self.max_trials < 1:
+            raise WoodpeckerError(f"max_trials must be at least 1, got {self.max_trials}")
+        if not self.timeout_s > 0:
+            raise WoodpeckerError(f"the candidate timeout must be positive, got "
+                                  f"{self.timeout_s}")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything a compile is asked to do besides the model itself.
+
+    `engines`: the engines allowed (None: every installed one); `threads` (None: every core
+    this process may use); `passes` (None: passes.DEFAULT, or passes.MEMORY for the memory
+    schedule); `schedule` "file" or "memory" with an optional `memory_budget` in bytes;
+    `arena`; `library_regions` (None: on, except for the memory schedule); `tune` (tune before
+    selecting) and `tuning_log` (a log to select from, and with `tune` to extend; `resume` to
+    continue a non-empty one)."""
+
+    engines: tuple[str, ...] | None = None
+    threads: int | None = None
+    passes: tuple[str, ...] | None = None
+    schedule: str = "file"
+    memory_budget: int | None = None
+    arena: bool = True
+    library_regions: bool | None = None
+    tune: TuneOptions | None = None
+    tuning_log: str | None = None
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.engines, str):
+            object.__setattr__(self, "engines",
+                               tuple(s.strip() for s in self.engines.split(",") if s.strip()))
+        elif self.engines is not None:
+            object.__setattr__(self, "engines", tuple(self.engines))
+        if self.passes is not None:
+            object.__setattr__(self, "passes", tuple(self.passes))
+        if self.tuning_log is not None:
+            object.__setattr__(self, "tuning_log", os.fspath(self.tuning_log))
+        if self.threads is not None and self.threads < 1:
+            raise WoodpeckerError(f"threads must be at least 1, got {self.threads}")
+        if self.schedule not in SCHEDULES:
+            raise WoodpeckerError(f"unknown schedule {self.schedule!r}; use 'file' or 'memory'")
+        if self.memory_budget is not None and self.schedule != "memory":
+            raise WoodpeckerError("a memory budget needs the memory schedule "
+                                  "(--schedule memory)")
+
+    @property
+    def regions(self) -> bool:
+        """Whether consecutive library nodes run as one region (runtime/regions.py)."""
+        return self.schedule != "memory" if self.library_regions is None \
+            else bool(self.library_regions)
+
+    @classmethod
+    def from_kwargs(cls, base: "CompileOptions | None" = None, **kwargs: Any) -> "CompileOptions":
+        """`base` (default: the defaults) with the given fields replaced; an unknown name is a
+        TypeError, as for any keyword argument."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(f"unknown compile option(s): {', '.join(unknown)}")
+        values = asdict(base) if base is not None else {}
+        if base is not None:
+            values["tune"] = base.tune
+        values.update(kwargs)
+        return cls(**values)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tune"] = None if self.tune is None else self.tune.to_json()
+        for key in ("engines", "passes"):
+            if d[key] is not None:
+                d[key] = list(d[key])
+        return d
