@@ -4,12 +4,36 @@
     model = woodpecker.compile("resnet18.onnx")       # → CompiledModel
     outputs = model.run({"input": x})
     model.save("resnet18.wpk"); model = woodpecker.load("resnet18.wpk")
+
+The names below are imported on first use, so `woodpecker.load` of a saved plan pulls in the
+runtime and the engines the plan uses, never the compiler, the tuner or onnx (ARCHITECTURE.md).
 """
 
-from woodpecker.compiler import compile
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from woodpecker.errors import WoodpeckerError
-from woodpecker.runtime.compiled import CompiledModel, load
-from woodpecker.target import Target
 from woodpecker.version import __version__
 
-__all__ = ["compile", "load", "CompiledModel", "Target", "WoodpeckerError", "__version__"]
+if TYPE_CHECKING:
+    from woodpecker.compiler import compile
+    from woodpecker.options import CompileOptions, TuneOptions
+    from woodpecker.runtime.compiled import CompiledModel, load
+    from woodpecker.target import Target
+
+_LAZY = {"compile": "woodpecker.compiler", "load": "woodpecker.runtime.compiled",
+         "CompiledModel": "woodpecker.runtime.compiled", "Target": "woodpecker.target",
+         "CompileOptions": "woodpecker.options", "TuneOptions": "woodpecker.options"}
+
+__all__ = ["compile", "load", "CompiledModel", "CompileOptions", "TuneOptions", "Target",
+           "WoodpeckerError", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'woodpecker' has no attribute {name!r}")

@@ -269,7 +269,7 @@ def cmd_tune(args) -> None:
     if not args.tuning_log:
         raise WoodpeckerError("tune needs --tuning-log FILE (or --show-space)")
     options = _tune_options(args)
-    log = open_log(args.tuning_log, args.resume)
+    log = open_log(args.tuning_log, args.resume, target=target)
     tune_graph(model.graph, target, log, options)
     print(f"tuning log: {args.tuning_log} ({len(log.records)} records)")
 

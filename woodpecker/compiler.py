@@ -108,7 +108,8 @@ def _generated_kernels(graph, chosen: list[str], opts: CompileOptions,
     meta, tune = assembly.meta, opts.tune
     path = opts.tuning_log if opts.tuning_log is not None else \
         os.fspath(cache_dir() / "tuning.jsonl")
-    log = open_log(path, opts.resume or opts.tuning_log is None or tune is None, progress)
+    log = open_log(path, opts.resume or opts.tuning_log is None or tune is None, progress,
+                   assembly.target)
     if tune is not None:
         start = time.monotonic()
         n0 = len(log.records)

@@ -51,6 +51,25 @@ class Target:
             raise WoodpeckerError(f"threads must be at least 1, got {n}")
         return cls("cpu", n, platform.machine(), cpu, tuple(isa))
 
+    @property
+    def record_key(self) -> str:
+        """What a tuning record is measured for (tune/records.py): the architecture, the vector
+        extensions and the thread count; a kernel's speed on another is no guide here."""
+        return f"{self.arch}:{','.join(self.isa)}:{self.threads}t"
+
+    def incompatibility(self, host: "Target | None" = None) -> str | None:
+        """Why code compiled for this target cannot run on `host` (default: this machine):
+        another architecture, or vector extensions the host lacks; None when it can."""
+        host = host or Target.parse("cpu")
+        if self.arch and host.arch and self.arch != host.arch:
+            return f"it was compiled for {self.arch}, this host is {host.arch}"
+        missing = [f for f in self.isa if f not in host.isa]
+        if missing:
+            return (f"it was compiled for a CPU with {', '.join(missing)} "
+                    f"({self.cpu or 'unknown CPU'}), which this host ({host.cpu or 'unknown'}) "
+                    "lacks: recompile the model here")
+        return None
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["isa"] = list(self.isa)

@@ -56,6 +56,22 @@ class Engine:
     def build(self, node: Node, ctx: BuildContext) -> Kernel:
         raise NotImplementedError
 
+    def activate(self, threads: int) -> None:
+        """Make this engine's process-wide settings those of a model about to run on
+        `threads` threads (a thread pool's size). Called before every run of a compiled model
+        that uses the engine, so two models with different thread counts in one process each
+        run with their own; it must cost next to nothing when nothing changes. Engines whose
+        kernels own their threads (an ONNX Runtime session) have nothing to do."""
+
+    def artifact_meta(self) -> dict:
+        """What a saved plan records of this engine, to be checked when it is loaded
+        (`incompatibility`): e.g. the compiler version its native kernels were built with."""
+        return {}
+
+    def incompatibility(self, meta: dict) -> str | None:
+        """Why a plan whose `artifact_meta` was `meta` cannot run here, or None."""
+        return None
+
 
 def full_inputs(node: Node, constants: list | None = None) -> Callable[[Sequence], list]:
     """A function merging run-time inputs with the node's bound constants, in input order.

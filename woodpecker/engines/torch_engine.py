@@ -91,6 +91,11 @@ class TorchEngine(Engine):
         check = _ACCEPTS.get(node.op)
         return check(node) if check else True
 
+    def activate(self, threads: int) -> None:
+        torch = _torch()
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
     def build(self, node: Node, ctx: BuildContext) -> Kernel:
         torch = _torch()
         if torch.get_num_threads() != ctx.threads:

@@ -7,26 +7,21 @@ rejected at import with an `UnsupportedOpError` naming the value.
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
 
+# ONNX's TensorProto.DataType numbers (fixed by the ONNX standard, onnx.proto3), so the IR can
+# name element types without importing onnx (a plan loads and runs without it).
 ONNX_TO_NUMPY: dict[int, np.dtype] = {
-    TensorProto.FLOAT: np.dtype("float32"),
-    TensorProto.DOUBLE: np.dtype("float64"),
-    TensorProto.FLOAT16: np.dtype("float16"),
-    TensorProto.INT8: np.dtype("int8"),
-    TensorProto.INT16: np.dtype("int16"),
-    TensorProto.INT32: np.dtype("int32"),
-    TensorProto.INT64: np.dtype("int64"),
-    TensorProto.UINT8: np.dtype("uint8"),
-    TensorProto.UINT16: np.dtype("uint16"),
-    TensorProto.UINT32: np.dtype("uint32"),
-    TensorProto.UINT64: np.dtype("uint64"),
-    TensorProto.BOOL: np.dtype("bool"),
+    1: np.dtype("float32"), 11: np.dtype("float64"), 10: np.dtype("float16"),
+    3: np.dtype("int8"), 5: np.dtype("int16"), 6: np.dtype("int32"), 7: np.dtype("int64"),
+    2: np.dtype("uint8"), 4: np.dtype("uint16"), 12: np.dtype("uint32"),
+    13: np.dtype("uint64"), 9: np.dtype("bool"),
 }
 NUMPY_TO_ONNX: dict[np.dtype, int] = {v: k for k, v in ONNX_TO_NUMPY.items()}
 
 
 def onnx_type_name(elem_type: int) -> str:
+    from onnx import TensorProto
+
     return TensorProto.DataType.Name(elem_type).lower()
 
 

@@ -6,8 +6,9 @@ base's type, as the ONNX spec says.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from scipy.special import erf as _erf
 
 from woodpecker.errors import UnsupportedOpError
 from woodpecker.ir.graph import Node
@@ -98,6 +99,17 @@ def hard_sigmoid(x, alpha=0.2, beta=0.5):
 
 _unary("Sqrt", lambda a, x: np.sqrt(x))
 _unary("Erf", lambda a, x: _erf(x))
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """The error function, element-wise: scipy's where it is installed (fast), else the C
+    library's `math.erf` per element (exact to double precision, slower); scipy is imported
+    only when an Erf is first computed, so loading a plan never pulls it in."""
+    try:
+        from scipy.special import erf
+    except ImportError:
+        return np.vectorize(math.erf, otypes=[np.float64])(x).astype(np.result_type(x, 1.0))
+    return erf(x)
 _unary("Sigmoid", _sigmoid)
 _unary("Tanh", lambda a, x: np.tanh(x))
 _unary("Gelu", _gelu)

@@ -45,6 +45,11 @@ class CompiledModel:
                           if get_engine(plan.engines[step[0]]).own_threads else k)
                          for (nodes, k), step in zip(built, self.steps)]
         self._executor = Executor(g, built, plan.arena)
+        # per-model runtime state: each engine's process-wide settings made this model's
+        # before every run (Engine.activate)
+        threads = plan.target.threads
+        self._activate = [(lambda e=get_engine(name): e.activate(threads))
+                          for name in sorted(set(plan.engines))]
         self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
         self._expected = {name: (tuple(shape), dtype) for name, shape, dtype in self.inputs}
         self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]
@@ -79,7 +84,10 @@ class CompiledModel:
         return out
 
     def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
-        return self._executor.run(self._validate(feeds))
+        feeds = self._validate(feeds)
+        for activate in self._activate:
+            activate()
+        return self._executor.run(feeds)
 
     def __call__(self, *arrays: Any):
         """Positional inputs in model order; one output is returned bare, several as a tuple."""
@@ -96,6 +104,8 @@ class CompiledModel:
         """Mean milliseconds per step (`self.steps`: a node, or a library region of several)
         over `runs` runs (after one warm-up run)."""
         feeds = self._validate(feeds)
+        for activate in self._activate:
+            activate()
         self._executor.run(feeds)
         acc = [0.0] * len(self.steps)
         for _ in range(runs):

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from woodpecker.engines.halide.aot import RUNTIME_NAME, runtime_path
-from woodpecker.errors import PlanError
+from woodpecker.engines.registry import get_engine
+from woodpecker.errors import PlanError, WoodpeckerError
 from woodpecker.ir.graph import Graph
 from woodpecker.ops import OPS
 from woodpecker.runtime.regions import plan_steps
@@ -28,7 +29,7 @@ from woodpecker.schedule.arena import Arena, check_arena
 from woodpecker.target import Target
 from woodpecker.version import __version__
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PLAN_FILE, WEIGHTS_FILE, KERNELS_DIR = "plan.json", "weights.npz", "kernels"
 
 
@@ -153,6 +154,7 @@ def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
                    "attrs": _encode(_save_kernel(d, n.attrs))}
                   for n, e in zip(g.nodes, plan.engines)],
         "order": [n.name for n in g.nodes],
+        "engines": {name: get_engine(name).artifact_meta() for name in sorted(set(plan.engines))},
         **({"arena": plan.arena.to_json()} if plan.arena is not None else {}),
     }
     tmp_p = d / (PLAN_FILE + ".tmp")
@@ -210,7 +212,23 @@ def _load_weights(d: Path, doc: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def _check_host(doc: dict) -> None:
+    """A PlanError when the plan's target or an engine's artifacts cannot run on this host."""
+    why = Target.from_json(doc["target"]).incompatibility()
+    if why is not None:
+        raise PlanError(f"cannot load this plan here: {why}")
+    for name, meta in doc["engines"].items():
+        try:
+            engine = get_engine(name)
+        except WoodpeckerError as e:
+            raise PlanError(f"cannot load this plan here: {e}") from None
+        why = engine.incompatibility(meta)
+        if why is not None:
+            raise PlanError(f"cannot load this plan here: {why}")
+
+
 def _build(d: Path, doc: dict) -> Plan:
+    _check_host(doc)
     weights = _load_weights(d, doc)
     g = Graph(doc["model"]["name"])
     g.opset = int(doc["model"]["opset"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 
+from woodpecker.errors import WoodpeckerError
 from woodpecker.ir.graph import Graph
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.schedule.memory import apply_order, format_bytes, schedule_memory
@@ -63,8 +64,13 @@ def format_report(doc: dict) -> str:
 
 
 def plot_report(doc: dict, path: "str | os.PathLike", title: str = "") -> None:
-    """Live activation bytes over the steps of each order (PNG)."""
-    import matplotlib
+    """Live activation bytes over the steps of each order (PNG); needs matplotlib (the `plot`
+    extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise WoodpeckerError("the memory plot needs matplotlib: pip install "
+                              "'woodpecker[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

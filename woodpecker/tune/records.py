@@ -4,6 +4,12 @@ models and runs (Woodpecker-DL's caching of search results).
 Each record is written with one `write` of a whole line, flushed and fsynced, so a kill at any
 moment loses at most the line being written. A torn last line is skipped when reading, and the
 next append starts on a fresh line so it never glues onto the fragment.
+
+Records are keyed by target: a log opened for a target (`Target.record_key`: architecture,
+vector extensions, thread count) stamps every record it appends with it and leaves out the
+records measured for another (a shared log moved between machines, or tuned at another thread
+count): they are never taken as this machine's best, and their configs are measured again.
+Records without a target (logs written before records carried one) are taken as they are.
 """
 
 from __future__ import annotations
@@ -17,8 +23,12 @@ from woodpecker.tasks.space import KnobSpace
 
 
 class TuningLog:
-    def __init__(self, path: "str | os.PathLike") -> None:
+    def __init__(self, path: "str | os.PathLike", target: str | None = None) -> None:
+        """`target`: the `Target.record_key` the log is read and written for (None: every
+        record, none stamped)."""
         self.path = Path(path)
+        self.target = target
+        self.foreign = 0   # records measured for another target, left out
         self.records: list[dict] = []
         self._best: dict[str, dict] = {}   # task key -> its fastest valid record (first on ties)
         self.skipped_lines = 0
@@ -42,6 +52,8 @@ class TuningLog:
 
     def append(self, record: dict) -> None:
         record = dict(record, time=record.get("time") or time.strftime("%Y-%m-%dT%H:%M:%S"))
+        if self.target is not None:
+            record.setdefault("target", self.target)
         line = json.dumps(record, sort_keys=True) + "\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+b") as f:
@@ -56,6 +68,9 @@ class TuningLog:
         self._add(record)
 
     def _add(self, record: dict) -> None:
+        if self.target is not None and record.get("target", self.target) != self.target:
+            self.foreign += 1
+            return
         self.records.append(record)
         best = self._best.get(record["task"])
         if record.get("cost_s") and (best is None or record["cost_s"] < best["cost_s"]):

@@ -48,13 +48,18 @@ def work_weights(groups: list[TaskGroup]) -> list[float]:
     return [max(w, floor) for w in work]
 
 
-def open_log(path: str, resume: bool, out: TextIO | None = None) -> TuningLog:
-    """The tuning log at `path`; refuses to add to a non-empty one unless `resume`."""
+def open_log(path: str, resume: bool, out: TextIO | None = None,
+             target: Target | None = None) -> TuningLog:
+    """The tuning log at `path`, read for `target` (records measured for another are left
+    out, tune/records.py); refuses to add to a non-empty one unless `resume`."""
     out = out or sys.stderr
-    log = TuningLog(path)
-    if log.records and not resume:
-        raise WoodpeckerError(f"{path} already holds {len(log.records)} records; pass --resume "
-                              "to continue it")
+    log = TuningLog(path, None if target is None else target.record_key)
+    if (log.records or log.foreign) and not resume:
+        raise WoodpeckerError(f"{path} already holds {len(log.records) + log.foreign} "
+                              "records; pass --resume to continue it")
+    if log.foreign:
+        print(f"note: {log.foreign} record(s) in {path} were measured for another machine or "
+              f"thread count ({target.record_key} here) and are not used", file=out)
     if log.skipped_lines:
         print(f"note: skipped {log.skipped_lines} unreadable line(s) in {path}", file=out)
     return log

@@ -72,11 +72,15 @@ def target_string() -> str:
     return str(halide_module().get_host_target())
 
 
-def _kernel_dir() -> Path:
+def halide_version() -> str:
+    """The installed Halide release (read from its package metadata, without importing it)."""
     import importlib.metadata
 
-    version = importlib.metadata.version("halide")
-    return cache_dir() / "halide" / f"{version}-{target_string()}"
+    return importlib.metadata.version("halide")
+
+
+def _kernel_dir() -> Path:
+    return cache_dir() / "halide" / f"{halide_version()}-{target_string()}"
 
 
 def _cc(args: list[str], what: str) -> None:
@@ -176,6 +180,10 @@ def _viewed(a: np.ndarray, shape) -> np.ndarray:
     return view
 
 
+# The thread count the process's one pool runs parallel loops on now (set_threads).
+_pool_threads: list[int] = [0]
+
+
 def set_threads(threads: int, runtime: "Path | None" = None) -> None:
     """Run every kernel's parallel loops on `threads` threads: Woodpecker's pool where the
     runtime has it (a plan saved before it existed carries a runtime without), else Halide's
@@ -186,6 +194,22 @@ def set_threads(threads: int, runtime: "Path | None" = None) -> None:
         rc = lib.wp_spin_pool_install(int(threads), SPIN_US)
         if rc != 0:
             raise EngineError(f"cannot start Halide worker threads: {os.strerror(rc)}")
+    _pool_threads[0] = int(threads)
+
+
+def use_threads(threads: int) -> None:
+    """`set_threads` unless the pool already runs on `threads`: called before each run of a
+    model (HalideEngine.activate), so a model built or run after another with a different
+    count does not leave it the other's."""
+    if _pool_threads[0] != threads:
+        set_threads(threads)
+
+
+def pool_used(reset: bool = False) -> int | None:
+    """The most threads that ran iterations of one parallel loop since the last reset (None
+    with a runtime that does not count them)."""
+    fn = getattr(_runtime(), "wp_spin_pool_used", None)
+    return None if fn is None else int(fn(int(reset)))
 
 
 def kernel_path(key: dict) -> Path:

@@ -36,6 +36,27 @@ class HalideEngine(Engine):
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
         return "halide" in node.attrs
 
+    def artifact_meta(self) -> dict:
+        from woodpecker.engines.halide.aot import halide_version, target_string
+
+        return {"halide_version": halide_version(), "target": target_string()}
+
+    def incompatibility(self, meta: dict) -> str | None:
+        """Kernels built with another Halide release may not link against this one's runtime
+        (its ABI is not stable across releases)."""
+        from woodpecker.engines.halide.aot import halide_version
+
+        built, here = meta.get("halide_version"), halide_version()
+        if built != here:
+            return (f"its Halide kernels were built with Halide {built}, this host has Halide "
+                    f"{here}: recompile the model here")
+        return None
+
+    def activate(self, threads: int) -> None:
+        from woodpecker.engines.halide.aot import use_threads
+
+        use_threads(threads)
+
     def build(self, node: Node, ctx: BuildContext) -> Kernel:
         from woodpecker.engines.halide.aot import AotKernel
         from woodpecker.engines.halide.templates import kernel_arguments, template_module

@@ -43,6 +43,8 @@ static struct {
     uint32_t generation;
     int sleepers;
     uint32_t rest;         /* bumped by wp_spin_pool_rest: stop spinning */
+    int used;              /* participants that ran an iteration of the current loop */
+    int max_used;          /* the most of them in one loop since wp_spin_pool_used(1) */
 } pool = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
 
 /* Per participant (0: the caller, 1..: workers) the next and end iteration of its share, each
@@ -57,14 +59,16 @@ static long now_ns(void) {
     return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-static void run_share(int t) {
-    int i;
+static int run_share(int t) {
+    int i, ran = 0;
     while ((i = __atomic_fetch_add(&share[t].next, 1, __ATOMIC_ACQ_REL)) < share[t].end) {
+        ran = 1;
         if (!__atomic_load_n(&pool.error, __ATOMIC_RELAXED)) {
             int rc = pool.fn(pool.user_context, pool.min + i, pool.closure);
             if (rc) __atomic_store_n(&pool.error, rc, __ATOMIC_RELAXED);
         }
     }
+    return ran;
 }
 
 /* Participant `self` runs its own share, then helps with the others' (a worker that joins
@@ -75,10 +79,11 @@ static void run_share(int t) {
  * 8.02 ms, 9.08 vs 11.09 ms in a slower phase; the stride-2 depthwise conv at 56² went
  * 0.475 -> 0.259 ms, the 32->16 projection at 112² 0.309 -> 0.141 ms. */
 static void run_tasks(int self) {
-    int n = pool.split;
+    int n = pool.split, ran = 0;
     inside_task = 1;
-    for (int k = 0; k < n; k++) run_share((self + k) % n);
+    for (int k = 0; k < n; k++) ran |= run_share((self + k) % n);
     inside_task = 0;
+    if (ran) __atomic_fetch_add(&pool.used, 1, __ATOMIC_RELAXED);
 }
 
 /* Wait until `generation` moves past `seen`: spin, then sleep. Returns the new generation. */
@@ -139,6 +144,7 @@ static int do_par_for(void *user_context, task_fn fn, int min, int size, uint8_t
     pool.min = min;
     pool.size = size;
     pool.error = 0;
+    pool.used = 0;
     int n = __atomic_load_n(&pool.wanted, __ATOMIC_RELAXED) + 1;
     pool.split = n;
     for (int t = 0; t < n; t++) {
@@ -152,8 +158,23 @@ static int do_par_for(void *user_context, task_fn fn, int min, int size, uint8_t
     __atomic_fetch_add(&pool.generation, 1, __ATOMIC_SEQ_CST);   /* even: closed */
     while (__atomic_load_n(&pool.active, __ATOMIC_ACQUIRE) > 0) __builtin_ia32_pause();
     int error = pool.error;
+    int used = __atomic_load_n(&pool.used, __ATOMIC_RELAXED);
+    if (used > pool.max_used) pool.max_used = used;
     pthread_mutex_unlock(&pool.busy);
     return error;
+}
+
+/* The thread count parallel loops run on now (the caller and the workers taking part). */
+int wp_spin_pool_threads(void) { return __atomic_load_n(&pool.wanted, __ATOMIC_RELAXED) + 1; }
+
+/* The most threads that ran iterations of one parallel loop since the last reset (reset
+ * when `reset`): what a run actually used, for tests of per-model thread counts. */
+int wp_spin_pool_used(int reset) {
+    pthread_mutex_lock(&pool.busy);
+    int used = pool.max_used;
+    if (reset) pool.max_used = 0;
+    pthread_mutex_unlock(&pool.busy);
+    return used;
 }
 
 /* Send the workers spinning for a next loop to sleep now (they wake for the next loop). */
