@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from woodpecker.config import CANDIDATE_TIMEOUT_S
+from woodpecker.engines import names
 from woodpecker.errors import WoodpeckerError
 from woodpecker.options import SEARCHES
 
@@ -190,11 +191,11 @@ def cmd_inspect(args) -> None:
                 print(f"{'':>4} candidates (ms, conversions included): "
                       f"{_fastest_first(sel['total_ms'])} -> {sel['winner']}")
             fin = in_plan.get(r["name"])
-            if fin and r["engine"] == "halide":
+            if fin and r["engine"] == names.HALIDE:
                 r["in_plan"] = fin
                 print(f"{'':>4} finalists in the plan (ms, summed over {len(fin['nodes'])} "
                       f"node(s)): {_fastest_first(fin['finalists_ms'])} -> {fin['chosen']}")
-    gen = by_engine.get("halide", [0, 0.0])
+    gen = by_engine.get(names.HALIDE, [0, 0.0])
     doc = {"model": model.graph.name, "nodes": rows, "total_flops": total,
            "flops_share": {e: f / total for e, (f, _) in by_engine.items()},
            "time_share": {e: t / total_ms for e, (_, t) in by_engine.items()},

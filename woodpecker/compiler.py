@@ -12,7 +12,9 @@ from typing import Any, TextIO
 import onnx
 
 from woodpecker.assembly import AssemblyOptions, assemble
+from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
+from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import choose, parse_engines
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.options import CompileOptions
@@ -58,7 +60,8 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     stats = optimize(graph, passes)
     memory = _schedule(graph, opts.schedule, opts.memory_budget)
     ctx = BuildContext(tgt.threads, graph.opset)
-    chosen = [choose(n, allowed, ctx) for n in graph.nodes]
+    choices = {n.name: Choice(choose(n, allowed, ctx), why="library preference")
+               for n in graph.nodes}
     meta = {"source_sha256": hashlib.sha256(proto.SerializeToString()).hexdigest(),
             "options": opts.to_json(), "passes": stats, "engines_allowed": allowed,
             "schedule": memory, "library_regions": opts.regions}
@@ -68,9 +71,9 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     if zoo:
         meta["metadata"] = zoo
     assembly = AssemblyOptions(tuple(allowed), ctx, tgt, meta, opts.arena)
-    if (opts.tune is not None or opts.tuning_log is not None) and "halide" in allowed:
-        chosen = _generated_kernels(graph, chosen, opts, assembly, progress)
-    return CompiledModel(assemble(graph, chosen, assembly))
+    if (opts.tune is not None or opts.tuning_log is not None) and names.HALIDE in allowed:
+        _generated_kernels(graph, choices, opts, assembly, progress)
+    return CompiledModel(assemble(graph, choices, assembly))
 
 
 def _schedule(graph, schedule: str, budget: int | None) -> dict:
@@ -93,11 +96,12 @@ def _is_torch_module(model: Any) -> bool:
     return isinstance(model, torch.nn.Module)
 
 
-def _generated_kernels(graph, chosen: list[str], opts: CompileOptions,
-                       assembly: AssemblyOptions, progress: TextIO | None) -> list[str]:
+def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
+                       assembly: AssemblyOptions, progress: TextIO | None) -> None:
     """Tune (optionally), select kernels by measurement per node, pick each task's finalist in
     the plan (selection/in_plan.py), then confirm the winners on the whole plan
-    (selection/refine.py; plans built by assembly/); fills `assembly.meta`."""
+    (selection/refine.py; plans built by assembly/); updates `choices`, fills
+    `assembly.meta`."""
     from woodpecker.cache import cache_dir
     from woodpecker.selection.in_plan import choose_in_plan
     from woodpecker.selection.per_node import select_kernels
@@ -120,16 +124,21 @@ def _generated_kernels(graph, chosen: list[str], opts: CompileOptions,
                           "measurements": len(log.records) - n0}
     print("selecting kernels: timing tuned Halide kernels against the libraries",
           file=progress, flush=True)
-    before = list(chosen)
-    meta["selection"] = select_kernels(graph, chosen, list(assembly.allowed), assembly.context,
+    before = [choices[n.name].engine for n in graph.nodes]
+    meta["selection"] = select_kernels(graph, choices, list(assembly.allowed), assembly.context,
                                        log, out=progress, regions=meta["library_regions"])
     if meta["selection"]:
         print("choosing among each task's finalists in the plan", file=progress, flush=True)
-        meta["in_plan"] = choose_in_plan(graph, chosen, assembly, out=progress)
+        meta["in_plan"] = choose_in_plan(graph, choices, assembly, out=progress)
         print("checking the chosen Halide kernels on the whole plan", file=progress, flush=True)
-        chosen, meta["plan_check"] = refine_selection(graph, before, chosen, meta["selection"],
-                                                      assembly, out=progress)
-    for node, engine in zip(graph.nodes, chosen):
-        if engine != "halide":
-            node.attrs.pop("halide", None)
-    return chosen
+        engines, meta["plan_check"] = refine_selection(graph, before, choices,
+                                                       meta["selection"], assembly,
+                                                       out=progress)
+        for node, engine in zip(graph.nodes, engines):
+            choice = choices[node.name]
+            if engine != choice.engine:
+                choice.why += f"; whole-plan check: {engine}"
+            choice.engine = engine
+    for choice in choices.values():
+        if choice.engine != names.HALIDE:
+            choice.kernel = None

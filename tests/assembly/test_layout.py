@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from woodpecker.assembly.layout import assign_layouts
+from woodpecker.engines.choice import Choice, KernelSpec
 from woodpecker.engines.halide.engine import NHWC
 from woodpecker.ir.graph import Graph
 from woodpecker.tasks.conv import ConvTask
@@ -37,12 +38,13 @@ def _residual_chain(n: int) -> Graph:
 @given(st.lists(st.booleans(), min_size=1, max_size=7))
 def test_one_conversion_per_crossing_value(on_halide):
     g = _residual_chain(len(on_halide))
-    engines = ["halide" if h else "onnxruntime" for h in on_halide]
-    tasks = {}
+    tasks, choices = {}, {}
     for node, h in zip(g.nodes, on_halide):
+        choices[node.name] = Choice("onnxruntime")
         if h:
             tasks[node.name] = ConvTask.from_node(node)
-            node.attrs["halide"] = {"kind": "conv2d", "task": tasks[node.name].to_json()}
+            choices[node.name] = Choice("halide", KernelSpec(
+                "conv_direct", "conv2d", {}, tasks[node.name].to_json(), "unbuilt.so"))
     # conv0 reads the 4-channel model input where it lies (NCHW); conv1 adds it as a residual,
     # which it reads in NHWC.
     assert "conv0" not in tasks or tasks["conv0"].x_layout == "NCHW"
@@ -63,10 +65,10 @@ def test_one_conversion_per_crossing_value(on_halide):
             expected += 1
         if made_by_halide and (False in readers or v in g.outputs):
             expected += 1
-    new_engines, conversions = assign_layouts(g, engines)
+    conversions = assign_layouts(g, choices)
     assert conversions == expected
-    assert len(new_engines) == len(g.nodes)
-    for node, e in zip(g.nodes, new_engines):
+    assert set(choices) == {n.name for n in g.nodes}
+    for node, e in zip(g.nodes, [choices[n.name].engine for n in g.nodes]):
         data = [v for i, v in enumerate(node.inputs) if v is not None and not v.is_const]
         if e == "halide":
             task = tasks[node.name]

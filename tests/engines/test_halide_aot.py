@@ -75,15 +75,19 @@ def test_a_kernel_of_many_buffers_runs_outside_chains():
     """chain.c calls kernels of up to CHAIN_MAX_BUFFERS buffers: a bound call of more (a conv
     summing many inputs, as RandWire's nodes do, failed inside a chain) splits the run of
     bound steps around it, and `chain` refuses it rather than fail at run time."""
+    from woodpecker.engines.base import Bound
     from woodpecker.engines.halide.aot import CHAIN_MAX_BUFFERS, BoundCall, _buffer
-    from woodpecker.runtime.executor import _chains
+    from woodpecker.engines.halide.engine import _join
+    from woodpecker.runtime.executor import Step, _chains
 
     kernel = rows.build(TASK, CONFIG)
     x, y = (np.zeros(TASK.out_shape, np.float32) for _ in range(2))
     small = kernel.bind(x, out=y)
     wide = BoundCall(kernel, [_buffer(x)] * (CHAIN_MAX_BUFFERS + 1), ([x], y))
     assert small.chainable and not wide.chainable
-    steps = [(None,) * 6 + (call,) for call in (small, small, wide, small, small)]
+    steps = [Step(None, (), (), (), None, None,
+                  Bound(call, _join if call.chainable else None, call))
+             for call in (small, small, wide, small, small)]
     chains = _chains(steps)
     assert sorted(chains) == [0, 3] and chains[0][1] == 2 and chains[3][1] == 5
     with pytest.raises(ValueError, match="at most"):

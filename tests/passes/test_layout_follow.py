@@ -120,7 +120,7 @@ def test_movement_between_generated_kernels_stays_nhwc(tmp_path):
     sliced = [a for a in plan.arena.aliases.values() if a[1] == slice_code(3)]
     assert [a[2] for a in sliced] == [8], plan.arena.aliases   # the second half of 16
     # Halide steps whose inputs all live in the arena are bound to them once (executor.py)
-    bound = [step for step in compiled._executor._steps if step[-1] is not None]
+    bound = [step for step in compiled._executor._steps if step.bound is not None]
     assert 1 <= len(bound) <= 5
     for seed in (9, 10):   # a bound step reads each run's new input
         feeds = {"x": rand(1, 3, 6, 6, seed=seed)}

@@ -11,8 +11,9 @@ import woodpecker
 from tests.helpers import ort_run, rand
 from tests.schedule.test_rewrite_arena import chains, concat_model
 from woodpecker.assembly.regions import absorb_movement
+from woodpecker.engines.choice import Choice
+from woodpecker.ir.graph import step_io
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.runtime.executor import step_io
 from woodpecker.runtime.plan import Plan
 from woodpecker.runtime.regions import plan_steps
 from woodpecker.schedule.arena import check_arena, plan_arena
@@ -32,13 +33,13 @@ ENGINES = ("onnxruntime", "numpy", "halide", "torch")
 @given(st.lists(st.tuples(st.sampled_from(ENGINES), st.booleans()), max_size=20))
 def test_absorb_moves_only_movable_numpy_runs_next_to_ort(nodes):
     engines, movable = [e for e, _ in nodes], [m for _, m in nodes]
-    out = absorb_movement(engines, movable)
+    out = absorb_movement(engines, movable, "onnxruntime", "numpy")
     for i, (before, after) in enumerate(zip(engines, out)):
         assert after == before or (before == "numpy" and movable[i] and after == "onnxruntime")
         if after == "numpy" and movable[i]:   # a kept numpy view touches no ORT node
             assert "onnxruntime" not in (out[i - 1] if i else None,
                                          out[i + 1] if i + 1 < len(out) else None)
-    assert absorb_movement(out, movable) == out
+    assert absorb_movement(out, movable, "onnxruntime", "numpy") == out
 
 
 def test_concat_between_library_convs_joins_their_region():
@@ -67,7 +68,8 @@ def test_regions_match_one_session_per_node(model, on_ort, arena):
     runs = {}
     for regions in (False, True):
         steps = plan_steps(engines, regions)
-        plan = Plan(g, engines, base.plan.target, {"library_regions": regions},
+        choices = {n.name: Choice(e) for n, e in zip(g.nodes, engines)}
+        plan = Plan(g, choices, base.plan.target, {"library_regions": regions},
                     plan_arena(g, steps) if arena else None)
         if arena:   # region outputs never overwrite a region input still being read
             assert check_arena(g, plan.arena, steps) is None

@@ -55,10 +55,10 @@ def test_input_validation(compiled, feeds, match):
 def test_intermediates_are_released(compiled):
     """Every intermediate slot is freed after its last reader; only outputs survive."""
     ex = compiled._executor
-    freed = [s for _, _, _, free, *_ in ex._steps for s in free]
+    freed = [s for step in ex._steps for s in step.free]
     assert len(freed) == len(set(freed))
     out_slots = {s for _, s, _ in ex._outputs}
-    produced = {s for _, _, outs, *_ in ex._steps for s in outs}
+    produced = {s for step in ex._steps for s in step.outs}
     inputs = {s for _, s in ex._input_slots}
     assert set(freed) == (produced | inputs) - out_slots
 

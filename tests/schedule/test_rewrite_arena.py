@@ -15,6 +15,7 @@ from onnx import helper
 import woodpecker
 from tests.helpers import make_model, ort_run, rand
 from woodpecker.cli import main
+from woodpecker.engines.choice import Choice
 from woodpecker.errors import PlanError
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.ir.graph import Graph
@@ -108,7 +109,8 @@ def test_spatial_slice_moves_onto_the_parts():
     x = rand(1, C, HW, HW, seed=5)
     compiled = woodpecker.compile(model, threads=1, schedule="memory")
     np.testing.assert_allclose(compiled(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
-    split = CompiledModel(Plan(trial, ["numpy"] * len(trial.nodes), Target.parse("cpu", 1), {}))
+    split = CompiledModel(Plan(trial, {n.name: Choice("numpy") for n in trial.nodes},
+                               Target.parse("cpu", 1), {}))
     np.testing.assert_allclose(split(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 

@@ -17,7 +17,6 @@ from woodpecker.engines.halide.templates import template_module
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.passes import optimize
 from woodpecker.selection.finalists import family
-from woodpecker.selection.in_plan import FINALISTS
 from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.records import TuningLog
 
@@ -51,13 +50,16 @@ def test_each_task_keeps_its_fastest_finalist_in_the_plan(tmp_path, capsys):
     compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=log, threads=2)
     report = compiled.plan.meta["in_plan"]
     assert len(report) == 4       # every task had two finalists
-    by_name = {n.name: n for n in compiled.graph.nodes}
+    choices = compiled.plan.choices
     for r in report:
         assert len(r["finalists_ms"]) == 2
         assert r["chosen"] == min(r["finalists_ms"], key=r["finalists_ms"].get)
         for name in r["nodes"]:
-            assert family(by_name[name].attrs["halide"]) == r["chosen"].split("#")[0]
-    assert not any(FINALISTS in n.attrs for n in compiled.graph.nodes)
+            kernel = choices[name].kernel
+            assert family({"template": kernel.template, "config": kernel.config}) == \
+                r["chosen"].split("#")[0]
+    assert not any(c.finalists for c in choices.values())
+    assert not any("halide" in n.attrs for n in compiled.graph.nodes)   # choices, not attrs
     x = rand(1, 8, 10, 10, seed=9)
     want = ort_run(model, {"x": x})[0]
     got = compiled(x)

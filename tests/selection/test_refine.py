@@ -45,6 +45,7 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
     from tests.helpers import ort_run, rand
     from woodpecker.assembly import AssemblyOptions, assemble
     from woodpecker.engines.base import BuildContext
+    from woodpecker.engines.choice import Choice, KernelSpec
     from woodpecker.engines.halide.templates import template_module
     from woodpecker.engines.registry import choose
     from woodpecker.frontend.onnx_import import import_onnx
@@ -60,23 +61,21 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
     optimize(graph)
     ctx, allowed = BuildContext(2, graph.opset), ["halide", "onnxruntime", "numpy"]
     before = [choose(n, allowed, ctx) for n in graph.nodes]
-    by_name = {n.name: n for n in graph.nodes}
-    log, selected, records = TuningLog(log_path), list(before), []
+    log, records = TuningLog(log_path), []
+    choices = {n.name: Choice(e) for n, e in zip(graph.nodes, before)}
     for g in extract_tasks(graph):
         rec = log.best(g.task.key)
         kernel = template_module(rec["template"]).build(g.task, rec["config"], 2)
         for name in g.nodes:
-            by_name[name].attrs["halide"] = {"template": rec["template"], "kind": g.task.kind,
-                                             "config": rec["config"],
-                                             "task": g.task.to_json(), "kernel": str(kernel.path)}
             loses = first_loses and not records
-            if not loses:
-                selected[graph.nodes.index(by_name[name])] = "halide"
+            choices[name] = Choice("onnxruntime" if loses else "halide",
+                                   KernelSpec(rec["template"], g.task.kind, rec["config"],
+                                              g.task.to_json(), kernel.path.name))
             records.append({"node": name, "library": "onnxruntime",
                             "total_ms": {"halide": 2.0 if loses else 0.0, "onnxruntime": 1.0}})
     meta = {"library_regions": True}
     engines, report = refine_selection(
-        graph, before, selected, records,
+        graph, before, choices, records,
         AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), meta),
         runs=5)
     every = sorted(r["node"] for r in records)
@@ -95,7 +94,9 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
         kept = set()
     on_halide = {n.name for n, e in zip(graph.nodes, engines) if e == "halide"}
     assert on_halide == kept
-    plan = assemble(graph, engines,
+    final = {n.name: Choice(e, choices[n.name].kernel if e == "halide" else None)
+             for n, e in zip(graph.nodes, engines)}
+    plan = assemble(graph, final,
                     AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), meta))
     x = rand(1, 8, 10, 10, seed=9)
     want = ort_run(model, {"x": x})[0]

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from woodpecker.assembly.inplace import concat_aliases
+from woodpecker.assembly.layout import assign_layouts
 from woodpecker.assembly.regions import absorb_movement
+from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
+from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import MOVEMENT, get_engine
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.plan import Plan
@@ -38,28 +41,35 @@ class AssemblyOptions:
     arena: bool = True
 
 
-def assemble(graph: Graph, chosen: list[str], options: AssemblyOptions) -> Plan:
-    """The plan of `graph` (rewritten in place) with engines `chosen`: NHWC layouts and their
-    conversions around Halide nodes, movement nodes absorbed into library regions, the arena."""
+def assemble(graph: Graph, choices: Choices, options: AssemblyOptions) -> Plan:
+    """The plan of `graph` (rewritten in place) with each node's `choices` (copied, then
+    extended by the conversions inserted): NHWC layouts and their conversions around generated
+    kernels, movement nodes absorbed into library regions, the arena."""
     meta = dict(options.meta)
-    if "halide" in chosen:
-        from woodpecker.assembly.layout import assign_layouts
-
-        chosen, meta["layout_conversions"] = assign_layouts(graph, chosen)
+    choices = {n.name: choices[n.name] for n in graph.nodes}
+    if any(get_engine(c.engine).caps.generated for c in choices.values()):
+        meta["layout_conversions"] = assign_layouts(graph, choices)
     elif "selection" in meta:
         meta["layout_conversions"] = 0
-    if meta["library_regions"] and "onnxruntime" in options.allowed:
-        ort = get_engine("onnxruntime")
-        chosen = absorb_movement(chosen, [e == "numpy" and n.op in MOVEMENT
-                                          and ort.supports(n, options.context)
-                                          for n, e in zip(graph.nodes, chosen)])
-    steps = plan_steps(chosen, meta["library_regions"])
+    regions = [e for e in options.allowed if get_engine(e).caps.multi_node]
+    if meta["library_regions"] and regions:
+        region = get_engine(regions[0])
+        engines = absorb_movement(
+            [choices[n.name].engine for n in graph.nodes],
+            [get_engine(choices[n.name].engine).caps.views and n.op in MOVEMENT
+             and region.supports(n, options.context) for n in graph.nodes],
+            region.name, names.NUMPY)
+        for n, e in zip(graph.nodes, engines):
+            if e != choices[n.name].engine:
+                choices[n.name] = Choice(e, why="data movement inside a library region")
+    engines = [choices[n.name].engine for n in graph.nodes]
+    steps = plan_steps(engines, meta["library_regions"])
     # In-place concats make a whole live from its first part: not under the memory schedule,
     # whose peak (and budget) counts the parts as values of their own.
     memory = meta.get("schedule", {}).get("kind") == "memory"
-    aliases = {} if memory else concat_aliases(graph, chosen, steps)
+    aliases = {} if memory else concat_aliases(graph, engines, steps)
     arena_plan = plan_arena(graph, steps, aliases) if options.arena else None
     if arena_plan is not None:
         meta["arena"] = {"size": arena_plan.size, "lower_bound": arena_plan.lower_bound,
                          "method": arena_plan.method}
-    return Plan(graph, chosen, options.target, meta, arena_plan)
+    return Plan(graph, choices, options.target, meta, arena_plan)

@@ -11,13 +11,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from woodpecker.engines import names
+from woodpecker.engines.choice import Choice, Choices
+from woodpecker.engines.registry import get_engine
 from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
 from woodpecker.passes.layout_follow import FOLLOWERS, NHWC_PERM, MovedOp, moved_op
 from woodpecker.tasks import NHWC, spec_kind, spec_task
 
 
-def _nhwc(node: Node, engine: str) -> bool:
-    return engine == "halide" and spec_kind(node.attrs["halide"]).layout == NHWC
+def nhwc_kernel(choice: Choice) -> bool:
+    """The node runs a generated kernel that reads and writes NHWC activations."""
+    return choice.kernel is not None and get_engine(choice.engine).caps.generated and \
+        spec_kind(choice.kernel.to_json()).layout == NHWC
+
+
+def _follows(choice: Choice) -> bool:
+    """The node's engine runs data movement as views that can follow a held layout."""
+    return get_engine(choice.engine).caps.views
 
 
 def layout_name(perm: tuple[int, ...]) -> str:
@@ -27,10 +37,9 @@ def layout_name(perm: tuple[int, ...]) -> str:
     return "" if list(perm) == sorted(perm) else "perm" + "".join(map(str, perm))
 
 
-def assign_layouts(graph: Graph, engines: list[str]) -> tuple[list[str], int]:
-    """Rewrite `graph` so NHWC Halide nodes read and write NHWC values; returns the engine list of
-    the rewritten graph and the number of layout conversions left in it."""
-    engine_of = {id(n): e for n, e in zip(graph.nodes, engines)}
+def assign_layouts(graph: Graph, choices: Choices) -> int:
+    """Rewrite `graph` so NHWC Halide nodes read and write NHWC values, adding to `choices` the
+    conversions it inserts (numpy transposes); returns how many are left in the graph."""
     held: dict[str, tuple[Value, tuple[int, ...]]] = {}   # name -> (held value, perm)
     inserted: list[Node] = []
 
@@ -38,13 +47,13 @@ def assign_layouts(graph: Graph, engines: list[str]) -> tuple[list[str], int]:
         """Every reader of `v` would read it held in `perm`: NHWC Halide nodes, or movement
         nodes that can follow (a one-step look-ahead)."""
         return v not in graph.outputs and all(
-            (_nhwc(c, engine_of[id(c)]) and perm == NHWC_PERM)
-            or (engine_of[id(c)] == "numpy" and c.op in FOLLOWERS) for c in v.consumers)
+            (nhwc_kernel(choices[c.name]) and perm == NHWC_PERM)
+            or (_follows(choices[c.name]) and c.op in FOLLOWERS) for c in v.consumers)
 
     for node in list(graph.nodes):
-        if _nhwc(node, engine_of[id(node)]):
+        if nhwc_kernel(choices[node.name]):
             index = graph.nodes.index(node)
-            task = spec_task(node.attrs["halide"])
+            task = spec_task(choices[node.name].kernel.to_json())
             for i in runtime_positions(node):   # the activations: x and any residuals
                 v = node.inputs[i]
                 if task.input_layout(i) == "":
@@ -56,7 +65,7 @@ def assign_layouts(graph: Graph, engines: list[str]) -> tuple[list[str], int]:
                     held[v.name] = (t.outputs[0], NHWC_PERM)
                 graph.set_input(node, i, held[v.name][0])
             inserted += _hold_outputs(graph, node, [NHWC_PERM], held)
-        elif engine_of[id(node)] == "numpy" and node.op in FOLLOWERS:
+        elif _follows(choices[node.name]) and node.op in FOLLOWERS:
             moved = _follow(node, held, takes_held)
             if moved is not None:
                 for i in runtime_positions(node):
@@ -67,11 +76,13 @@ def assign_layouts(graph: Graph, engines: list[str]) -> tuple[list[str], int]:
                 node.op, node.attrs = moved.op, moved.attrs
                 inserted += _hold_outputs(graph, node, moved.out_perms, held)
     for t in inserted:
-        engine_of[id(t)] = "numpy"
+        choices[t.name] = Choice(names.NUMPY, why="layout conversion")
     graph.dce()
     live = {id(n) for n in graph.nodes}
-    conversions = sum(1 for t in inserted if id(t) in live)
-    return [engine_of[id(n)] for n in graph.nodes], conversions
+    for t in inserted:
+        if id(t) not in live:
+            del choices[t.name]
+    return sum(1 for t in inserted if id(t) in live)
 
 
 def _follow(node: Node, held, takes_held) -> MovedOp | None:

@@ -11,6 +11,7 @@ import numpy as np
 
 from woodpecker.bench.runners import Runner, make_runner, versions
 from woodpecker.bench.timing import paired_ratio, time_interleaved
+from woodpecker.engines.names import ONNXRUNTIME, TORCH
 from woodpecker.engines.torch_engine import settle_threads
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.target import cpu_info
@@ -50,7 +51,7 @@ def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs:
     threads = model.plan.target.threads
     feeds = random_feeds(model, seed)
     ours = model.run(feeds)
-    ort = make_runner("onnxruntime", onnx_bytes, zoo_meta, threads)
+    ort = make_runner(ONNXRUNTIME, onnx_bytes, zoo_meta, threads)
     ref = ort(feeds)
     abs_diff, rel_diff = 0.0, 0.0
     for (name, _, _), r in zip(model.outputs, ref):
@@ -59,11 +60,11 @@ def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs:
         rel_diff = max(rel_diff, d / max(float(np.max(np.abs(r))), 1e-30) if r.size else 0.0)
     runners: dict[str, Runner] = {"woodpecker": model.run}
     for name in against:
-        runners[name] = ort if name == "onnxruntime" else make_runner(name, onnx_bytes, zoo_meta,
+        runners[name] = ort if name == ONNXRUNTIME else make_runner(name, onnx_bytes, zoo_meta,
                                                                         threads)
     calls = {name: (lambda fn=fn: fn(feeds)) for name, fn in runners.items()}
     times = time_interleaved(calls, runs, warmup, progress, block,
-                             settle={"torch": settle_threads})
+                             settle={TORCH: settle_threads})
     results = {name: _stats(ms) for name, ms in times.items()}
     wp = results["woodpecker"]["median_ms"]
     cpu, isa = cpu_info()

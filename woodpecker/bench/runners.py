@@ -6,10 +6,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from woodpecker.engines.names import ONNXRUNTIME, TORCH
 from woodpecker.errors import WoodpeckerError
 
 Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
-RUNTIMES = ("onnxruntime", "torch", "openvino")
+OPENVINO = "openvino"   # a runtime compared against, not one of Woodpecker's engines
+RUNTIMES = (ONNXRUNTIME, TORCH, OPENVINO)
 
 
 def onnxruntime_runner(onnx_bytes: bytes, threads: int) -> Runner:
@@ -58,11 +60,11 @@ def openvino_runner(onnx_bytes: bytes, threads: int) -> Runner:
 
 
 def make_runner(name: str, onnx_bytes: bytes, zoo_meta: dict | None, threads: int) -> Runner:
-    if name == "onnxruntime":
+    if name == ONNXRUNTIME:
         return onnxruntime_runner(onnx_bytes, threads)
-    if name == "torch":
+    if name == TORCH:
         return torch_runner(zoo_meta, threads)
-    if name == "openvino":
+    if name == OPENVINO:
         return openvino_runner(onnx_bytes, threads)
     raise WoodpeckerError(f"unknown runtime {name!r} for --against; known: {', '.join(RUNTIMES)}")
 

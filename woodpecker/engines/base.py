@@ -1,28 +1,102 @@
-"""What an engine is: a capability declaration plus a builder of callable kernels.
+"""What an engine is: a capability declaration, a builder of kernels, and the keeper of its own
+artifacts in a saved plan.
 
 Thesis ch. 5 (Yin-Yang/XLVM): each engine describes which ops, dtypes and layouts it can run;
-the selector maps each node to an engine that declares it. A `Kernel` is called with the node's
-non-constant inputs (constants are bound when it is built) and returns one array per output.
+the selector maps each node to an engine that declares it. The protocol, beyond that:
+
+- `build(node, ctx, kernel)` returns a `Kernel`: called with the node's run-time inputs
+  (constants are bound when it is built) it returns one array per output; its optional `into`
+  writes into given arrays (the executor's arena) and `bind` returns a `Bound` call of no
+  arguments over arrays fixed once. `Capabilities` declares what the engine's kernels do.
+- `build_step(nodes, inputs, outputs, ctx, choices)` builds one kernel for a step of several
+  consecutive nodes when the engine declares `multi_node` (ONNX Runtime's library regions;
+  next, fused subgraphs and parallel stages); a step of one node is `build`.
+- `activate(threads)` makes the engine's process-wide settings a model's before it runs.
+- `save_artifacts` / `load_artifacts` write and check what the engine's steps need in a plan
+  folder (compiled kernels, serialized models), `artifact_meta` / `incompatibility` what must
+  match on the loading host. The runtime knows no engine's files.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from woodpecker.ir.graph import Node, runtime_positions
-
-Kernel = Callable[..., Sequence[np.ndarray]]
+from woodpecker.engines.choice import Choices, KernelSpec
+from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
 
 
 @dataclass(frozen=True)
 class BuildContext:
-    """What a kernel builder may need beyond the node: thread count and the model's opset."""
+    """What a kernel builder may need beyond the node: thread count, the model's opset, and
+    the saved plan's folder when the kernels come from one (its engines' artifacts)."""
 
     threads: int = 2
     opset: int = 17
+    artifacts: Path | None = None
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A kernel bound to fixed arrays: `call()` computes them. Consecutive bound calls with
+    the same `join` may be run as one: `join([bound, …])` returns that single call (or None
+    when it cannot); `handle` is what `join` reads of each."""
+
+    call: Callable[[], None]
+    join: Callable[[list["Bound"]], Callable[[], None] | None] | None = None
+    handle: Any = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """`run(*arrays)` → a list of new output arrays; `into(outs, *arrays)` writes the outputs
+    into `outs` (None: the executor copies `run`'s results in); `bind(outs, *arrays)` → a
+    `Bound` over these very arrays, or None where it cannot bind them."""
+
+    run: Callable[..., Sequence[np.ndarray]]
+    into: Callable[..., None] | None = None
+    bind: Callable[..., Bound | None] | None = None
+
+    def __call__(self, *arrays: Any) -> Sequence[np.ndarray]:
+        return self.run(*arrays)
+
+    def before(self, hook: Callable[[], object]) -> "Kernel":
+        """This kernel calling `hook()` first (on `run` and `into`; binding is dropped)."""
+        run, into = self.run, self.into
+
+        def hooked_run(*arrays):
+            hook()
+            return run(*arrays)
+
+        hooked_into = None
+        if into is not None:
+            def hooked_into(outs, *arrays):
+                hook()
+                into(outs, *arrays)
+
+        return Kernel(hooked_run, hooked_into)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine's kernels can do, declared.
+
+    `writes_strided`: `into` takes any numpy view (an NHWC channel slice of a Concat's output,
+    assembly/inplace.py), or the executor copies a new result in; `own_threads`: it runs
+    worker threads of its own (other engines' spinning workers are rested before its steps);
+    `multi_node`: one kernel may compute a step of consecutive nodes (`build_step`);
+    `generated`: it runs the tuned kernels selection chose (a node's `Choice.kernel`);
+    `views`: data movement runs as views and layout-following rewrites (assembly/layout.py)."""
+
+    writes_strided: bool = True
+    own_threads: bool = False
+    multi_node: bool = False
+    generated: bool = False
+    views: bool = False
 
 
 class Engine:
@@ -30,10 +104,7 @@ class Engine:
     ops: frozenset[str] = frozenset()
     dtypes: frozenset[str] = frozenset()
     layouts: frozenset[str] = frozenset({""})
-    # Kernels can write outputs through strides (schedule/aliases.py): true where `into` takes
-    # any numpy view, or where the executor copies a new result in.
-    writes_strided = True
-    own_threads = False   # runs worker threads of its own (runtime/compiled.py stops Halide's)
+    caps = Capabilities()
 
     def available(self) -> bool:
         return True
@@ -53,8 +124,18 @@ class Engine:
         """Variant-level capability beyond op and dtype (pads, attributes, library support)."""
         return True
 
-    def build(self, node: Node, ctx: BuildContext) -> Kernel:
+    def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
+        """A kernel computing `node`; `kernel` is the generated kernel chosen for it (engines
+        with `caps.generated` need one)."""
         raise NotImplementedError
+
+    def build_step(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
+                   ctx: BuildContext, choices: Choices) -> Kernel:
+        """One kernel computing `outputs` from `inputs` over consecutive `nodes` (all this
+        engine's); engines without `caps.multi_node` get steps of one node."""
+        if len(nodes) != 1:
+            raise NotImplementedError(f"engine {self.name!r} runs one node per step")
+        return self.build(nodes[0], ctx, choices[nodes[0].name].kernel)
 
     def activate(self, threads: int) -> None:
         """Make this engine's process-wide settings those of a model about to run on
@@ -62,6 +143,11 @@ class Engine:
         that uses the engine, so two models with different thread counts in one process each
         run with their own; it must cost next to nothing when nothing changes. Engines whose
         kernels own their threads (an ONNX Runtime session) have nothing to do."""
+
+    def rest_hook(self) -> Callable[[], None] | None:
+        """A call that sends this engine's spinning workers to sleep at once, made before the
+        steps of engines with `own_threads` (None: nothing spins)."""
+        return None
 
     def artifact_meta(self) -> dict:
         """What a saved plan records of this engine, to be checked when it is loaded
@@ -71,6 +157,17 @@ class Engine:
     def incompatibility(self, meta: dict) -> str | None:
         """Why a plan whose `artifact_meta` was `meta` cannot run here, or None."""
         return None
+
+    def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
+                       steps: list[list[Node]]) -> dict:
+        """Write into the plan folder `directory` what this engine's `steps` need to be built
+        again without compiling (and without the compiler's packages); returns this engine's
+        section of plan.json (`artifact_meta` included)."""
+        return self.artifact_meta()
+
+    def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:
+        """Check what `save_artifacts` wrote (files present, sha256 as recorded); raise
+        PlanError (one line) when something is missing, corrupt or edited."""
 
 
 def full_inputs(node: Node, constants: list | None = None) -> Callable[[Sequence], list]:

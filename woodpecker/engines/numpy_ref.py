@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.config import SHORT_AXIS
-from woodpecker.engines.base import NUMERIC, BuildContext, Engine, Kernel, full_inputs
+from woodpecker.engines import names
+from woodpecker.engines.base import NUMERIC, BuildContext, Capabilities, Engine, Kernel, full_inputs
+from woodpecker.engines.choice import KernelSpec
 from woodpecker.ir.graph import Node
 from woodpecker.ops import OPS, run_reference
 from woodpecker.ops.fused import built_steps, reference_step, run_program, runtime_count
@@ -13,33 +15,39 @@ from woodpecker.ops.shape import slice_index
 
 
 class NumpyEngine(Engine):
-    name = "numpy"
+    name = names.NUMPY
     ops = frozenset(OPS)
     dtypes = NUMERIC
+    caps = Capabilities(views=True)
 
-    def build(self, node: Node, ctx: BuildContext) -> Kernel:
+    def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
         merge = full_inputs(node)
 
-        def kernel(*args):
+        def run(*args):
             return run_reference(node, merge(args))
 
-        if node.op == "Transpose":
-            kernel.into = _transpose(node)
-        elif node.op == "Concat":
-            # Straight into the arena: a new result would be page-faulted in, then copied.
-            axis = node.attrs["axis"]
-            kernel.into = lambda outs, *xs: np.concatenate(merge(xs), axis, outs[0])
-        elif node.op == "Slice":
-            index = slice_index(node.attrs["_slices"])   # ShuffleNet: 26 per run
-            kernel.into = lambda outs, x, *bounds: np.copyto(outs[0], x[index])
-        elif node.op == "FusedElementwise" and _float32_program(node):
-            kernel.into = _program_into(node)
-        elif node.op == "Gather" and (index := _scalar_index(node)) is not None:
-            # One constant index (an attention's q/k/v split: 6 per transformer layer pair):
-            # copy the selected view once, not np.take's new array and then that array.
-            at = (slice(None),) * node.attrs["axis"] + (index,)
-            kernel.into = lambda outs, x: np.copyto(outs[0], x[at])
-        return kernel
+        return Kernel(run, _into(node, merge))
+
+
+def _into(node: Node, merge):
+    """Where the op can write straight into the arena (a new result would be page-faulted in,
+    then copied), its `into`; else None."""
+    if node.op == "Transpose":
+        return _transpose(node)
+    if node.op == "Concat":
+        axis = node.attrs["axis"]
+        return lambda outs, *xs: np.concatenate(merge(xs), axis, outs[0])
+    if node.op == "Slice":
+        index = slice_index(node.attrs["_slices"])   # ShuffleNet: 26 per run
+        return lambda outs, x, *bounds: np.copyto(outs[0], x[index])
+    if node.op == "FusedElementwise" and _float32_program(node):
+        return _program_into(node)
+    if node.op == "Gather" and (index := _scalar_index(node)) is not None:
+        # One constant index (an attention's q/k/v split: 6 per transformer layer pair):
+        # copy the selected view once, not np.take's new array and then that array.
+        at = (slice(None),) * node.attrs["axis"] + (index,)
+        return lambda outs, x: np.copyto(outs[0], x[at])
+    return None
 
 
 # Float32 element-wise steps as bare ufuncs: the op references (ops/) handle every dtype, with

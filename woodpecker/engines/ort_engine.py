@@ -8,14 +8,21 @@ ORT cannot; the session is kept for `build`.
 
 from __future__ import annotations
 
+import importlib.util
 import weakref
+from pathlib import Path
 
 import numpy as np
 
-from woodpecker.engines.base import NUMERIC, BuildContext, Engine, Kernel
-from woodpecker.ir.graph import Node, Value, runtime_positions
+from woodpecker.engines import names
+from woodpecker.engines.base import NUMERIC, BuildContext, Capabilities, Engine, Kernel
+from woodpecker.engines.choice import Choices, KernelSpec
+from woodpecker.errors import PlanError
+from woodpecker.files import inside, sha256_file, verified, write_bytes
+from woodpecker.ir.graph import Graph, Node, Value, runtime_positions, step_io
 from woodpecker.ops import OPS
-from woodpecker.ops.to_onnx import nodes_model
+
+ARTIFACTS_DIR = "onnxruntime"   # a saved plan's step models
 
 
 def session_options(threads: int):
@@ -46,9 +53,13 @@ def new_session(model_bytes: bytes, threads: int):
 
 
 class OrtEngine(Engine):
-    name = "onnxruntime"
-    own_threads = True
-    writes_strided = False   # I/O binding takes a pointer and a shape
+    """Sessions are built from the node (or a step's nodes) as an ONNX model while compiling;
+    a saved plan keeps each step's serialized model (its artifacts), so loading builds the
+    sessions from those bytes, without the onnx package."""
+
+    name = names.ONNXRUNTIME
+    # I/O binding takes a pointer and a shape; a step may be a region of consecutive nodes
+    caps = Capabilities(writes_strided=False, own_threads=True, multi_node=True)
     ops = frozenset(OPS)
     dtypes = NUMERIC
 
@@ -56,22 +67,15 @@ class OrtEngine(Engine):
         self._sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def available(self) -> bool:
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return importlib.util.find_spec("onnxruntime") is not None
 
     def _session(self, node: Node, ctx: BuildContext):
         key = (ctx.threads, ctx.opset)
         cached = self._sessions.get(node)
         if cached is not None and cached[0] == key:
             return cached[1]
-        # A value read twice (a conv whose residual is its own input) is one graph input.
-        inputs = list(dict.fromkeys(node.inputs[i] for i in runtime_positions(node)))
-        model = nodes_model([node], inputs, node.outputs, ctx.opset)
         try:
-            sess = new_session(model.SerializeToString(), ctx.threads)
+            sess = new_session(_onnx_bytes([node], *_node_io(node), ctx.opset), ctx.threads)
         except Exception:  # noqa: BLE001 - ORT raises its own types for "no kernel"
             sess = None
         self._sessions[node] = (key, sess)
@@ -80,23 +84,76 @@ class OrtEngine(Engine):
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
         return self._session(node, ctx) is not None
 
-    def build(self, node: Node, ctx: BuildContext) -> Kernel:
+    def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
+        ins, outs = _node_io(node)
+        if ctx.artifacts is not None:
+            return self.build_step([node], ins, outs, ctx, {})
         sess = self._session(node, ctx)
         if sess is None:
             raise RuntimeError(f"onnxruntime cannot run {node.op} node {node.name!r}")
-        return _kernel(sess, [node.inputs[i].name for i in runtime_positions(node)],
-                       [v.name for v in node.outputs])
+        return _kernel(sess, [v.name for v in ins], [v.name for v in outs])
 
-    def build_region(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
-                     ctx: BuildContext) -> Kernel:
-        """One session computing `outputs` from `inputs` over consecutive `nodes`
-        (runtime/regions.py)."""
-        model = nodes_model(nodes, inputs, outputs, ctx.opset)
-        sess = new_session(model.SerializeToString(), ctx.threads)
+    def build_step(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
+                   ctx: BuildContext, choices: Choices) -> Kernel:
+        """One session computing `outputs` from `inputs` over consecutive `nodes` (a library
+        region, runtime/regions.py): from the plan's saved model where there is one."""
+        if len(nodes) == 1 and ctx.artifacts is None:
+            return self.build(nodes[0], ctx)
+        model = step_model(self, nodes, inputs, outputs, ctx)
+        sess = new_session(model, ctx.threads)
         return _kernel(sess, [v.name for v in inputs], [v.name for v in outputs])
 
+    def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
+                       steps: list[list[Node]]) -> dict:
+        models = {}
+        for k, nodes in enumerate(steps):
+            ins, outs = step_io(nodes, graph)
+            name = f"{ARTIFACTS_DIR}/step{k}.onnx"
+            path = write_bytes(directory / name, _onnx_bytes(nodes, ins, outs, graph.opset))
+            models[nodes[0].name] = {"file": name, "sha256": sha256_file(path)}
+        return {**self.artifact_meta(), "models": models}
 
-def _kernel(sess, names: list[str], out_names: list[str]) -> Kernel:
+    def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:
+        self._saved[directory.resolve()] = {
+            first: verified(inside(directory, m["file"], "ONNX Runtime model"), m["sha256"],
+                            "ONNX Runtime model")
+            for first, m in section["models"].items()}
+
+    @property
+    def _saved(self) -> dict:
+        """plan folder -> {first node of a step: its checked model file}."""
+        if not hasattr(self, "_saved_models"):
+            self._saved_models: dict = {}
+        return self._saved_models
+
+
+def _node_io(node: Node) -> tuple[list[Value], list[Value]]:
+    # A value read twice (a conv whose residual is its own input) is one graph input.
+    inputs = list(dict.fromkeys(node.inputs[i] for i in runtime_positions(node)))
+    return inputs, list(node.outputs)
+
+
+def _onnx_bytes(nodes: list[Node], inputs: list[Value], outputs: list[Value], opset: int) -> bytes:
+    """The step as an ONNX model; a value read twice (a conv whose residual is its own input)
+    is one graph input."""
+    from woodpecker.ops.to_onnx import nodes_model
+
+    return nodes_model(nodes, list(dict.fromkeys(inputs)), outputs, opset).SerializeToString()
+
+
+def step_model(engine: OrtEngine, nodes: list[Node], inputs: list[Value],
+               outputs: list[Value], ctx: BuildContext) -> bytes:
+    """The serialized model of a step: the saved plan's file, or made from the nodes."""
+    if ctx.artifacts is not None:
+        saved = engine._saved.get(ctx.artifacts.resolve(), {})
+        if nodes[0].name not in saved:
+            raise PlanError(f"plan has no ONNX Runtime model for the step at node "
+                            f"{nodes[0].name!r}")
+        return saved[nodes[0].name].read_bytes()
+    return _onnx_bytes(nodes, inputs, outputs, ctx.opset)
+
+
+def _kernel(sess, in_names: list[str], out_names: list[str]) -> Kernel:
     """`kernel(*arrays)` → outputs in `out_names` order; `kernel.into(outs, *arrays)` writes
     into the given arrays (the executor's arena) through I/O binding. The binding stays as it
     is while the very arrays of the last call come again (the arena's views, every run), as
@@ -106,13 +163,13 @@ def _kernel(sess, names: list[str], out_names: list[str]) -> Kernel:
     bound: list = []    # weak references to the arrays bound last, inputs then outputs
 
     def kernel(*args):
-        return run(out_names, dict(zip(names, args)))
+        return run(out_names, dict(zip(in_names, args)))
 
     def into(outs, *args):
         arrays = (*args, *outs)
         if len(bound) != len(arrays) or any(r() is not a for r, a in zip(bound, arrays)):
             given = [np.ascontiguousarray(a) for a in args]   # alive until the run ends
-            for name, a in zip(names, given):
+            for name, a in zip(in_names, given):
                 binding.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
             for name, o in zip(out_names, outs):
                 binding.bind_output(name, "cpu", 0, o.dtype, o.shape, o.ctypes.data)
@@ -120,8 +177,7 @@ def _kernel(sess, names: list[str], out_names: list[str]) -> Kernel:
             bound[:] = [] if copied else [weakref.ref(a) for a in arrays]
         sess.run_with_iobinding(binding)
 
-    kernel.into = into
-    return kernel
+    return Kernel(kernel, into)
 
 
 def call_overhead_ms(threads: int, runs: int = 50) -> float:

@@ -14,7 +14,9 @@ from collections.abc import Callable
 import numpy as np
 
 from woodpecker.config import OPENMP_SPIN_S
-from woodpecker.engines.base import BuildContext, Engine, Kernel, full_inputs
+from woodpecker.engines import names
+from woodpecker.engines.base import BuildContext, Capabilities, Engine, Kernel, full_inputs
+from woodpecker.engines.choice import KernelSpec
 from woodpecker.ir.graph import Node
 from woodpecker.ir.pattern import const_inputs
 from woodpecker.ops import separable
@@ -69,8 +71,8 @@ def builder(*ops: str):
 
 
 class TorchEngine(Engine):
-    name = "torch"
-    own_threads = True
+    name = names.TORCH
+    caps = Capabilities(own_threads=True)
     dtypes = frozenset({"float32", "int64", "int32", "bool"})
 
     @property
@@ -96,7 +98,7 @@ class TorchEngine(Engine):
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
 
-    def build(self, node: Node, ctx: BuildContext) -> Kernel:
+    def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
         torch = _torch()
         if torch.get_num_threads() != ctx.threads:
             torch.set_num_threads(ctx.threads)
@@ -104,11 +106,11 @@ class TorchEngine(Engine):
         fn = _BUILDERS[node.op](node, consts)
         from_numpy = torch.from_numpy
 
-        def kernel(*args):
+        def run(*args):
             out = fn(*(from_numpy(a) for a in args))
             return [o.numpy() for o in out] if isinstance(out, tuple) else [out.numpy()]
 
-        return kernel
+        return Kernel(run)
 
 
 def _to_torch(data: np.ndarray):

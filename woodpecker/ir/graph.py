@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import heapq
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,3 +243,20 @@ class Graph:
 def runtime_positions(node: Node) -> list[int]:
     """Positions of the inputs that arrive at run time (present and not constant)."""
     return [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
+
+
+def step_io(nodes: Sequence[Node], graph: Graph) -> tuple[list[Value], list[Value]]:
+    """The values a step of consecutive `nodes` reads from outside (runtime inputs, each once,
+    in first-use order) and the values it produces that anything outside it reads (graph
+    outputs included). A single node's are its runtime inputs and all its outputs."""
+    if len(nodes) == 1:
+        node = nodes[0]
+        return [node.inputs[p] for p in runtime_positions(node)], list(node.outputs)
+    inside = {id(n) for n in nodes}
+    produced = {v.name for n in nodes for v in n.outputs}
+    ins = list({v.name: v for n in nodes for p in runtime_positions(n)
+                for v in [n.inputs[p]] if v.name not in produced}.values())
+    graph_outputs = {id(v) for v in graph.outputs}
+    outs = [v for n in nodes for v in n.outputs
+            if id(v) in graph_outputs or any(id(c) not in inside for c in v.consumers)]
+    return ins, outs

@@ -10,10 +10,10 @@ import numpy as np
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import InputError
+from woodpecker.ir.graph import step_io
 from woodpecker.ops import OPS
-from woodpecker.runtime.executor import Executor, step_io
+from woodpecker.runtime.executor import Executor
 from woodpecker.runtime.plan import Plan, load_plan, save_plan
-from woodpecker.runtime.regions import plan_steps
 
 
 def _fmt(shape) -> str:
@@ -26,30 +26,24 @@ class CompiledModel:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         g = plan.graph
-        ctx = BuildContext(plan.target.threads, g.opset)
-        self.steps = plan_steps(plan.engines, plan.meta.get("library_regions", False))
+        ctx = BuildContext(plan.target.threads, g.opset, plan.directory)
+        self.steps = plan.steps()
+        engines = {name: get_engine(name) for name in sorted(set(plan.engines))}
+        # spinning workers of other engines are rested before an engine with its own threads
+        rests = [hook for e in engines.values() if (hook := e.rest_hook()) is not None]
         built = []
         for step in self.steps:
             nodes = [g.nodes[i] for i in step]
-            engine = get_engine(plan.engines[step[0]])
-            if len(nodes) == 1:
-                built.append((nodes, engine.build(nodes[0], ctx)))
-            else:
-                built.append((nodes, engine.build_region(nodes, *step_io(nodes, g), ctx)))
-        if "halide" in plan.engines:
-            from woodpecker.engines.halide.aot import resting_hook
-
-            rest = resting_hook()
-            if rest is not None:
-                built = [(nodes, _after(rest, k)
-                          if get_engine(plan.engines[step[0]]).own_threads else k)
-                         for (nodes, k), step in zip(built, self.steps)]
+            engine = engines[plan.choices[nodes[0].name].engine]
+            kernel = engine.build_step(nodes, *step_io(nodes, g), ctx, plan.choices)
+            if engine.caps.own_threads and rests:
+                kernel = kernel.before(rests[0] if len(rests) == 1 else _all(rests))
+            built.append((nodes, kernel))
         self._executor = Executor(g, built, plan.arena)
         # per-model runtime state: each engine's process-wide settings made this model's
         # before every run (Engine.activate)
         threads = plan.target.threads
-        self._activate = [(lambda e=get_engine(name): e.activate(threads))
-                          for name in sorted(set(plan.engines))]
+        self._activate = [(lambda e=e: e.activate(threads)) for e in engines.values()]
         self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
         self._expected = {name: (tuple(shape), dtype) for name, shape, dtype in self.inputs}
         self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]
@@ -116,7 +110,8 @@ class CompiledModel:
         """The fraction of the model's FLOPs that Woodpecker-generated (Halide) kernels run."""
         flops = [(int(OPS[n.op].flops(n)), e) for n, e in zip(self.graph.nodes, self.plan.engines)]
         total = sum(f for f, _ in flops)
-        return sum(f for f, e in flops if e == "halide") / total if total else 0.0
+        generated = {e for e in set(self.plan.engines) if get_engine(e).caps.generated}
+        return sum(f for f, e in flops if e in generated) / total if total else 0.0
 
     def node_table(self) -> list[dict]:
         """Per node: name, op, engine, input/output shapes, FLOPs and the ops fused into it
@@ -135,20 +130,10 @@ class CompiledModel:
         return rows
 
 
-def _after(rest, kernel):
-    """`kernel` (and its `into`) calling `rest` first: Halide's pool stops spinning before a
-    library with its own worker threads runs (engines/halide/aot.py, `resting_hook`)."""
-    def call(*arrays):
-        rest()
-        return kernel(*arrays)
-
-    into = getattr(kernel, "into", None)
-    if into is not None:
-        def call_into(outs, *arrays):
-            rest()
-            into(outs, *arrays)
-
-        call.into = call_into
+def _all(hooks):
+    def call():
+        for hook in hooks:
+            hook()
     return call
 
 

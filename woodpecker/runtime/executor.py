@@ -14,15 +14,30 @@ Concat's, reshape's or slice's step does nothing."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from woodpecker.engines.base import Kernel
-from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
+from woodpecker.engines.base import Bound, Kernel
+from woodpecker.ir.graph import Graph, Node, Value, step_io
 from woodpecker.schedule.aliases import VIEW, is_view, part_index, sliced_axis
 from woodpecker.schedule.arena import Arena
 from woodpecker.schedule.problem import value_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step as the executor runs it: the kernel, the slots it reads and writes, the slots
+    freed after it, its outputs' arena views, how it writes them (`into`) and its bound call."""
+
+    kernel: Kernel
+    ins: tuple[int, ...]
+    outs: tuple[int, ...]
+    free: tuple[int, ...]
+    views: tuple[np.ndarray, ...] | None
+    into: Callable[..., None] | None
+    bound: Bound | None
 
 
 class Executor:
@@ -56,18 +71,19 @@ class Executor:
                          if last == i and n not in outputs)
             free += tuple(index(v.name) for v in outs
                           if v.name not in last_use and v.name not in outputs)
-            views, into, bound = None, getattr(kernel, "into", None), None
+            views, into, bound = None, kernel.into, None
             if arena is not None:
                 views = tuple(_arena_view(buffer, arena, graph, v) for v in outs)
                 parts = ins and all(arena.aliases.get(v.name, ("",))[0] == outs[0].name
                                     for v in ins)
                 if parts or (outs and is_view(arena.aliases.get(outs[0].name, ("", 0))[1])):
                     into = _in_place
-                elif hasattr(kernel, "bind") and all(_in_arena(arena, v) for v in ins):
+                elif kernel.bind is not None and all(_in_arena(arena, v) for v in ins):
                     bound = kernel.bind(views, *[_arena_view(buffer, arena, graph, v)
                                                  for v in ins])
-            self._steps.append((kernel, tuple(index(v.name) for v in ins),
-                                tuple(index(v.name) for v in outs), free, views, into, bound))
+            self._steps.append(Step(kernel, tuple(index(v.name) for v in ins),
+                                    tuple(index(v.name) for v in outs), free, views, into,
+                                    bound))
         self._chains = _chains(self._steps)
         self.arena = arena
         self._n_slots = len(slot)
@@ -83,52 +99,36 @@ class Executor:
         clock = time.perf_counter
         chains = self._chains if step_times is None else {}
         chained_until = 0
-        for i, (kernel, ins, outs, free, views, into, bound) in enumerate(self._steps):
+        for i, step in enumerate(self._steps):
             t0 = clock() if step_times is not None else 0.0
+            views = step.views
             if i < chained_until:
                 results = views
             elif i in chains:
                 call, chained_until = chains[i]
                 call()
                 results = views
-            elif bound is not None:
-                bound()
+            elif step.bound is not None:
+                step.bound.call()
                 results = views
-            elif into is not None and views is not None:
-                into(views, *[env[s] for s in ins])
+            elif step.into is not None and views is not None:
+                step.into(views, *[env[s] for s in step.ins])
                 results = views
             else:
-                results = kernel(*[env[s] for s in ins])
+                results = step.kernel.run(*[env[s] for s in step.ins])
                 if views is not None:
                     for view, r in zip(views, results):
                         np.copyto(view, r)
                     results = views
             if step_times is not None:
                 step_times[i] += clock() - t0
-            for s, r in zip(outs, results):
+            for s, r in zip(step.outs, results):
                 env[s] = r
-            for s in free:
+            for s in step.free:
                 env[s] = None
         copy = self.arena is not None
         return {name: (data if data is not None else np.array(env[s]) if copy else env[s])
                 for name, s, data in self._outputs}
-
-
-def step_io(nodes: Sequence[Node], graph: Graph) -> tuple[list[Value], list[Value]]:
-    """The values a step of consecutive `nodes` reads from outside (runtime inputs, each once,
-    in first-use order) and the values it produces that anything outside it reads (graph
-    outputs included). A single node's are its runtime inputs and all its outputs."""
-    if len(nodes) == 1:
-        node = nodes[0]
-        return [node.inputs[p] for p in runtime_positions(node)], list(node.outputs)
-    inside = {id(n) for n in nodes}
-    produced = {v.name for n in nodes for v in n.outputs}
-    ins = list({v.name: v for n in nodes for p in runtime_positions(n)
-                for v in [n.inputs[p]] if v.name not in produced}.values())
-    graph_outputs = {id(v) for v in graph.outputs}
-    outs = [v for n in nodes for v in n.outputs
-            if id(v) in graph_outputs or any(id(c) not in inside for c in v.consumers)]
-    return ins, outs
 
 
 def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.ndarray:
@@ -146,26 +146,27 @@ def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.
     return buffer[offset:offset + n].view(v.dtype).reshape(v.shape)
 
 
-def _chains(steps: list) -> dict:
+def _chains(steps: list[Step]) -> dict:
     """First step → (one call running it and the next bound steps, the step after them), for
-    every run of two or more consecutive bound steps that their calls can join (`chain` and
-    `chainable`, e.g. aot.BoundCall), no-op steps (`_in_place`) among them included."""
+    every run of two or more consecutive bound steps whose calls share a `join` (Halide's
+    kernels: one foreign call, aot.BoundCall.chain), no-op steps (`_in_place`) among them
+    included."""
     chains, run = {}, []
 
     def close():
-        calls = [steps[i][6] for i in run if steps[i][6] is not None]
-        if len(calls) >= 2:
-            call = calls[0].chain(calls)
+        bounds = [steps[i].bound for i in run if steps[i].bound is not None]
+        if len(bounds) >= 2:
+            call = bounds[0].join(bounds)
             if call is not None:
                 chains[run[0]] = (call, run[-1] + 1)
         run.clear()
 
     for i, step in enumerate(steps):
-        bound = step[6]
-        joinable = getattr(bound, "chain", None) is not None and bound.chainable
-        if joinable and run and steps[run[0]][6].chain != bound.chain:
+        bound = step.bound
+        joinable = bound is not None and bound.join is not None
+        if joinable and run and steps[run[0]].bound.join is not bound.join:
             close()
-        if joinable or (run and step[5] is _in_place):
+        if joinable or (run and step.into is _in_place):
             run.append(i)
         else:
             close()

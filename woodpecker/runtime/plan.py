@@ -1,7 +1,12 @@
-"""Plans are data: a folder with `plan.json` (versioned, validated on load), `weights.npz`
-(loaded with allow_pickle=False, checked by sha256) and `kernels/`, the compiled Halide kernels
-the plan uses (shared objects, each checked by sha256 before it is loaded, so a plan runs without
-re-tuning or compiling).
+"""Plans are data plus the engines' native artifacts: a folder with `plan.json` (versioned,
+validated on load), `weights.npz` (loaded with allow_pickle=False, checked by sha256) and a
+folder per engine that keeps artifacts (the Halide engine's compiled kernels and runtime,
+ONNX Runtime's step models), written and checked by the engine itself (Engine.save_artifacts,
+load_artifacts), so a plan runs without re-tuning, compiling or the compiler's packages.
+
+Each node's decision (`Choice`: engine, generated kernel, why) is stored under `choices`, apart
+from the node's attributes. Loading refuses a plan whose target the host lacks (architecture,
+vector extensions) or whose engines' artifacts cannot run here (another Halide release).
 
 Files are written to temporary names and moved into place, so an interrupted save never leaves
 a half-written plan where a good one was.
@@ -9,19 +14,18 @@ a half-written plan where a good one was.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from woodpecker.engines.halide.aot import RUNTIME_NAME, runtime_path
+from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import PlanError, WoodpeckerError
+from woodpecker.files import inside, sha256_file
 from woodpecker.ir.graph import Graph
 from woodpecker.ops import OPS
 from woodpecker.runtime.regions import plan_steps
@@ -30,16 +34,29 @@ from woodpecker.target import Target
 from woodpecker.version import __version__
 
 SCHEMA_VERSION = 3
-PLAN_FILE, WEIGHTS_FILE, KERNELS_DIR = "plan.json", "weights.npz", "kernels"
+PLAN_FILE, WEIGHTS_FILE = "plan.json", "weights.npz"
 
 
 @dataclass
 class Plan:
+    """A graph in execution order, each node's `Choice` (by node name), the target it was
+    compiled for, what the compile recorded (`meta`) and the arena's placement."""
+
     graph: Graph
-    engines: list[str]
+    choices: Choices
     target: Target
     meta: dict[str, Any]
     arena: Arena | None = None
+    directory: Path | None = None   # the folder it was loaded from (its engines' artifacts)
+
+    @property
+    def engines(self) -> list[str]:
+        """Each node's engine, in execution order."""
+        return [self.choices[n.name].engine for n in self.graph.nodes]
+
+    def steps(self) -> list[list[int]]:
+        """Node indices per execution step (runtime/regions.py)."""
+        return plan_steps(self.engines, self.meta.get("library_regions", False))
 
 
 # -- attribute encoding (JSON has no arrays or tuples) ---------------------------------------------
@@ -67,59 +84,8 @@ def _decode(v: Any) -> Any:
     return v
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _spec(v) -> dict:
     return {"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name}
-
-
-def _save_kernel(d: Path, attrs: dict) -> dict:
-    """Copy a Halide node's compiled kernel into the plan; the stored attrs name the copy."""
-    if "halide" not in attrs:
-        return attrs
-    spec = dict(attrs["halide"])
-    src = Path(spec["kernel"])
-    dst = _install(src, d / KERNELS_DIR / src.name)
-    spec["kernel"], spec["sha256"] = f"{KERNELS_DIR}/{src.name}", _sha256(dst)
-    spec.pop("runtime", None)
-    if not (d / KERNELS_DIR / RUNTIME_NAME).exists():
-        _install(runtime_path(), d / KERNELS_DIR / RUNTIME_NAME)
-    return dict(attrs, halide=spec)
-
-
-def _install(src: Path, dst: Path) -> Path:
-    """Copy `src` to `dst` through a temporary name (never rewriting a file in place: a
-    loaded kernel is mapped into this process)."""
-    if src.resolve() != dst.resolve():
-        dst.parent.mkdir(exist_ok=True)
-        tmp = dst.with_name(dst.name + ".tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    return dst
-
-
-def _load_kernel(d: Path, name: str, attrs: dict) -> dict:
-    if "halide" not in attrs:
-        return attrs
-    spec = dict(attrs["halide"])
-    path = d / spec["kernel"]
-    if not path.is_file():
-        raise PlanError(f"plan kernel missing: {path} (node {name!r})")
-    if _sha256(path) != spec.get("sha256"):
-        raise PlanError(f"{path} does not match plan.json (sha256 differs): kernel edited or "
-                        "corrupted")
-    spec["kernel"] = str(path.resolve())
-    runtime = d / KERNELS_DIR / RUNTIME_NAME
-    if not runtime.is_file():
-        raise PlanError(f"plan kernel runtime missing: {runtime}")
-    spec["runtime"] = str(runtime.resolve())
-    return dict(attrs, halide=spec)
 
 
 def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
@@ -132,6 +98,11 @@ def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
     tmp_w = d / (WEIGHTS_FILE + ".tmp")
     with open(tmp_w, "wb") as f:
         np.savez(f, **{f"w{i}": np.array(v.data, order="C") for i, v in enumerate(weights)})
+    steps = [[g.nodes[i] for i in step] for step in plan.steps()]
+    artifacts = {}
+    for name in sorted(set(plan.engines)):
+        own = [nodes for nodes in steps if plan.choices[nodes[0].name].engine == name]
+        artifacts[name] = get_engine(name).save_artifacts(d, g, plan.choices, own)
     values = {}
     for n in g.nodes:
         for v in n.outputs:
@@ -145,16 +116,16 @@ def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
         "model": {"name": g.name, "opset": g.opset, **plan.meta},
         "inputs": [_spec(v) for v in g.inputs],
         "outputs": [_spec(v) for v in g.outputs],
-        "weights": {"file": WEIGHTS_FILE, "sha256": _sha256(tmp_w),
+        "weights": {"file": WEIGHTS_FILE, "sha256": sha256_file(tmp_w),
                     "tensors": [dict(_spec(v), key=f"w{i}") for i, v in enumerate(weights)]},
         "values": values,
-        "nodes": [{"name": n.name, "op": n.op, "engine": e,
+        "nodes": [{"name": n.name, "op": n.op,
                    "inputs": [None if v is None else v.name for v in n.inputs],
                    "outputs": [v.name for v in n.outputs],
-                   "attrs": _encode(_save_kernel(d, n.attrs))}
-                  for n, e in zip(g.nodes, plan.engines)],
+                   "attrs": _encode(n.attrs)} for n in g.nodes],
         "order": [n.name for n in g.nodes],
-        "engines": {name: get_engine(name).artifact_meta() for name in sorted(set(plan.engines))},
+        "choices": {n.name: plan.choices[n.name].to_json() for n in g.nodes},
+        "engines": artifacts,
         **({"arena": plan.arena.to_json()} if plan.arena is not None else {}),
     }
     tmp_p = d / (PLAN_FILE + ".tmp")
@@ -193,10 +164,10 @@ def load_plan(directory: "str | os.PathLike") -> Plan:
 
 def _load_weights(d: Path, doc: dict) -> dict[str, np.ndarray]:
     wdoc = doc["weights"]
-    path = d / wdoc["file"]
+    path = inside(d, wdoc["file"], "weights file")
     if not path.is_file():
         raise PlanError(f"plan weights file missing: {path}")
-    if _sha256(path) != wdoc["sha256"]:
+    if sha256_file(path) != wdoc["sha256"]:
         raise PlanError(f"{path} does not match plan.json (sha256 differs): plan was edited or "
                         "the weights file corrupted")
     out = {}
@@ -240,10 +211,14 @@ def _build(d: Path, doc: dict) -> Plan:
         if name not in g.values:
             g.value(name, s["shape"], s["dtype"]).layout = str(s.get("layout", ""))
     defined = {v.name for v in g.inputs} | set(weights)
-    engines = []
     names = [n["name"] for n in doc["nodes"]]
     if names != doc["order"]:
         raise PlanError("plan.json: node list and execution order disagree")
+    if len(set(names)) != len(names):
+        raise PlanError("plan.json: two nodes share a name")
+    if set(doc["choices"]) != set(names):
+        raise PlanError("plan.json: the engine choices do not name the plan's nodes")
+    choices = {name: Choice.from_json(doc["choices"][name]) for name in names}
     for n in doc["nodes"]:
         if n["op"] not in OPS:
             raise PlanError(f"plan.json: node {n['name']!r} has unknown op {n['op']!r}")
@@ -256,19 +231,22 @@ def _build(d: Path, doc: dict) -> Plan:
                 raise PlanError(f"plan.json: node {n['name']!r} output {x!r} has no shape")
         ins = [None if x is None else g.values[x] for x in n["inputs"]]
         outs = [g.values[x] for x in n["outputs"]]
-        attrs = _load_kernel(d, n["name"], _decode(n["attrs"]))
-        g.add_node(n["op"], ins, outs, attrs, name=n["name"])
+        g.add_node(n["op"], ins, outs, _decode(n["attrs"]), name=n["name"])
         defined.update(n["outputs"])
-        engines.append(str(n["engine"]))
     for s in doc["outputs"]:
         if s["name"] not in defined:
             raise PlanError(f"plan.json: output {s['name']!r} is never produced")
         g.outputs.append(g.values[s["name"]])
     meta = {k: v for k, v in doc["model"].items() if k not in ("name", "opset")}
-    arena = None
+    plan = Plan(g, choices, Target.from_json(doc["target"]), meta, directory=d)
+    used = set(plan.engines)
+    if used != set(doc["engines"]):
+        raise PlanError("plan.json: the engines' artifacts do not match the engines chosen")
+    for name in sorted(used):
+        get_engine(name).load_artifacts(d, doc["engines"][name], choices)
     if "arena" in doc:
-        arena = Arena.from_json(doc["arena"])
-        problem = check_arena(g, arena, plan_steps(engines, meta.get("library_regions", False)))
+        plan.arena = Arena.from_json(doc["arena"])
+        problem = check_arena(g, plan.arena, plan.steps())
         if problem:
             raise PlanError(f"plan.json: arena is corrupt: {problem}")
-    return Plan(g, engines, Target.from_json(doc["target"]), meta, arena)
+    return plan

@@ -1,5 +1,6 @@
-"""Library regions: a run of consecutive nodes that ONNX Runtime executes becomes one ORT
-session instead of one session per node.
+"""Steps: a run of consecutive nodes whose engine builds multi-node kernels
+(`Capabilities.multi_node`: ONNX Runtime) becomes one step — a library region, one session —
+instead of one step per node.
 
 Why: per-node sessions pay ORT's call overhead, an allocator and an initializer copy per node
 (a plan of small ops ran several times slower than ORT's whole graph, and held more memory),
@@ -14,16 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-REGION_ENGINE = "onnxruntime"
+from woodpecker.engines.registry import get_engine
+
+
+def multi_node(engine: str) -> bool:
+    """Whether `engine` builds one kernel for a run of consecutive nodes."""
+    return get_engine(engine).caps.multi_node
 
 
 def plan_steps(engines: Sequence[str], regions: bool) -> list[list[int]]:
-    """Node indices per execution step: each maximal run of consecutive `REGION_ENGINE` nodes
-    is one step when `regions`; every other node is a step of its own."""
+    """Node indices per execution step: each maximal run of consecutive nodes of one
+    multi-node engine is one step when `regions`; every other node is a step of its own."""
+    grouping = {e for e in set(engines) if multi_node(e)} if regions else set()
     steps: list[list[int]] = []
     for i, engine in enumerate(engines):
-        if regions and engine == REGION_ENGINE and steps and \
-                engines[steps[-1][-1]] == REGION_ENGINE:
+        if engine in grouping and steps and engines[steps[-1][-1]] == engine:
             steps[-1].append(i)
         else:
             steps.append([i])

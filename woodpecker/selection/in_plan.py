@@ -28,37 +28,39 @@ import numpy as np
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
 from woodpecker.config import IN_PLAN_ROUNDS
+from woodpecker.engines import names
+from woodpecker.engines.choice import Choice, Choices, KernelSpec
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
 
-FINALISTS = "halide_finalists"   # node attribute: finalist name -> spec, best alone first
 
-
-def choose_in_plan(graph: Graph, chosen: list[str], assembly: AssemblyOptions,
+def choose_in_plan(graph: Graph, choices: Choices, assembly: AssemblyOptions,
                    rounds: int = IN_PLAN_ROUNDS, out: TextIO | None = None) -> list[dict]:
-    """Set each node's `attrs["halide"]` to the finalist (of `attrs[FINALISTS]`, which is then
-    dropped from every node) that ran fastest in the plan; returns one record per task with
-    more than one finalist: its nodes, the median in-plan ms of each finalist, the choice."""
+    """Set each node's `Choice.kernel` to the finalist (of its `finalists`, which are then
+    cleared) that ran fastest in the plan; returns one record per task with more than one
+    finalist: its nodes, the median in-plan ms of each finalist, the choice."""
     out = out or sys.stderr
-    groups: dict[int, tuple[list[int], dict[str, dict]]] = {}   # a task's nodes share its dict
+    groups: dict[int, tuple[list[int], dict[str, KernelSpec]]] = {}   # a task's nodes share it
     for i, node in enumerate(graph.nodes):
-        named = node.attrs.pop(FINALISTS, None)
+        named, choices[node.name].finalists = choices[node.name].finalists, {}
         if named:
             groups.setdefault(id(named), ([], named))[0].append(i)
     if not groups:
         return []
-    engines = ["halide" if "halide" in n.attrs else e for n, e in zip(graph.nodes, chosen)]
     ranks = max(len(named) for _, named in groups.values())
     models = []
     for k in range(ranks):
-        g = graph.copy()
+        variant = {n.name: Choice(names.HALIDE, c.kernel, c.why) if c.kernel is not None else c
+                   for n in graph.nodes for c in [choices[n.name]]}
         for nodes, named in groups.values():
             spec = list(named.values())[k if k < len(named) else 0]
             for i in nodes:
-                g.nodes[i].attrs["halide"] = spec
-        models.append(CompiledModel(assemble(g, engines, assembly)))
+                variant[graph.nodes[i].name] = Choice(names.HALIDE, spec)
+        models.append(CompiledModel(assemble(graph.copy(), variant, assembly)))
     feeds = random_feeds(models[0])
-    step_of = {i: s for s, step in enumerate(models[0].steps) for i in step}
+    # each node's step in the variants (assembly inserted conversions: match by name)
+    laid = models[0].graph.nodes
+    step_of = {laid[i].name: s for s, step in enumerate(models[0].steps) for i in step}
     times = np.zeros((rounds, ranks, len(models[0].steps)))
     for r in range(rounds):
         order = range(ranks) if r % 2 == 0 else reversed(range(ranks))
@@ -67,11 +69,13 @@ def choose_in_plan(graph: Graph, chosen: list[str], assembly: AssemblyOptions,
     median = np.median(times, axis=0)
     report = []
     for nodes, named in groups.values():
-        ms = {name: float(sum(median[k, step_of[i]] for i in nodes))
+        ms = {name: float(sum(median[k, step_of[graph.nodes[i].name]] for i in nodes))
               for k, name in enumerate(named)}
         best = min(ms, key=ms.get)
         for i in nodes:
-            graph.nodes[i].attrs["halide"] = named[best]
+            choice = choices[graph.nodes[i].name]
+            choice.kernel = named[best]
+            choice.why += f"; in-plan finalist {best}"
         print(f"  in plan, {graph.nodes[nodes[0]].name!r} ({len(nodes)} node(s)): "
               + ", ".join(f"{name} {t:.3f}" for name, t in ms.items()) + f" ms -> {best}",
               file=out, flush=True)

@@ -37,33 +37,35 @@ import numpy as np
 
 from woodpecker.bench.timing import time_interleaved
 from woodpecker.config import SELECTION_RUNS
+from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
-from woodpecker.engines.halide.aot import resting_hook
+from woodpecker.engines.choice import Choice, Choices, KernelSpec
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.engines.ort_engine import call_overhead_ms
 from woodpecker.engines.registry import get_engine
 from woodpecker.engines.torch_engine import settle_threads
 from woodpecker.ir.graph import Graph, Node, runtime_positions
 from woodpecker.selection.finalists import finalist_runners, leaders
-from woodpecker.selection.in_plan import FINALISTS
 from woodpecker.tasks import NHWC, Task
 from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.records import TuningLog
 
-LIBRARIES = ("onnxruntime", "torch")
+# the libraries a tuned kernel is timed against; the one the preference order picked competes
+LIBRARIES = (names.ONNXRUNTIME, names.TORCH)
+HALIDE = names.HALIDE
 
 
 @dataclass
 class GroupTiming:
     task: Task
     kernel_ms: dict[str, float]                 # engine -> median ms of the bare kernel
-    specs: dict[str, dict]                      # finalist -> its kernel's spec, fastest first
+    specs: dict[str, KernelSpec]                # finalist -> its kernel, fastest first
     finalists_ms: dict[str, float] = field(default_factory=dict)   # finalist -> median ms
     nodes: list[str] = field(default_factory=list)
 
     @property
-    def spec(self) -> dict:
-        """node.attrs["halide"]: the fastest finalist alone."""
+    def spec(self) -> KernelSpec:
+        """The fastest finalist alone."""
         return next(iter(self.specs.values()))
 
 
@@ -111,30 +113,31 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
                                  lambda msg: print(f"  {msg}", file=out))
     if not finalists:
         return None
-    runners = {f"halide:{name}": f.run for name, f in finalists.items()}
+    runners = {f"{HALIDE}:{name}": f.run for name, f in finalists.items()}
     own = library_inputs(task, node, task.random_inputs(0))
-    rest = resting_hook() or (lambda: None)   # as in a plan (runtime/compiled.py)
+    rest = get_engine(HALIDE).rest_hook() or (lambda: None)   # as in a plan (runtime/compiled.py)
     for name in LIBRARIES:
         if name in allowed and get_engine(name).supports(node, ctx):
             lib = get_engine(name).build(node, ctx)
             runners[name] = (lambda k: lambda: (rest(), k(*own)))(lib)
     times = {k: float(np.median(v))
              for k, v in time_interleaved(runners, runs, 2, block=3,
-                                          settle={"torch": settle_threads}).items()}
-    halide_ms = {name: times.pop(f"halide:{name}") for name in finalists}
-    specs = {name: {"template": finalists[name].record["template"], "kind": task.kind,
-                    "config": finalists[name].record["config"], "task": task.to_json(),
-                    "kernel": str(finalists[name].kernel.path)}
+                                          settle={names.TORCH: settle_threads}).items()}
+    halide_ms = {name: times.pop(f"{HALIDE}:{name}") for name in finalists}
+    specs = {name: KernelSpec(finalists[name].record["template"], task.kind,
+                              finalists[name].record["config"], task.to_json(),
+                              finalists[name].kernel.path.name)
              for name in sorted(halide_ms, key=halide_ms.get)}
-    return GroupTiming(task, {"halide": min(halide_ms.values()), **times}, specs,
+    return GroupTiming(task, {HALIDE: min(halide_ms.values()), **times}, specs,
                        finalists_ms=halide_ms)
 
 
-def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: BuildContext,
+def select_kernels(graph: Graph, choices: Choices, allowed: list[str], ctx: BuildContext,
                    log: TuningLog, runs: int = SELECTION_RUNS, out: TextIO | None = None,
                    regions: bool = False) -> list[dict]:
-    """Set `chosen[i] = "halide"` where the tuned kernel wins, and every timed node's
-    `attrs["halide"]` (its tuned kernel, which the caller drops from nodes that do not run it);
+    """Put each timed node's choice on its tuned kernel where that wins, and give every timed
+    node's choice its `kernel` (also where it lost: the plan check may try it; the caller
+    drops it from nodes that do not run it) and its `finalists`;
     returns one record per timed node: candidates with their times, conversions, winner.
     `regions`: the plan runs consecutive ONNX Runtime nodes as one session."""
     out = out or sys.stderr
@@ -154,8 +157,8 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
     def hopeful(node: Node) -> bool:
         """Likely to run as an NHWC Halide kernel (its kernel beats every library alone)."""
         t = timing.get(node.name)
-        return t is not None and t.task.layout == NHWC and t.kernel_ms["halide"] < min(
-            [v for k, v in t.kernel_ms.items() if k != "halide"], default=np.inf)
+        return t is not None and t.task.layout == NHWC and t.kernel_ms[HALIDE] < min(
+            [v for k, v in t.kernel_ms.items() if k != HALIDE], default=np.inf)
 
     copy_cache: dict[tuple, float] = {}
     split_ms = 2 * call_overhead_ms(ctx.threads) if regions else 0.0
@@ -166,7 +169,6 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
             copy_cache[key] = _copy_ms(tuple(shape), perm, runs)
         return copy_cache[key]
 
-    index = {id(n): i for i, n in enumerate(graph.nodes)}
     records = []
     for node in graph.nodes:
         t = timing.get(node.name)
@@ -175,7 +177,7 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
         positions = runtime_positions(node)
         data = [node.inputs[i] for i in positions]
         from_halide = [v for v in data if v.producer is not None
-                       and chosen[index[id(v.producer)]] == "halide"
+                       and choices[v.producer.name].engine == HALIDE
                        and timing[v.producer.name].task.layout == NHWC]
         lib_conv = sum(copy_ms([v.shape[i] for i in (0, 2, 3, 1)], (0, 3, 1, 2))
                        for v in from_halide)
@@ -188,21 +190,20 @@ def select_kernels(graph: Graph, chosen: list[str], allowed: list[str], ctx: Bui
             if needs_nchw:
                 n, c, h, w = out_v.shape
                 halide_conv += copy_ms((n, h, w, c), (0, 3, 1, 2))
-        i = index[id(node)]
-        split = split_ms if chosen[i] == "onnxruntime" else 0.0
-        totals = {k: v + (halide_conv + split if k == "halide" else lib_conv)
+        library = choices[node.name].engine
+        split = split_ms if get_engine(library).caps.multi_node else 0.0
+        totals = {k: v + (halide_conv + split if k == HALIDE else lib_conv)
                   for k, v in t.kernel_ms.items()}
-        contenders = [k for k in totals if k in ("halide", chosen[i])]
-        winner = min(contenders, key=totals.get) if chosen[i] in totals else "halide"
-        node.attrs["halide"] = t.spec   # also for losers: the plan check may try them
-        if len(t.specs) > 1:
-            node.attrs[FINALISTS] = t.specs   # for selection/in_plan.py
-        library, chosen[i] = chosen[i], winner
+        contenders = [k for k in totals if k in (HALIDE, library)]
+        winner = min(contenders, key=totals.get) if library in totals else HALIDE
+        why = ", ".join(f"{k} {totals[k]:.3f}" for k in sorted(contenders, key=totals.get))
+        choices[node.name] = Choice(winner, t.spec, f"per-node timing (ms): {why}",
+                                    t.specs if len(t.specs) > 1 else {})
         records.append({"node": node.name, "op": node.op, "task": t.task.describe(),
                         "library": library,
                         "kernel_ms": t.kernel_ms, "total_ms": totals,
                         "halide_finalists_ms": t.finalists_ms,
-                        "conversion_ms": {"halide": halide_conv, "library": lib_conv},
+                        "conversion_ms": {HALIDE: halide_conv, "library": lib_conv},
                         "region_split_ms": split,
                         "winner": winner})
     return records

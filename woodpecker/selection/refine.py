@@ -50,6 +50,8 @@ from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
 from woodpecker.bench.timing import paired_ratio, time_interleaved
 from woodpecker.config import REFINE_MARGIN, REFINE_RUNS
+from woodpecker.engines.choice import Choice, Choices
+from woodpecker.engines.names import HALIDE
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
 
@@ -78,21 +80,22 @@ def halide_chains(graph: Graph, candidates: set[int]) -> list[list[int]]:
     return list(chains.values())
 
 
-def refine_selection(graph: Graph, before: list[str], selected: list[str], records: list[dict],
+def refine_selection(graph: Graph, before: list[str], choices: Choices, records: list[dict],
                      assembly: AssemblyOptions, runs: int = REFINE_RUNS,
                      out: TextIO | None = None) -> tuple[list[str], list[dict]]:
-    """The engines to keep: `selected` with the Halide chains that do not speed up the whole
-    plan given back to their engine in `before`, or every timed node (a `records` entry, whose
-    node carries its tuned kernel in `attrs["halide"]`) on Halide when that plan is faster
-    still; plus one record per candidate tried. `assembly` says how a plan
-    (layouts, regions, arena) to time is assembled (assembly/)."""
+    """The engines to keep: the engines of `choices` with the Halide chains that do not speed
+    up the whole plan given back to their engine in `before`, or every timed node (a `records`
+    entry, whose choice carries its tuned kernel) on Halide when that plan is faster still;
+    plus one record per candidate tried. `assembly` says how a plan (layouts, regions, arena)
+    to time is assembled (assembly/)."""
     out = out or sys.stderr
-    gain = {r["node"]: r["total_ms"].get(r["library"], np.inf) - r["total_ms"]["halide"]
+    gain = {r["node"]: r["total_ms"].get(r["library"], np.inf) - r["total_ms"][HALIDE]
             for r in records}
     names = [n.name for n in graph.nodes]
-    timed = {i for i, name in enumerate(names) if name in gain and before[i] != "halide"
+    selected = [choices[name].engine for name in names]
+    timed = {i for i, name in enumerate(names) if name in gain and before[i] != HALIDE
              and np.isfinite(gain[name])}
-    tried = {i for i in timed if selected[i] == "halide"}
+    tried = {i for i in timed if selected[i] == HALIDE}
     chains = sorted(halide_chains(graph, tried),
                     key=lambda c: -sum(gain[names[i]] for i in c))
     current = [before[i] if i in timed else e for i, e in enumerate(selected)]
@@ -104,7 +107,9 @@ def refine_selection(graph: Graph, before: list[str], selected: list[str], recor
     report, seen = [], set()
 
     def runner(engines: list[str]):
-        model = CompiledModel(assemble(graph.copy(), engines, assembly))
+        trial = {name: Choice(e, choices[name].kernel if e == HALIDE else None)
+                 for name, e in zip(names, engines)}
+        model = CompiledModel(assemble(graph.copy(), trial, assembly))
         feeds = random_feeds(model)
         return lambda: model.run(feeds)
 
@@ -112,7 +117,7 @@ def refine_selection(graph: Graph, before: list[str], selected: list[str], recor
     for label, nodes in candidates:
         trial = list(current)
         for i in nodes:
-            trial[i] = "halide"
+            trial[i] = HALIDE
         if trial == current or tuple(trial) in seen:   # e.g. one chain of every timed node
             continue
         seen.add(tuple(trial))

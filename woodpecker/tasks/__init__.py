@@ -112,8 +112,8 @@ def task_from_node(node: Node) -> Task | None:
 
 
 def spec_kind(spec: dict) -> type:
-    """The task class of a node's `attrs["halide"]` (plans written before dense and pool tasks
-    existed name no kind: they are convolutions)."""
+    """The task class of a kernel spec's JSON (engines/choice.KernelSpec); a spec without a
+    kind (written before dense and pool tasks existed) is a convolution."""
     kind = spec.get("kind", "conv2d")
     kinds = task_kinds()
     if kind not in kinds:
@@ -122,5 +122,5 @@ def spec_kind(spec: dict) -> type:
 
 
 def spec_task(spec: dict) -> Task:
-    """The task of a node's `attrs["halide"]`."""
+    """The task of a kernel spec's JSON (engines/choice.KernelSpec)."""
     return spec_kind(spec).from_json(spec["task"])

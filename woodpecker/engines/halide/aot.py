@@ -214,7 +214,12 @@ def pool_used(reset: bool = False) -> int | None:
 
 def kernel_path(key: dict) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-    return _kernel_dir() / "kernels" / f"{digest}.so"
+    return cached_kernel(f"{digest}.so")
+
+
+def cached_kernel(file: str) -> Path:
+    """The kernel cache's compiled kernel of file name `file`."""
+    return _kernel_dir() / "kernels" / file
 
 
 def compile_kernel(out, params, key: dict) -> Path:

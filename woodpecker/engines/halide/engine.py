@@ -1,40 +1,105 @@
 """The Halide engine: runs the nodes that system-level selection gave a tuned kernel
-(WPK §2.5) — convolutions, dense products, pools, softmax and layer normalisation.
+(WPK §2.5) — convolutions, dense products, pools, softmax, layer normalisation and fused
+element-wise groups.
 
-A node it runs carries `attrs["halide"] = {"template", "kind", "config", "task", "kernel"}`:
-the task, the template and tuned config, and the compiled kernel's path (the kernel cache, or
-the plan's own copy; a loaded plan also names its copy of the Halide runtime, `runtime`).
-An NHWC task's activations and output are NHWC (`Value.layout`; the layout pass inserts the
-conversions); a dense task reads the node's own arrays. Constant inputs are turned to the
-kernel's layout once, when the kernel is built.
+A node it runs has a `Choice.kernel` (engines/choice.py): the task, the template and tuned
+config, and the file name of the compiled kernel — in the kernel cache while compiling, in the
+plan's `kernels/` folder once saved (this engine's artifacts, with a copy of the Halide
+runtime, each checked by sha256 on load). An NHWC task's activations and output are NHWC
+(`Value.layout`; assembly inserts the conversions); a dense task reads the node's own arrays.
+Constant inputs are turned to the kernel's layout once, when the kernel is built.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 
-from woodpecker.engines.base import BuildContext, Engine, Kernel
-from woodpecker.ir.graph import Node
-from woodpecker.tasks import NHWC, task_kinds
+from woodpecker.engines import names
+from woodpecker.engines.base import Bound, BuildContext, Capabilities, Engine, Kernel
+from woodpecker.engines.choice import Choices, KernelSpec
+from woodpecker.errors import EngineError, PlanError
+from woodpecker.files import inside, install, sha256_file, verified
+from woodpecker.ir.graph import Graph, Node
+from woodpecker.tasks import NHWC, spec_task, task_from_node, task_kinds
+
+KERNELS_DIR = "kernels"   # a saved plan's compiled kernels and Halide runtime
 
 
 class HalideEngine(Engine):
-    name = "halide"
+    name = names.HALIDE
     ops = frozenset().union(*(kind.ops for kind in task_kinds().values()))
     dtypes = frozenset({"float32"})
     layouts = frozenset({"", NHWC})
+    caps = Capabilities(generated=True)
 
     def available(self) -> bool:
-        try:
-            import halide  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return importlib.util.find_spec("halide") is not None
 
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
-        return "halide" in node.attrs
+        """A task kind computes the node (whether a tuned kernel exists is selection's call)."""
+        return task_from_node(node) is not None
+
+    def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
+        from woodpecker.engines.halide.aot import RUNTIME_NAME, AotKernel, cached_kernel
+        from woodpecker.engines.halide.templates import kernel_arguments, template_module
+
+        if kernel is None:
+            raise EngineError(f"node {node.name!r} has no tuned Halide kernel to run")
+        task = spec_task(kernel.to_json())
+        template = template_module(kernel.template)
+        present = [i for i, v in enumerate(node.inputs) if v is not None]
+        constants = [None if node.inputs[i].data is None else task.constant(node, i)
+                     for i in present]
+        args = kernel_arguments(template, task, kernel.config, constants)
+        slots = [j for j, a in enumerate(args) if a is None]
+        if ctx.artifacts is not None:
+            path = ctx.artifacts / KERNELS_DIR / kernel.file
+            runtime: Path | None = ctx.artifacts / KERNELS_DIR / RUNTIME_NAME
+        else:
+            path, runtime = cached_kernel(kernel.file), None
+        run = AotKernel(path, len(args), task.out_shape, ctx.threads, runtime,
+                        template.views(task))
+        shape = tuple(node.outputs[0].shape)
+
+        def arguments(arrays) -> list:
+            full = list(args)
+            for j, a in zip(slots, arrays):
+                full[j] = a if _innermost_dense(a) else np.ascontiguousarray(a)
+            return full
+
+        def output(outs):
+            out = outs[0]
+            return out if out.shape == run.out_shape else out.reshape(run.out_shape)
+
+        def call(*arrays):
+            return [run(*arguments(arrays)).reshape(shape)]
+
+        def into(outs, *arrays):
+            # The same arena view every run (AotKernel caches its buffer).
+            run(*arguments(arrays), out=output(outs))
+
+        def bind(outs, *arrays) -> Bound | None:
+            if not all(_innermost_dense(a) for a in arrays):
+                return None   # `arguments` would bind a copy
+            bound = run.bind(*arguments(arrays), out=output(outs))
+            return Bound(bound, _join if bound.chainable else None, bound)
+
+        return Kernel(call, into, bind)
+
+    def activate(self, threads: int) -> None:
+        from woodpecker.engines.halide.aot import use_threads
+
+        use_threads(threads)
+
+    def rest_hook(self):
+        """Woodpecker's pool stops spinning before a library with its own threads runs
+        (aot.resting_hook)."""
+        from woodpecker.engines.halide.aot import resting_hook
+
+        return resting_hook()
 
     def artifact_meta(self) -> dict:
         from woodpecker.engines.halide.aot import halide_version, target_string
@@ -52,57 +117,45 @@ class HalideEngine(Engine):
                     f"{here}: recompile the model here")
         return None
 
-    def activate(self, threads: int) -> None:
-        from woodpecker.engines.halide.aot import use_threads
+    def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
+                       steps: list[list[Node]]) -> dict:
+        """Copy each step's compiled kernel and the Halide runtime into `kernels/`."""
+        from woodpecker.engines.halide.aot import RUNTIME_NAME, cached_kernel, runtime_path
 
-        use_threads(threads)
+        files = {}
+        for nodes in steps:
+            spec = choices[nodes[0].name].kernel
+            if spec is not None and spec.file not in files:
+                dst = install(cached_kernel(spec.file),
+                              directory / KERNELS_DIR / spec.file)
+                files[spec.file] = sha256_file(dst)
+        runtime = install(runtime_path(), directory / KERNELS_DIR / RUNTIME_NAME)
+        return {**self.artifact_meta(), "runtime_sha256": sha256_file(runtime),
+                "kernels": files}
 
-    def build(self, node: Node, ctx: BuildContext) -> Kernel:
-        from woodpecker.engines.halide.aot import AotKernel
-        from woodpecker.engines.halide.templates import kernel_arguments, template_module
-        from woodpecker.tasks import spec_task
+    def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:
+        from woodpecker.engines.halide.aot import RUNTIME_NAME
 
-        spec = node.attrs["halide"]
-        task = spec_task(spec)
-        template = template_module(spec["template"])
-        present = [i for i, v in enumerate(node.inputs) if v is not None]
-        constants = [None if node.inputs[i].data is None else task.constant(node, i)
-                     for i in present]
-        args = kernel_arguments(template, task, spec["config"], constants)
-        slots = [j for j, a in enumerate(args) if a is None]
-        runtime = spec.get("runtime")
-        run = AotKernel(spec["kernel"], len(args), task.out_shape, ctx.threads,
-                        Path(runtime) if runtime else None, template.views(task))
-        shape = tuple(node.outputs[0].shape)
+        files = section["kernels"]
+        for name, choice in choices.items():
+            if choice.engine == self.name:
+                if choice.kernel is None or choice.kernel.file not in files:
+                    raise PlanError(f"plan.json: Halide node {name!r} names no saved kernel")
+        for file, sha in files.items():
+            verified(inside(directory, f"{KERNELS_DIR}/{file}", "kernel"), sha, "kernel")
+        verified(directory / KERNELS_DIR / RUNTIME_NAME, section["runtime_sha256"],
+                 "Halide runtime")
 
-        def arguments(arrays) -> list:
-            full = list(args)
-            for j, a in zip(slots, arrays):
-                full[j] = a if _innermost_dense(a) else np.ascontiguousarray(a)
-            return full
 
-        def kernel(*arrays):
-            return [run(*arguments(arrays)).reshape(shape)]
+def _join(bounds: list[Bound]):
+    """Consecutive bound Halide calls as one foreign call (aot.BoundCall.chain)."""
+    from woodpecker.engines.halide.aot import BoundCall
 
-        def output(outs):
-            out = outs[0]
-            return out if out.shape == run.out_shape else out.reshape(run.out_shape)
-
-        def into(outs, *arrays):
-            # The same arena view every run (AotKernel caches its buffer).
-            run(*arguments(arrays), out=output(outs))
-
-        def bind(outs, *arrays):
-            if not all(_innermost_dense(a) for a in arrays):
-                return None   # `arguments` would bind a copy
-            return run.bind(*arguments(arrays), out=output(outs))
-
-        kernel.into, kernel.bind = into, bind
-        return kernel
+    return BoundCall.chain([b.handle for b in bounds])
 
 
 def _innermost_dense(a: np.ndarray) -> bool:
     """Halide kernels read any strides but a unit innermost one: an NHWC channel slice (a slice
-    view, schedule/aliases.py) is read where it lies. Templates that see an activation in
+    view, assembly/inplace.py) is read where it lies. Templates that see an activation in
     another shape (`views`) reshape it, which fails loudly for such a slice (aot._viewed)."""
     return a.ndim == 0 or a.strides[-1] == a.itemsize or a.shape[-1] == 1
