@@ -105,6 +105,9 @@ class Engine:
     dtypes: frozenset[str] = frozenset()
     layouts: frozenset[str] = frozenset({""})
     caps = Capabilities()
+    # Default preference before any measurement (registry.preference), for data movement and
+    # for compute: lower first; None: never chosen by default.
+    rank: tuple[int | None, int | None] = (None, None)
 
     def available(self) -> bool:
         return True

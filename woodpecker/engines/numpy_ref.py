@@ -19,6 +19,7 @@ class NumpyEngine(Engine):
     ops = frozenset(OPS)
     dtypes = NUMERIC
     caps = Capabilities(views=True)
+    rank = (0, 2)   # views for data movement; the last resort for compute
 
     def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
         merge = full_inputs(node)

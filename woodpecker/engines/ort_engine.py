@@ -60,6 +60,7 @@ class OrtEngine(Engine):
     name = names.ONNXRUNTIME
     # I/O binding takes a pointer and a shape; a step may be a region of consecutive nodes
     caps = Capabilities(writes_strided=False, own_threads=True, multi_node=True)
+    rank = (2, 0)   # compute first (registry.preference says why)
     ops = frozenset(OPS)
     dtypes = NUMERIC
 

@@ -1,38 +1,45 @@
 """Engine registry: which engines exist, which are installed, and the fixed per-op preference
-used until tuning-based selection (WPK §2.5) replaces it."""
+used until measured selection (WPK §2.5, selection/) replaces it.
+
+Adding an engine: a module in engines/ with its `Engine` subclass (declaring `rank`), its name
+in engines/names.py, and one line in `REGISTRY`.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 from functools import cache
 
+from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext, Engine
 from woodpecker.errors import EngineError
 from woodpecker.ir.graph import Node
 
-ENGINE_NAMES = ("torch", "onnxruntime", "numpy", "halide")
+# name -> "module:class"
+REGISTRY = {
+    names.TORCH: "woodpecker.engines.torch_engine:TorchEngine",
+    names.ONNXRUNTIME: "woodpecker.engines.ort_engine:OrtEngine",
+    names.NUMPY: "woodpecker.engines.numpy_ref:NumpyEngine",
+    names.HALIDE: "woodpecker.engines.halide.engine:HalideEngine",
+}
+ENGINE_NAMES = tuple(REGISTRY)
 # Data-movement ops cost nothing in numpy (views); compute ops go to the fastest library first.
 MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather",
-             "Concat", "Split", "Shape", "Identity", "Dropout", "Constant", "ConstantOfShape",
-             "Cast", "Expand", "Where", "Equal", "Pad"}
+            "Concat", "Split", "Shape", "Identity", "Dropout", "Constant", "ConstantOfShape",
+            "Cast", "Expand", "Where", "Equal", "Pad"}
+
+
+def engine_class(name: str) -> type[Engine]:
+    if name not in REGISTRY:
+        raise EngineError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
+    module, cls = REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 @cache
 def get_engine(name: str) -> Engine:
-    if name == "numpy":
-        from woodpecker.engines.numpy_ref import NumpyEngine
-        engine: Engine = NumpyEngine()
-    elif name == "torch":
-        from woodpecker.engines.torch_engine import TorchEngine
-        engine = TorchEngine()
-    elif name == "onnxruntime":
-        from woodpecker.engines.ort_engine import OrtEngine
-        engine = OrtEngine()
-    elif name == "halide":
-        from woodpecker.engines.halide.engine import HalideEngine
-        engine = HalideEngine()
-    else:
-        raise EngineError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
+    engine = engine_class(name)()
     if not engine.available():
         raise EngineError(f"engine {name!r} is not installed")
     return engine
@@ -41,31 +48,35 @@ def get_engine(name: str) -> Engine:
 def parse_engines(spec: "str | Iterable[str] | None") -> list[str]:
     """Engine names from `torch,numpy` (None = every installed engine)."""
     if spec is None:
-        names = []
+        found = []
         for n in ENGINE_NAMES:
             try:
                 get_engine(n)
-                names.append(n)
+                found.append(n)
             except EngineError:
                 pass
-        return names
-    names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
-    if not names:
+        return found
+    given = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)
+             if s.strip()]
+    if not given:
         raise EngineError("no engine given")
-    for n in names:
+    for n in given:
         get_engine(n)
-    return names
+    return given
 
 
 def preference(node: Node) -> tuple[str, ...]:
-    """Compute ops go to ONNX Runtime first: measured on the 2-core AVX-512 machine, its MLAS
-    kernels beat torch/oneDNN per node at batch 1 (ResNet-18 31 ms vs 46 ms end to end), and
-    keeping compute in one library avoids one library's idle threads spinning while the other
-    works. torch is the fallback for what ORT declines. Halide kernels are not in the order:
-    only measured selection (selection/per_node.py) puts a node on them."""
-    if node.op in MOVEMENT:
-        return ("numpy", "torch", "onnxruntime")
-    return ("onnxruntime", "torch", "numpy")
+    """The engines that may run `node` before any measurement, best first: each engine's
+    declared `rank` (Engine.rank: data movement, compute; None: never by default). Compute ops
+    go to ONNX Runtime first: measured on the 2-core AVX-512 machine, its MLAS kernels beat
+    torch/oneDNN per node at batch 1 (ResNet-18 31 ms vs 46 ms end to end), and keeping compute
+    in one library avoids one library's idle threads spinning while the other works. torch is
+    the fallback for what ORT declines. Halide kernels rank nowhere: only measured selection
+    (selection/per_node.py) puts a node on them."""
+    k = 0 if node.op in MOVEMENT else 1
+    ranked = [(engine_class(n).rank[k], n) for n in ENGINE_NAMES
+              if engine_class(n).rank[k] is not None]
+    return tuple(n for _, n in sorted(ranked))
 
 
 def choose(node: Node, allowed: list[str], ctx: BuildContext) -> str:

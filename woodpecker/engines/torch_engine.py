@@ -73,6 +73,7 @@ def builder(*ops: str):
 class TorchEngine(Engine):
     name = names.TORCH
     caps = Capabilities(own_threads=True)
+    rank = (1, 1)
     dtypes = frozenset({"float32", "int64", "int32", "bool"})
 
     @property

@@ -30,13 +30,13 @@ class RowTask(Task):
     dtype: str = "float32"
 
     @property
-    def out_shape(self) -> tuple[int, ...]:
-        return (self.rows, self.width)
-
-    @property
     def flops(self) -> int:
         """As ops/norm counts them: 5 per value for softmax, 8 for layernorm."""
         return (5 if self.op == "softmax" else 8) * self.rows * self.width
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (self.rows, self.width)
 
     @classmethod
     def from_node(cls, node: Node) -> "RowTask":

@@ -58,6 +58,13 @@ class ConvInputs:
         return out
 
 
+def dense_conv(task: ConvTask) -> bool:
+    """A float32 convolution of one group whose epilogue the templates compute: what the
+    direct and GEMM-style templates support."""
+    return task.groups == 1 and task.dtype == "float32" and \
+        all(step[0] in EPILOGUE_OPS for step in task.epilogue)
+
+
 def fits_registers(vector_registers: int, block: str, spare: int,
                    pixels: str = "x_block") -> Constraint:
     """The (`block` vectors × `pixels` pixels) accumulator tile fits the vector registers with

@@ -25,8 +25,8 @@ import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import (
-    EPILOGUE_OPS,
     ConvInputs,
+    dense_conv,
     fits_registers,
     own_shapes,
     whole_channel_tiles,
@@ -44,9 +44,7 @@ from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 KIND = "conv2d"
 
 
-def supports(task: ConvTask) -> bool:
-    return task.groups == 1 and task.dtype == "float32" and \
-        all(step[0] in EPILOGUE_OPS for step in task.epilogue)
+supports = dense_conv
 
 
 # The genetic search's first candidate: the best record of several of resnet18's layers in

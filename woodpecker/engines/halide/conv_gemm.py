@@ -31,8 +31,8 @@ import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import (
-    EPILOGUE_OPS,
     ConvInputs,
+    dense_conv,
     fits_registers,
     flat_views,
 )
@@ -43,9 +43,7 @@ from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 KIND = "conv2d"
 
 
-def supports(task: ConvTask) -> bool:
-    return task.groups == 1 and task.dtype == "float32" and \
-        all(step[0] in EPILOGUE_OPS for step in task.epilogue)
+supports = dense_conv
 
 
 # The genetic search's first candidates. The first: the best record of most of resnet18's 3×3

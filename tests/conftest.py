@@ -1,0 +1,14 @@
+"""Test-wide settings: hypothesis runs derandomized under CI (the `ci` profile, chosen when the
+CI environment variable is set, as .ci/run's environment has it), so a failure there replays;
+`HYPOTHESIS_PROFILE` picks a profile explicitly."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else
+                                     "dev"))
