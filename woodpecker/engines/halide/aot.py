@@ -149,11 +149,24 @@ def runtime_path() -> Path:
     return path
 
 
+# A loaded plan's own copy of the runtime (HalideEngine.load_artifacts): used when the first
+# runtime is needed without a path, so running a saved plan never imports Halide's compiler
+# (the `halide` module, ~100 MiB resident) to find or build the cached one.
+_preferred_runtime: list[Path] = []
+
+
+def prefer_runtime(path: Path) -> None:
+    """Use `path` (a checked copy of this build's runtime) if no runtime is loaded yet."""
+    if not _preferred_runtime:
+        _preferred_runtime.append(Path(path))
+
+
 def _runtime(path: "Path | None" = None) -> ctypes.CDLL:
     """The one Halide runtime (thread pool, allocator, error handler) of this process: the
     first one loaded — a plan's own copy, or the cached build — serves every kernel."""
     if not _runtime_lib:
-        lib = ctypes.CDLL(str(path or runtime_path()), mode=ctypes.RTLD_GLOBAL)
+        path = path or (_preferred_runtime[0] if _preferred_runtime else runtime_path())
+        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
         lib.halide_set_error_handler.restype = ctypes.c_void_p
         lib.halide_set_error_handler(_on_error)
         _runtime_lib.append(lib)

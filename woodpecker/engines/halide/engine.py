@@ -134,7 +134,7 @@ class HalideEngine(Engine):
                 "kernels": files}
 
     def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:
-        from woodpecker.engines.halide.aot import RUNTIME_NAME
+        from woodpecker.engines.halide.aot import RUNTIME_NAME, prefer_runtime
 
         files = section["kernels"]
         for name, choice in choices.items():
@@ -143,8 +143,8 @@ class HalideEngine(Engine):
                     raise PlanError(f"plan.json: Halide node {name!r} names no saved kernel")
         for file, sha in files.items():
             verified(inside(directory, f"{KERNELS_DIR}/{file}", "kernel"), sha, "kernel")
-        verified(directory / KERNELS_DIR / RUNTIME_NAME, section["runtime_sha256"],
-                 "Halide runtime")
+        prefer_runtime(verified(directory / KERNELS_DIR / RUNTIME_NAME,
+                                section["runtime_sha256"], "Halide runtime"))
 
 
 def _join(bounds: list[Bound]):
