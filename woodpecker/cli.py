@@ -185,6 +185,8 @@ def cmd_inspect(args) -> None:
             shown = f"{t:>7.3f}" if len(step) == 1 else f"{'(r' + str(k) + ')':>7}"
             print(f"{i:>3} {r['name'][:36]:<36} {op[:18]:<18} {r['engine']:<12} {out[:16]:<16} "
                   f"{r['flops'] / 1e6:>9.2f} {shown}")
+            if r["why"] and r["why"] != "library preference":
+                print(f"{'':>4} chosen by: {r['why']}")
             sel = selection.get(r["name"])
             if sel:
                 r["selection"] = sel

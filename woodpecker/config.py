@@ -81,6 +81,16 @@ REFINE_RUNS = 40
 # of at most 96 KiB (DARTS' all, MobileNet's up to 14² × 384 → 64) beat it.
 POINTWISE_WEIGHT_BYTES = 128 << 10
 
+# -- memory schedule (schedule/memory_dp.py) ----------------------------------------------------
+
+# Time limits of the exact search per part of the graph: each soft-budget step, and the whole
+# part (then widening beam searches get as long again). A choice trading compile time for
+# optimality, not fitted: within them the orders of darts_cifar and swiftnet_vww are proven
+# optimal, RandWire's are not (1.2× the proven least-peak floor), and each network schedules
+# in 0.9-6.5 s (benchmarks/results/memory_schedule.json).
+MEMORY_STEP_S = 0.5
+MEMORY_PART_S = 1.0
+
 # -- kernels and engines (tasks/, engines/) ---------------------------------------------------
 
 # A conv reading a model input with at most this many channels (an image) reads it in NCHW

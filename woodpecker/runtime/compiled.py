@@ -114,12 +114,14 @@ class CompiledModel:
         return sum(f for f, e in flops if e in generated) / total if total else 0.0
 
     def node_table(self) -> list[dict]:
-        """Per node: name, op, engine, input/output shapes, FLOPs and the ops fused into it
-        (epilogue, prologue, an element-wise group's program) (for `inspect`)."""
+        """Per node: name, op, engine and why it was chosen, input/output shapes, FLOPs and the
+        ops fused into it (epilogue, prologue, an element-wise group's program) (for
+        `inspect`)."""
         rows = []
         for n, e in zip(self.graph.nodes, self.plan.engines):
             rows.append({
                 "name": n.name, "op": n.op, "engine": e,
+                "why": self.plan.choices[n.name].why,
                 "inputs": [None if v is None else list(v.shape) for v in n.inputs],
                 "outputs": [list(v.shape) for v in n.outputs],
                 "flops": int(OPS[n.op].flops(n)),

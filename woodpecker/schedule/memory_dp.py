@@ -28,6 +28,7 @@ import heapq
 import time
 from dataclasses import dataclass, field
 
+from woodpecker.config import MEMORY_PART_S, MEMORY_STEP_S
 from woodpecker.schedule.problem import MemoryProblem, bits
 
 
@@ -171,8 +172,9 @@ def lower_bound(p: MemoryProblem, nodes: int, mem: int) -> int:
 
 
 def soft_budget_schedule(p: MemoryProblem, nodes: int, mask: int, mem: int, hard: int,
-                         units: Units | None = None, step_seconds: float = 0.5,
-                         total_seconds: float = 1.0) -> tuple[list[int] | None, PartReport]:
+                         units: Units | None = None, step_seconds: float = MEMORY_STEP_S,
+                         total_seconds: float = MEMORY_PART_S,
+                         ) -> tuple[list[int] | None, PartReport]:
     """Algorithm 3 on one part: the DP under a soft budget tau found by binary search below the
     hard budget `hard`, the peak of an order already known (schedule_part picks it), so the
     search starts just under it, looking for a better order. A timeout lowers tau, "no
@@ -323,7 +325,7 @@ def beam_order(p: MemoryProblem, nodes: int, mask: int, mem: int, floor: int,
 
 
 def schedule_part(p: MemoryProblem, nodes: int, mask: int, mem: int, soft_budget: bool = True,
-                  step_seconds: float = 0.5, total_seconds: float = 1.0,
+                  step_seconds: float = MEMORY_STEP_S, total_seconds: float = MEMORY_PART_S,
                   deadline: float | None = None) -> tuple[list[int], PartReport]:
     """One part. Without soft budgeting: the plain exact DP. With it: the better of the input
     order and Kahn's is the hard budget (Algorithm 3 takes Kahn's; a lower feasible one only
@@ -358,7 +360,7 @@ def schedule_part(p: MemoryProblem, nodes: int, mask: int, mem: int, soft_budget
 
 
 def memory_schedule(p: MemoryProblem, divide: bool = True, soft_budget: bool = True,
-                    step_seconds: float = 0.5, total_seconds: float = 1.0,
+                    step_seconds: float = MEMORY_STEP_S, total_seconds: float = MEMORY_PART_S,
                     budget: int | None = None, time_limit: float | None = None
                     ) -> tuple[list[int], ScheduleReport]:
     """The least-peak order of all nodes (SERENITY): per part (divide-and-conquer) the DP with
