@@ -27,11 +27,11 @@ class PoolTask(Task):
     h: int
     w: int
     reduce: str                              # "max" or "avg"
-    kh: int
-    kw: int
-    stride: tuple[int, int]
+    kh: int                                  # window rows (h for a global pool)
+    kw: int                                  # window columns
+    stride: tuple[int, int]                  # rows, columns
     pads: tuple[int, int, int, int]          # top, left, bottom, right
-    dilation: tuple[int, int]
+    dilation: tuple[int, int]                # spacing of the window's taps: rows, columns
     ceil_mode: bool
     count_include_pad: bool
     dtype: str = "float32"
