@@ -103,3 +103,22 @@ def test_a_saved_plan_holds_each_engines_artifacts_and_checks_them(tmp_path_fact
     path.write_bytes(path.read_bytes() + b"\0")
     with pytest.raises(PlanError, match="sha256 differs"):
         load(tmp_path / "plan")
+
+
+def test_a_loaded_plan_saves_again_without_the_kernel_cache(tmp_path_factory, tmp_path,
+                                                            monkeypatch):
+    """Saving a loaded plan copies its engines' artifacts from the folder it was loaded from:
+    with an empty kernel cache, the new copy still loads and gives the same outputs."""
+    import shutil
+
+    from woodpecker.runtime.compiled import load
+
+    _, compiled = _mixed_plan(tmp_path_factory)
+    compiled.save(tmp_path / "a")
+    x = rand(1, 8, 10, 10, seed=9)
+    want = load(tmp_path / "a")(x)
+    monkeypatch.setenv("WOODPECKER_CACHE", str(tmp_path / "empty-cache"))
+    load(tmp_path / "a").save(tmp_path / "b")
+    shutil.rmtree(tmp_path / "a")
+    np.testing.assert_array_equal(load(tmp_path / "b")(x), want)
+    assert not (tmp_path / "empty-cache").exists()

@@ -162,10 +162,11 @@ class Engine:
         return None
 
     def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
-                       steps: list[list[Node]]) -> dict:
+                       steps: list[list[Node]], source: Path | None = None) -> dict:
         """Write into the plan folder `directory` what this engine's `steps` need to be built
-        again without compiling (and without the compiler's packages); returns this engine's
-        section of plan.json (`artifact_meta` included)."""
+        again without compiling (and without the compiler's packages); `source` is the plan
+        folder the plan was loaded from (its artifacts are there), None for a plan compiled in
+        this process. Returns this engine's section of plan.json (`artifact_meta` included)."""
         return self.artifact_meta()
 
     def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:

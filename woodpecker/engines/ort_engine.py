@@ -66,6 +66,8 @@ class OrtEngine(Engine):
 
     def __init__(self) -> None:
         self._sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # plan folder -> {first node of a step: its checked model file} (load_artifacts)
+        self._saved: dict[Path, dict[str, Path]] = {}
 
     def available(self) -> bool:
         return importlib.util.find_spec("onnxruntime") is not None
@@ -105,12 +107,18 @@ class OrtEngine(Engine):
         return _kernel(sess, [v.name for v in inputs], [v.name for v in outputs])
 
     def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
-                       steps: list[list[Node]]) -> dict:
+                       steps: list[list[Node]], source: Path | None = None) -> dict:
+        """Each step's serialized model: made from its nodes, or for a loaded plan the model
+        it was loaded with (no onnx package needed)."""
+        loaded = self._saved.get(source.resolve(), {}) if source is not None else {}
         models = {}
         for k, nodes in enumerate(steps):
-            ins, outs = step_io(nodes, graph)
             name = f"{ARTIFACTS_DIR}/step{k}.onnx"
-            path = write_bytes(directory / name, _onnx_bytes(nodes, ins, outs, graph.opset))
+            if nodes[0].name in loaded:
+                data = loaded[nodes[0].name].read_bytes()
+            else:
+                data = _onnx_bytes(nodes, *step_io(nodes, graph), graph.opset)
+            path = write_bytes(directory / name, data)
             models[nodes[0].name] = {"file": name, "sha256": sha256_file(path)}
         return {**self.artifact_meta(), "models": models}
 
@@ -120,12 +128,6 @@ class OrtEngine(Engine):
                             "ONNX Runtime model")
             for first, m in section["models"].items()}
 
-    @property
-    def _saved(self) -> dict:
-        """plan folder -> {first node of a step: its checked model file}."""
-        if not hasattr(self, "_saved_models"):
-            self._saved_models: dict = {}
-        return self._saved_models
 
 
 def _node_io(node: Node) -> tuple[list[Value], list[Value]]:

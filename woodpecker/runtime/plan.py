@@ -102,7 +102,8 @@ def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
     artifacts = {}
     for name in sorted(set(plan.engines)):
         own = [nodes for nodes in steps if plan.choices[nodes[0].name].engine == name]
-        artifacts[name] = get_engine(name).save_artifacts(d, g, plan.choices, own)
+        artifacts[name] = get_engine(name).save_artifacts(d, g, plan.choices, own,
+                                                          plan.directory)
     values = {}
     for n in g.nodes:
         for v in n.outputs:

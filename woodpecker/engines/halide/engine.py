@@ -118,18 +118,22 @@ class HalideEngine(Engine):
         return None
 
     def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
-                       steps: list[list[Node]]) -> dict:
-        """Copy each step's compiled kernel and the Halide runtime into `kernels/`."""
+                       steps: list[list[Node]], source: Path | None = None) -> dict:
+        """Copy each step's compiled kernel and the Halide runtime into `kernels/` (from the
+        kernel cache, or from the plan folder the plan was loaded from)."""
         from woodpecker.engines.halide.aot import RUNTIME_NAME, cached_kernel, runtime_path
+
+        def origin(file: str) -> Path:
+            return cached_kernel(file) if source is None else source / KERNELS_DIR / file
 
         files = {}
         for nodes in steps:
             spec = choices[nodes[0].name].kernel
             if spec is not None and spec.file not in files:
-                dst = install(cached_kernel(spec.file),
-                              directory / KERNELS_DIR / spec.file)
+                dst = install(origin(spec.file), directory / KERNELS_DIR / spec.file)
                 files[spec.file] = sha256_file(dst)
-        runtime = install(runtime_path(), directory / KERNELS_DIR / RUNTIME_NAME)
+        runtime = install(runtime_path() if source is None else origin(RUNTIME_NAME),
+                          directory / KERNELS_DIR / RUNTIME_NAME)
         return {**self.artifact_meta(), "runtime_sha256": sha256_file(runtime),
                 "kernels": files}
 
