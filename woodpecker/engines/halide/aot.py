@@ -218,6 +218,12 @@ def use_threads(threads: int) -> None:
         set_threads(threads)
 
 
+def pool_threads() -> int | None:
+    """The thread count parallel loops run on now (None with a runtime that cannot say)."""
+    fn = getattr(_runtime(), "wp_spin_pool_threads", None)
+    return None if fn is None else int(fn())
+
+
 def pool_used(reset: bool = False) -> int | None:
     """The most threads that ran iterations of one parallel loop since the last reset (None
     with a runtime that does not count them)."""
