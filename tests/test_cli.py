@@ -54,6 +54,20 @@ def test_bench_json(model_file, tmp_path, capsys):
     assert r["max_rel_diff"] < 1e-4 and r["versions"]["onnxruntime"]
 
 
+def test_bench_defaults_to_both_libraries_and_heads_with_the_faster(model_file, tmp_path):
+    """Without --against: ONNX Runtime and OpenVINO (no torch for a model outside the zoo), and
+    a 'fastest library' row, per round the faster of the two (so never slower than either)."""
+    pytest.importorskip("openvino")
+    out = tmp_path / "r.json"
+    assert main(["bench", str(model_file), "--runs", "4", "--warmup", "1", "--json",
+                 str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert set(r["results"]) == {"woodpecker", "onnxruntime", "openvino", "fastest library"}
+    fastest = r["results"]["fastest library"]["median_ms"]
+    assert fastest <= min(r["results"][n]["median_ms"] for n in ("onnxruntime", "openvino"))
+    assert r["paired_speedup_vs"]["fastest library"] > 0
+
+
 def test_bench_torch_needs_zoo_model(model_file, capsys):
     assert main(["bench", str(model_file), "--against", "torch", "--runs", "1"]) == 1
     assert "needs a zoo model" in capsys.readouterr().err

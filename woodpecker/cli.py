@@ -132,12 +132,13 @@ def cmd_run(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from woodpecker.bench.compare import benchmark, format_table, write_json
+    from woodpecker.bench.compare import benchmark, default_runtimes, format_table, write_json
 
     model = _load_or_compile(args)
     onnx_bytes = _reference_onnx(model, args.onnx, args.model)
-    against = [a.strip() for a in args.against.split(",") if a.strip()]
     meta = model.plan.meta.get("metadata")
+    against = default_runtimes(meta) if args.against is None else \
+        [a.strip() for a in args.against.split(",") if a.strip()]
     result = benchmark(model, onnx_bytes, against, runs=args.runs, warmup=args.warmup,
                        seed=args.seed, zoo_meta=meta, block=args.block,
                        progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
@@ -343,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="latency against other runtimes, interleaved")
     b.add_argument("model")
-    b.add_argument("--against", default="onnxruntime,torch")
+    b.add_argument("--against", help="runtimes to compare with, e.g. onnxruntime,openvino,torch "
+                                     "(default: onnxruntime, openvino where installed, torch "
+                                     "for zoo models)")
     b.add_argument("--runs", type=int, default=50)
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--seed", type=int, default=0)
