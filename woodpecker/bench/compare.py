@@ -25,9 +25,9 @@ def default_runtimes(zoo_meta: dict | None) -> list[str]:
     import importlib.util
 
     out = [ONNXRUNTIME]
-    if importlib.util.find_spec("openvino") is not None:
+    if importlib.util.find_spec(OPENVINO) is not None:   # runtimes named as their packages
         out.append(OPENVINO)
-    if zoo_meta and "woodpecker.zoo" in zoo_meta and importlib.util.find_spec("torch"):
+    if zoo_meta and "woodpecker.zoo" in zoo_meta and importlib.util.find_spec(TORCH):
         out.append(TORCH)
     return out
 
