@@ -5,7 +5,6 @@ release differs."""
 from __future__ import annotations
 
 import json
-import random
 import time
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 from onnx import helper
 
 import woodpecker
-from tests.helpers import conv_bn_relu_residual, make_model, ort_run, rand
+from tests.helpers import conv_bn_relu_residual, make_model, ort_run, rand, seed_tuning_log
 from woodpecker.errors import PlanError
 from woodpecker.runtime.plan import PLAN_FILE
 from woodpecker.target import _ISA_FLAGS, Target
@@ -41,11 +40,8 @@ def halide_models(tmp_path_factory):
     """The wide convnet compiled at 1 and 2 threads from a log of one config per task (the
     direct template's hand-picked seed schedule)."""
     pytest.importorskip("halide")
-    from woodpecker.engines.halide.templates import template_module
     from woodpecker.frontend.onnx_import import import_onnx
     from woodpecker.passes import optimize
-    from woodpecker.tune.extract import extract_tasks
-    from woodpecker.tune.records import TuningLog
 
     model = _wide_convnet()
     x = rand(1, 16, 48, 48, seed=9)
@@ -54,12 +50,7 @@ def halide_models(tmp_path_factory):
     want = ort_run(model, {"x": x})[0]
     graph = import_onnx(model)
     optimize(graph)
-    log = TuningLog(tmp_path_factory.mktemp("log") / "tuning.jsonl")
-    for g in extract_tasks(graph):
-        space = template_module(g.templates[0]).space(g.task)
-        config = space.seeds[0] if space.seeds else space.sample(random.Random(0))
-        log.append({"task": g.task.key, "template": g.templates[0], "config": config,
-                    "cost_s": 1e-4, "error": None})
+    log = seed_tuning_log(graph, tmp_path_factory.mktemp("log") / "tuning.jsonl")
     return (x, want), {t: woodpecker.compile(model, engines="halide,numpy",
                                              tuning_log=log.path, threads=t) for t in (1, 2)}
 

@@ -28,6 +28,32 @@ def test_zoo_model_matches_onnxruntime(name, tmp_path):
     np.testing.assert_array_equal(woodpecker.load(tmp_path / "plan")(x), y)
 
 
+# The families added beside the first zoo (ResNet-50 … ViT): each one's generated kernels, one
+# hand-picked schedule per task (no tuning), must compute it, checked against ONNX Runtime.
+WIDER = ("resnet50", "mobilenet_v3_small", "efficientnet_b0", "regnet_x_400mf", "densenet121",
+         "googlenet", "convnext_tiny", "vit_tiny")
+
+
+@pytest.mark.parametrize("name", WIDER)
+def test_zoo_model_through_generated_kernels(name, tmp_path):
+    pytest.importorskip("halide")
+    from tests.helpers import ort_run, seed_tuning_log
+    from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
+    from woodpecker.passes import optimize
+
+    path = zoo.export(name)
+    proto = load_model_proto(str(path))
+    graph = import_onnx(proto)
+    optimize(graph)
+    log = seed_tuning_log(graph, tmp_path / "tuning.jsonl")
+    model = woodpecker.compile(proto, engines="halide,numpy", tuning_log=log.path, threads=2)
+    assert model.generated_flops_share() >= 0.75, name   # RegNet's grouped convs run on numpy
+    x = zoo.model_input(name, seed=1)
+    got, want = model(x), ort_run(proto, {"input": x})[0]
+    rel = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+    assert rel <= 1e-4, f"{name}: max_rel_diff {rel:.2e}"
+
+
 def test_zoo_export_is_deterministic(tmp_path):
     a = zoo.export("squeezenet1_1", tmp_path / "a.onnx")
     assert a.read_bytes() == zoo.export("squeezenet1_1").read_bytes()

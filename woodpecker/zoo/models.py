@@ -39,6 +39,20 @@ def _transformer():
     return torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
 
 
+def _vit_tiny():
+    """A ViT-Tiny-sized vision transformer (patch 16, 4 layers of width 192, 3 heads): the
+    family's structure at a size a 2-core CPU runs in milliseconds. torchvision zero-initialises
+    the classifier head, which would make every output 0: it gets random weights instead."""
+    import torch
+    from torchvision.models import VisionTransformer
+
+    vit = VisionTransformer(image_size=224, patch_size=16, num_layers=4, num_heads=3,
+                            hidden_dim=192, mlp_dim=768, num_classes=1000)
+    torch.nn.init.normal_(vit.heads.head.weight, std=0.02)
+    torch.nn.init.normal_(vit.heads.head.bias, std=0.02)
+    return vit
+
+
 def _irregular(family: str, *args):
     from woodpecker.zoo import irregular
 
@@ -66,6 +80,23 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
              "SwiftNet-style cells (concat + depthwise-separable nodes), 96x96"),
     ZooModel("transformer_encoder", (1, 128, 128), _transformer,
              "nn.TransformerEncoder: d_model 128, 2 heads, 2 layers, FF 512, seq 128"),
+    # the families people deploy on CPUs that the models above do not represent
+    ZooModel("resnet50", (1, 3, 224, 224), _tv("resnet50"), "torchvision ResNet-50"),
+    ZooModel("mobilenet_v3_small", (1, 3, 224, 224), _tv("mobilenet_v3_small"),
+             "torchvision MobileNetV3-Small (squeeze-and-excitation, HardSwish)"),
+    ZooModel("efficientnet_b0", (1, 3, 224, 224), _tv("efficientnet_b0"),
+             "torchvision EfficientNet-B0 (squeeze-and-excitation, SiLU, 5x5 depthwise)"),
+    ZooModel("regnet_x_400mf", (1, 3, 224, 224), _tv("regnet_x_400mf"),
+             "torchvision RegNetX-400MF (grouped convs)"),
+    ZooModel("densenet121", (1, 3, 224, 224), _tv("densenet121"),
+             "torchvision DenseNet-121 (dense blocks of concatenations)"),
+    ZooModel("googlenet", (1, 3, 224, 224),
+             _tv("googlenet", aux_logits=False, init_weights=True),
+             "torchvision GoogLeNet, no aux logits"),
+    ZooModel("convnext_tiny", (1, 3, 224, 224), _tv("convnext_tiny"),
+             "torchvision ConvNeXt-Tiny (7x7 depthwise, LayerNorm over channels, GELU)"),
+    ZooModel("vit_tiny", (1, 3, 224, 224), _vit_tiny,
+             "ViT-Tiny-sized torchvision VisionTransformer: patch 16, 4 layers, width 192"),
 ]}
 
 
