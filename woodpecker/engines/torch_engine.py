@@ -149,6 +149,8 @@ def _epilogue(node: Node) -> Callable:
             steps.append(("fn", lambda y: y.tanh_()))
         elif kind == "HardSwish":
             steps.append(("fn", lambda y: F.hardswish(y, inplace=True)))
+        elif kind == "Silu":
+            steps.append(("fn", lambda y: F.silu(y, inplace=True)))
         elif kind == "HardSigmoid":
             a, b = s.get("alpha", 0.2), s.get("beta", 0.5)
             steps.append(("fn", lambda y, a=a, b=b: y.mul_(a).add_(b).clamp_(0, 1)))
@@ -172,7 +174,7 @@ def _epilogue(node: Node) -> Callable:
 
 
 def _accept_epilogue(node: Node) -> bool:
-    return all(s["op"] in ("Add", "Mul") or s["op"] in ACTIVATIONS
+    return all(s["op"] in ("Add", "Mul", "Silu") or s["op"] in ACTIVATIONS
                for s in node.attrs.get("epilogue", []))
 
 

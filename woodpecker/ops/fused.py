@@ -34,6 +34,8 @@ def apply_epilogue(y: np.ndarray, epilogue: list[dict], operands: list[np.ndarra
         elif kind == "Clip":
             lo, hi = step.get("min"), step.get("max")
             y = np.clip(y, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+        elif kind == "Silu":
+            y = y * OPS["Sigmoid"].reference({}, y)
         else:
             y = OPS[kind].reference(step, y)
     return y

@@ -89,6 +89,10 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
                 inits.append(t)
                 bounds.append(t.name)
             protos.append(helper.make_node("Clip", [cur] + bounds, [out]))
+        elif kind == "Silu":
+            s = fresh(node.name)
+            protos += [helper.make_node("Sigmoid", [cur], [s]),
+                       helper.make_node("Mul", [cur, s], [out])]
         else:
             protos.append(helper.make_node(kind, [cur], [out],
                                            **{k: v for k, v in step.items() if k != "op"}))

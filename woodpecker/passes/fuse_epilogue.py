@@ -1,6 +1,8 @@
 """Epilogue fusion: Conv/Gemm/MatMul followed by a chain of bias/residual Adds, activations and
 (Gemm/MatMul only) scalings by a constant scalar becomes one Fused* node that an engine runs in
-one call (WPK §2.1 operator fusion).
+one call (WPK §2.1 operator fusion). SiLU as exported — `y * Sigmoid(y)`, two nodes both
+reading `y` — is one activation step, `Silu` (EfficientNet's convs end in it; as a separate
+element-wise node it read and wrote the whole activation once more).
 
 Identity relied on: the chain computes act(...(base(x) + r1)...) element by element on the base
 output, so it can be applied in place right after the base op. An Add is absorbed only when its
@@ -53,6 +55,21 @@ def _step(node: Node, y: Value, base: str) -> tuple[dict, Value | None] | None:
     return step, None
 
 
+def _silu(graph: Graph, y: Value) -> tuple[dict, list[Node], Value] | None:
+    """(the Silu step, its two nodes, their output) when `y`'s only readers are a Sigmoid of
+    `y` and a Mul of `y` by that Sigmoid's output, which nothing else reads."""
+    if len(y.consumers) != 2 or graph.is_output(y):
+        return None
+    sig = next((c for c in y.consumers if c.op == "Sigmoid"), None)
+    mul = next((c for c in y.consumers if c.op == "Mul"), None)
+    if sig is None or mul is None or sig.inputs[0] is not y:
+        return None
+    s = sig.outputs[0]
+    if sole_reader(graph, s) is not mul or {id(v) for v in mul.inputs} != {id(y), id(s)}:
+        return None
+    return {"op": "Silu"}, [sig, mul], mul.outputs[0]
+
+
 def fuse_epilogues(graph: Graph) -> int:
     fused = 0
     for base in list(graph.nodes):
@@ -62,7 +79,16 @@ def fuse_epilogues(graph: Graph) -> int:
         steps: list[dict] = []
         operands: list[Value] = []
         absorbed: list[Node] = []
-        while (nxt := sole_reader(graph, y)) is not None:
+        while True:
+            silu = _silu(graph, y)
+            if silu is not None:
+                step, nodes, y = silu
+                steps.append(step)
+                absorbed += nodes
+                continue
+            nxt = sole_reader(graph, y)
+            if nxt is None:
+                break
             found = _step(nxt, y, base.op)
             if found is None:
                 break

@@ -8,7 +8,7 @@ from woodpecker.engines.halide.schedule import PARALLEL, TILE_PAD
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
-EPILOGUE_OPS = {"Add", "Mul", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish"}
+EPILOGUE_OPS = {"Add", "Mul", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish", "Silu"}
 
 
 class ConvInputs:
@@ -173,4 +173,6 @@ def activation(hl, e, step):
         return hl.tanh(e)
     if kind == "HardSwish":
         return e * hl.clamp(e / 6.0 + 0.5, 0.0, 1.0)
+    if kind == "Silu":
+        return e * (1.0 / (1.0 + hl.exp(-e)))
     raise ValueError(f"unsupported epilogue step {kind}")
