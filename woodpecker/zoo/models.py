@@ -59,20 +59,26 @@ def _irregular(family: str, *args):
     return getattr(irregular, family)(*args)
 
 
+IMAGENET = (1, 3, 224, 224)
+
+
+def _torchvision(name: str, description: str, shape: tuple[int, ...] = IMAGENET,
+                 **kw) -> ZooModel:
+    """The zoo entry of torchvision model `name` (built with keyword arguments `kw`)."""
+    return ZooModel(name, shape, _tv(name, **kw), description)
+
+
 MODELS: dict[str, ZooModel] = {m.name: m for m in [
-    ZooModel("resnet18", (1, 3, 224, 224), _tv("resnet18"), "torchvision ResNet-18"),
-    ZooModel("mobilenet_v2", (1, 3, 224, 224), _tv("mobilenet_v2"), "torchvision MobileNetV2"),
-    ZooModel("squeezenet1_1", (1, 3, 224, 224), _tv("squeezenet1_1"),
-             "torchvision SqueezeNet 1.1"),
-    ZooModel("inception_v3", (1, 3, 299, 299),
-             _tv("inception_v3", aux_logits=False, init_weights=True),
-             "torchvision Inception v3, 299x299, no aux logits"),
-    ZooModel("shufflenet_v2_x1_0", (1, 3, 224, 224), _tv("shufflenet_v2_x1_0"),
-             "torchvision ShuffleNetV2 x1.0"),
-    ZooModel("mnasnet1_0", (1, 3, 224, 224), _tv("mnasnet1_0"), "torchvision MNASNet 1.0"),
+    _torchvision("resnet18", "torchvision ResNet-18"),
+    _torchvision("mobilenet_v2", "torchvision MobileNetV2"),
+    _torchvision("squeezenet1_1", "torchvision SqueezeNet 1.1"),
+    _torchvision("inception_v3", "torchvision Inception v3, 299x299, no aux logits",
+                 (1, 3, 299, 299), aux_logits=False, init_weights=True),
+    _torchvision("shufflenet_v2_x1_0", "torchvision ShuffleNetV2 x1.0"),
+    _torchvision("mnasnet1_0", "torchvision MNASNet 1.0"),
     ZooModel("randwire_cifar", (1, 3, 32, 32), lambda: _irregular("randwire", "cifar"),
              "RandWire-WS(32, 4, 0.75) small regime, C=78, CIFAR-size (32x32)"),
-    ZooModel("randwire_imagenet", (1, 3, 224, 224), lambda: _irregular("randwire", "imagenet"),
+    ZooModel("randwire_imagenet", IMAGENET, lambda: _irregular("randwire", "imagenet"),
              "RandWire-WS(32, 4, 0.75) small regime, C=78, ImageNet-size (224x224)"),
     ZooModel("darts_cifar", (1, 3, 32, 32), lambda: _irregular("darts"),
              "DARTS_V2 cells, 8 cells, C=16, CIFAR-size (32x32)"),
@@ -81,21 +87,18 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("transformer_encoder", (1, 128, 128), _transformer,
              "nn.TransformerEncoder: d_model 128, 2 heads, 2 layers, FF 512, seq 128"),
     # the families people deploy on CPUs that the models above do not represent
-    ZooModel("resnet50", (1, 3, 224, 224), _tv("resnet50"), "torchvision ResNet-50"),
-    ZooModel("mobilenet_v3_small", (1, 3, 224, 224), _tv("mobilenet_v3_small"),
-             "torchvision MobileNetV3-Small (squeeze-and-excitation, HardSwish)"),
-    ZooModel("efficientnet_b0", (1, 3, 224, 224), _tv("efficientnet_b0"),
-             "torchvision EfficientNet-B0 (squeeze-and-excitation, SiLU, 5x5 depthwise)"),
-    ZooModel("regnet_x_400mf", (1, 3, 224, 224), _tv("regnet_x_400mf"),
-             "torchvision RegNetX-400MF (grouped convs)"),
-    ZooModel("densenet121", (1, 3, 224, 224), _tv("densenet121"),
-             "torchvision DenseNet-121 (dense blocks of concatenations)"),
-    ZooModel("googlenet", (1, 3, 224, 224),
-             _tv("googlenet", aux_logits=False, init_weights=True),
-             "torchvision GoogLeNet, no aux logits"),
-    ZooModel("convnext_tiny", (1, 3, 224, 224), _tv("convnext_tiny"),
-             "torchvision ConvNeXt-Tiny (7x7 depthwise, LayerNorm over channels, GELU)"),
-    ZooModel("vit_tiny", (1, 3, 224, 224), _vit_tiny,
+    _torchvision("resnet50", "torchvision ResNet-50"),
+    _torchvision("mobilenet_v3_small",
+                 "torchvision MobileNetV3-Small (squeeze-and-excitation, HardSwish)"),
+    _torchvision("efficientnet_b0",
+                 "torchvision EfficientNet-B0 (squeeze-and-excitation, SiLU, 5x5 depthwise)"),
+    _torchvision("regnet_x_400mf", "torchvision RegNetX-400MF (grouped convs)"),
+    _torchvision("densenet121", "torchvision DenseNet-121 (dense blocks of concatenations)"),
+    _torchvision("googlenet", "torchvision GoogLeNet, no aux logits", aux_logits=False,
+                 init_weights=True),
+    _torchvision("convnext_tiny",
+                 "torchvision ConvNeXt-Tiny (7x7 depthwise, LayerNorm over channels, GELU)"),
+    ZooModel("vit_tiny", IMAGENET, _vit_tiny,
              "ViT-Tiny-sized torchvision VisionTransformer: patch 16, 4 layers, width 192"),
 ]}
 
