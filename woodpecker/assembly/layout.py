@@ -22,7 +22,7 @@ from woodpecker.tasks import NHWC, spec_kind, spec_task
 def nhwc_kernel(choice: Choice) -> bool:
     """The node runs a generated kernel that reads and writes NHWC activations."""
     return choice.kernel is not None and get_engine(choice.engine).caps.generated and \
-        spec_kind(choice.kernel.to_json()).layout == NHWC
+        spec_kind({"kind": choice.kernel.kind}).layout == NHWC
 
 
 def _follows(choice: Choice) -> bool:

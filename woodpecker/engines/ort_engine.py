@@ -88,23 +88,32 @@ class OrtEngine(Engine):
         return self._session(node, ctx) is not None
 
     def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
-        ins, outs = _node_io(node)
-        if ctx.artifacts is not None:
-            return self.build_step([node], ins, outs, ctx, {})
-        sess = self._session(node, ctx)
-        if sess is None:
-            raise RuntimeError(f"onnxruntime cannot run {node.op} node {node.name!r}")
-        return _kernel(sess, [v.name for v in ins], [v.name for v in outs])
+        return self.build_step([node], *_node_io(node), ctx, {})
 
     def build_step(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
                    ctx: BuildContext, choices: Choices) -> Kernel:
         """One session computing `outputs` from `inputs` over consecutive `nodes` (a library
-        region, runtime/regions.py): from the plan's saved model where there is one."""
+        region, runtime/regions.py): the plan's saved model where there is one; for a single
+        node while compiling, the session `accepts` built."""
         if len(nodes) == 1 and ctx.artifacts is None:
-            return self.build(nodes[0], ctx)
-        model = step_model(self, nodes, inputs, outputs, ctx)
-        sess = new_session(model, ctx.threads)
+            sess = self._session(nodes[0], ctx)
+            if sess is None:
+                raise RuntimeError(f"onnxruntime cannot run {nodes[0].op} node "
+                                   f"{nodes[0].name!r}")
+        else:
+            sess = new_session(self._step_model(nodes, inputs, outputs, ctx), ctx.threads)
         return _kernel(sess, [v.name for v in inputs], [v.name for v in outputs])
+
+    def _step_model(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
+                    ctx: BuildContext) -> bytes:
+        """The serialized model of a step: the saved plan's file, or made from the nodes."""
+        if ctx.artifacts is None:
+            return _onnx_bytes(nodes, inputs, outputs, ctx.opset)
+        saved = self._saved.get(ctx.artifacts.resolve(), {})
+        if nodes[0].name not in saved:
+            raise PlanError(f"plan has no ONNX Runtime model for the step at node "
+                            f"{nodes[0].name!r}")
+        return saved[nodes[0].name].read_bytes()
 
     def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
                        steps: list[list[Node]], source: Path | None = None) -> dict:
@@ -129,11 +138,9 @@ class OrtEngine(Engine):
             for first, m in section["models"].items()}
 
 
-
 def _node_io(node: Node) -> tuple[list[Value], list[Value]]:
-    # A value read twice (a conv whose residual is its own input) is one graph input.
-    inputs = list(dict.fromkeys(node.inputs[i] for i in runtime_positions(node)))
-    return inputs, list(node.outputs)
+    """A node's run-time inputs (as the executor passes them) and its outputs."""
+    return [node.inputs[i] for i in runtime_positions(node)], list(node.outputs)
 
 
 def _onnx_bytes(nodes: list[Node], inputs: list[Value], outputs: list[Value], opset: int) -> bytes:
@@ -142,18 +149,6 @@ def _onnx_bytes(nodes: list[Node], inputs: list[Value], outputs: list[Value], op
     from woodpecker.ops.to_onnx import nodes_model
 
     return nodes_model(nodes, list(dict.fromkeys(inputs)), outputs, opset).SerializeToString()
-
-
-def step_model(engine: OrtEngine, nodes: list[Node], inputs: list[Value],
-               outputs: list[Value], ctx: BuildContext) -> bytes:
-    """The serialized model of a step: the saved plan's file, or made from the nodes."""
-    if ctx.artifacts is not None:
-        saved = engine._saved.get(ctx.artifacts.resolve(), {})
-        if nodes[0].name not in saved:
-            raise PlanError(f"plan has no ONNX Runtime model for the step at node "
-                            f"{nodes[0].name!r}")
-        return saved[nodes[0].name].read_bytes()
-    return _onnx_bytes(nodes, inputs, outputs, ctx.opset)
 
 
 def _kernel(sess, in_names: list[str], out_names: list[str]) -> Kernel:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from woodpecker.engines.base import BuildContext
+from woodpecker.engines.base import BuildContext, Engine
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import InputError
 from woodpecker.ir.graph import step_io
@@ -42,8 +42,10 @@ class CompiledModel:
         self._executor = Executor(g, built, plan.arena)
         # per-model runtime state: each engine's process-wide settings made this model's
         # before every run (Engine.activate)
+        # (engines that keep no such setting, whose `activate` is the base no-op, are skipped)
         threads = plan.target.threads
-        self._activate = [(lambda e=e: e.activate(threads)) for e in engines.values()]
+        self._activate = [(lambda e=e: e.activate(threads)) for e in engines.values()
+                          if type(e).activate is not Engine.activate]
         self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
         self._expected = {name: (tuple(shape), dtype) for name, shape, dtype in self.inputs}
         self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]
@@ -79,9 +81,12 @@ class CompiledModel:
 
     def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         feeds = self._validate(feeds)
+        self._activate_engines()
+        return self._executor.run(feeds)
+
+    def _activate_engines(self) -> None:
         for activate in self._activate:
             activate()
-        return self._executor.run(feeds)
 
     def __call__(self, *arrays: Any):
         """Positional inputs in model order; one output is returned bare, several as a tuple."""
@@ -98,8 +103,7 @@ class CompiledModel:
         """Mean milliseconds per step (`self.steps`: a node, or a library region of several)
         over `runs` runs (after one warm-up run)."""
         feeds = self._validate(feeds)
-        for activate in self._activate:
-            activate()
+        self._activate_engines()
         self._executor.run(feeds)
         acc = [0.0] * len(self.steps)
         for _ in range(runs):
