@@ -33,7 +33,12 @@ DEPTHWISE = [
     # DARTS' ReLU before the conv, applied inside it (a prologue)
     ConvTask(1, 16, 8, 8, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16, False, (),
              prologue=(("Relu", (("in", 0),), ()),)),
+    # a squeeze-and-excitation channel scale read as a run-time vector, stride 2, HardSigmoid
+    ConvTask(2, 16, 9, 9, 16, 5, 5, (2, 2), (2, 2, 2, 2), (1, 1), 16, True,
+             (("HardSigmoid", 0.3, 0.1),), prologue=(("Mul", (("in", 0), ("in", 1)), ()),)),
 ]
+# Squeeze-and-excitation: the gate's run-time per-channel vector scales the input as it is read
+SE_SCALE = (("Mul", (("in", 0), ("in", 1)), ()),)
 # Sigmoid(0) is 0.5: the zero padding must come after the prologue, as the conv pads its input
 SIGMOID_FIRST = (("Sigmoid", (("in", 0),), ()), ("HardSigmoid", (("step", 0),),
                                                  (("alpha", 0.3), ("beta", 0.1))))
@@ -61,6 +66,12 @@ TASKS = [
              prologue=SIGMOID_FIRST),
     ConvTask(1, 3, 9, 9, 8, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1, False, (),
              x_layout="NCHW", prologue=SIGMOID_FIRST),
+    # the squeeze-and-excitation scale before EfficientNet's 1x1 projection (with its
+    # residual, a batch of two), and before a padded 3x3 (Winograd) with a HardSigmoid epilogue
+    ConvTask(2, 24, 5, 6, 16, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True, (("Add",),),
+             prologue=SE_SCALE),
+    ConvTask(1, 16, 6, 6, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, False,
+             (("HardSigmoid", 0.2, 0.5),), prologue=SE_SCALE),
 ]
 
 

@@ -149,3 +149,45 @@ def test_numpy_writes_a_float32_group_into_its_output_like_the_reference():
         out = np.empty(node.outputs[0].shape, np.float32)
         kernel.into([out], *xs)
         np.testing.assert_allclose(out, kernel(*xs)[0], rtol=1e-6, atol=1e-6)
+
+
+def _squeeze_excite(reread: bool) -> "onnx.ModelProto":  # noqa: F821
+    """EfficientNet's squeeze-and-excitation: a = conv(x); s = Sigmoid(conv(GAP(a))); the 1x1
+    projection reads a * s. `reread`: a * s is also a graph output (the Mul must stay)."""
+    c, k = 16, 8
+    inits = {"w0": rand(c, c, 3, 3, seed=1), "w1": rand(8, c, 1, 1, seed=2),
+             "w2": rand(c, 8, 1, 1, seed=3), "w3": rand(k, c, 1, 1, seed=4),
+             "b3": rand(k, seed=5)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["a"], ["g"]),
+             helper.make_node("Conv", ["g", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["t"]),
+             helper.make_node("Sigmoid", ["t"], ["s"]),
+             helper.make_node("Mul", ["s", "a"], ["m"]),
+             helper.make_node("Conv", ["m", "w3", "b3"], ["y"])]
+    outputs = [("y", [2, k, 6, 5])] + ([("m", [2, c, 6, 5])] if reread else [])
+    return make_model(nodes, [("x", [2, c, 6, 5])], outputs, inits)
+
+
+def test_a_channel_scale_before_a_conv_becomes_its_prologue():
+    c = woodpecker.compile(_squeeze_excite(False), engines="numpy", threads=1)
+    assert "Mul" not in [n.op for n in c.graph.nodes]
+    proj = c.graph.nodes[-1]
+    assert proj.op == "FusedConv" and proj.inputs[0].name == "a" and \
+        proj.inputs[-1].shape == (2, 16, 1, 1) and \
+        [s["op"] for s in proj.attrs["prologue"]] == ["Mul"]
+    kept = woodpecker.compile(_squeeze_excite(True), engines="numpy", threads=1)
+    assert "Mul" in [n.op for n in kept.graph.nodes]
+
+
+@pytest.mark.parametrize("engines", ["numpy", "torch", "onnxruntime"])
+def test_every_engine_scales_the_channels_inside_the_conv(engines):
+    """(The generated kernels: tests/engines/test_halide_conv.py's SE_SCALE tasks, and
+    EfficientNet and MobileNetV3 through them in tests/zoo.)"""
+    model = _squeeze_excite(False)
+    c = woodpecker.compile(model, engines=engines + ",numpy", threads=1)
+    assert c.plan.engines[-1] == engines
+    x = rand(2, 16, 6, 5, seed=7)
+    got, want = c(x), ort_run(model, {"x": x})[0]
+    assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))

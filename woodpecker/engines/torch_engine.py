@@ -26,6 +26,7 @@ from woodpecker.ops.fused import (
     built_steps,
     run_program,
     runtime_count,
+    split_operands,
 )
 from woodpecker.ops.shape import slice_index
 
@@ -209,8 +210,9 @@ def _conv(node: Node, consts: list):
         if node.attrs.get("prologue") else None
 
     def run(x, w, b=None, *operands):
+        operands, vectors = split_operands(a, operands)
         if prologue is not None:
-            x = prologue([x], ())
+            x = prologue([x, *vectors], ())
         if pre is not None:
             x = F.pad(x, pre)
         y = conv(x, w, b, stride, padding, dil, groups)

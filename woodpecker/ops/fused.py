@@ -7,8 +7,11 @@ base result, e.g. `[{"op": "Add"}, {"op": "Relu"}]` for ResNet's conv+bn+add+rel
 BatchNorm having been folded into the weights first); `{"op": "Mul", "scale": s}` multiplies
 by a constant scalar (attention's 1/sqrt(d) scaling, passes/expose_epilogues.py). A FusedConv
 may also hold a `prologue`: an element-wise program without constants applied to its input
-first (DARTS' and RandWire's ReLU before each conv; passes/fuse_prologue.py). Engines run the
-whole node in one call.
+first (DARTS' and RandWire's ReLU before each conv; passes/fuse_prologue.py). The program's
+("in", 0) is the input; ("in", j) for j ≥ 1 are per-channel run-time vectors, shaped (N, C, 1,
+1), read as the node's last inputs after the epilogue's operands (squeeze-and-excitation's
+channel scale, applied by the 1×1 conv that reads the scaled activation). Engines run the whole
+node in one call.
 """
 
 from __future__ import annotations
@@ -41,6 +44,19 @@ def apply_epilogue(y: np.ndarray, epilogue: list[dict], operands: list[np.ndarra
     return y
 
 
+def prologue_vectors(attrs: dict) -> int:
+    """How many per-channel run-time vectors a fused node's prologue reads (its last inputs)."""
+    return runtime_count(attrs["prologue"]) - 1 if attrs.get("prologue") else 0
+
+
+def split_operands(attrs: dict, operands: list) -> tuple[list, list]:
+    """A fused node's inputs after the base op's: (the epilogue's Add operands, the prologue's
+    per-channel vectors)."""
+    m = prologue_vectors(attrs)
+    cut = len(operands) - m
+    return list(operands[:cut]), list(operands[cut:])
+
+
 def _register(fused: str, base: str, n_base: int) -> None:
     def infer(node: Node, data_of: DataOf):
         return OPS[base].infer(node, data_of)
@@ -51,13 +67,14 @@ def _register(fused: str, base: str, n_base: int) -> None:
             + int(np.prod(x.shape)) * len(node.attrs.get("prologue", []))
 
     def reference(attrs, *inputs):
+        residuals, vectors = split_operands(attrs, inputs[n_base:])
         if attrs.get("prologue"):
             x = inputs[0]
-            x = run_program(attrs["prologue"], [x], np.zeros(0, x.dtype),
+            x = run_program(attrs["prologue"], [x, *vectors], np.zeros(0, x.dtype),
                             (1, x.shape[1]) + (1,) * (x.ndim - 2))
             inputs = (x.astype(inputs[0].dtype), *inputs[1:])
         y = OPS[base].reference(attrs, *inputs[:n_base])
-        return apply_epilogue(y, attrs["epilogue"], list(inputs[n_base:])).astype(y.dtype)
+        return apply_epilogue(y, attrs["epilogue"], residuals).astype(y.dtype)
 
     op(fused, infer, flops)(reference)
 

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ir.types import to_onnx_type
 from woodpecker.ops import separable
-from woodpecker.ops.fused import BASE_INPUTS, runtime_count
+from woodpecker.ops.fused import BASE_INPUTS, runtime_count, split_operands
 
 
 def _attrs(op: str, attrs: dict, opset: int) -> dict:
@@ -58,15 +58,17 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
     while ins and ins[-1] == "":
         ins.pop()
     protos, inits = [], []
+    residuals, vectors = split_operands(node.attrs, node.inputs[n_base:])
     if node.attrs.get("prologue"):
         x = node.inputs[0]
         ins[0] = fresh(node.name)
-        protos, inits = _program_protos(node.attrs["prologue"], [x.name], np.zeros(0), x,
+        protos, inits = _program_protos(node.attrs["prologue"],
+                                        [x.name] + [v.name for v in vectors], np.zeros(0), x,
                                         ins[0], node.name, fresh, opset)
     cur = fresh(node.name)
     protos.append(helper.make_node(base, ins, [cur], name=node.name,
                                    **_attrs(base, node.attrs, opset)))
-    operands = iter(node.inputs[n_base:])
+    operands = iter(residuals)
     steps = node.attrs["epilogue"]
     for i, step in enumerate(steps):
         out = node.outputs[0].name if i == len(steps) - 1 else fresh(node.name)

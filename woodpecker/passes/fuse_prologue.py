@@ -10,11 +10,18 @@ before the conv). The zero padding comes after the prologue, as the conv pads wh
 Choices: only programs without constants (a per-channel constant would need its channel's
 slice in every split of the conv, passes/split_concat.py); a reader that already has a
 prologue keeps it and the group stays a node.
+
+Squeeze-and-excitation (EfficientNet, MobileNetV3, RegNet-Y) ends in `x * s`, s a (N, C, 1, 1)
+run-time gate computed from x itself, so it cannot be the epilogue of x's producer; as a node
+it reads and writes the whole activation once more, and in the model's layout between NHWC
+kernels it costs two layout conversions too. When every reader of `x * s` is a conv taking it
+as its activation, the Mul becomes those convs' prologue `in0 * in1` with s as their last
+input (ops/fused.py): a multiply on each value the conv reads.
 """
 
 from __future__ import annotations
 
-from woodpecker.ir.graph import Graph, Node
+from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ops.fused import BASE_INPUTS
 from woodpecker.passes.fuse_elementwise import element_program, eligible
 from woodpecker.passes.split_concat import CONVS
@@ -31,6 +38,21 @@ def _program(node: Node) -> list[dict] | None:
     return None
 
 
+def _channel_scale(node: Node) -> tuple[list[dict], Value] | None:
+    """(the prologue, the gate) of a Mul of a 4-d activation by a run-time (N, C, 1, 1) gate."""
+    if node.op != "Mul" or len(node.inputs) != 2:
+        return None
+    a, b = node.inputs
+    y = node.outputs[0]
+    if a is None or b is None or a.data is not None or b.data is not None or a is b:
+        return None
+    x, s = (a, b) if tuple(a.shape) == tuple(y.shape) else (b, a)
+    if len(y.shape) != 4 or tuple(x.shape) != tuple(y.shape) or x.dtype != s.dtype \
+            or tuple(s.shape) != (y.shape[0], y.shape[1], 1, 1):
+        return None
+    return [{"op": "Mul", "args": [["in", 0], ["in", 1]], "attrs": {}}], s
+
+
 def _absorbable(graph: Graph, node: Node) -> bool:
     y = node.outputs[0]
     return not graph.is_output(y) and bool(y.consumers) and all(
@@ -41,10 +63,12 @@ def _absorbable(graph: Graph, node: Node) -> bool:
 def fuse_prologues(graph: Graph) -> int:
     fused = 0
     for node in list(graph.nodes):
-        program = _program(node)
+        program, vectors = _program(node), []
+        if program is None and (scale := _channel_scale(node)) is not None:
+            program, vectors = scale[0], [scale[1]]
         if program is None or not _absorbable(graph, node):
             continue
-        x = node.inputs[0]
+        x = next(v for v in node.inputs if v not in vectors)
         for conv in list(dict.fromkeys(node.outputs[0].consumers)):
             if conv.op == "Conv":
                 conv.op = "FusedConv"
@@ -53,6 +77,9 @@ def fuse_prologues(graph: Graph) -> int:
                 conv.inputs += [None] * (n_base - len(conv.inputs))
             conv.attrs["prologue"] = program
             graph.set_input(conv, 0, x)
+            for v in vectors:
+                conv.inputs.append(v)
+                v.consumers.append(conv)
         graph.remove_node(node)
         fused += 1
     if fused:

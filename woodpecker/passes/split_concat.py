@@ -20,7 +20,7 @@ is decided by the memory scheduler (schedule/memory.py): only where the optimal 
 from __future__ import annotations
 
 from woodpecker.ir.graph import Graph, Node, Value
-from woodpecker.ops.fused import channelwise_elementwise
+from woodpecker.ops.fused import channelwise_elementwise, prologue_vectors
 
 CONVS = ("Conv", "FusedConv")
 
@@ -47,8 +47,8 @@ def _rewritable(graph: Graph, reader: Node, v: Value) -> bool:
                 and all(_rewritable(graph, r, out) for r in dict.fromkeys(out.consumers)))
     if reader.op not in CONVS or reader.inputs[0] is not v or len(v.shape) != 4:
         return False
-    if any(x is v for x in reader.inputs[1:]):
-        return False
+    if any(x is v for x in reader.inputs[1:]) or prologue_vectors(reader.attrs):
+        return False   # (a prologue's per-channel vectors would need splitting too)
     group = reader.attrs.get("group", 1)
     steps = reader.attrs.get("epilogue", [])
     return group == 1 or (group == v.shape[1] and not any(s["op"] == "Add" for s in steps))

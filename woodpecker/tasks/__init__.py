@@ -57,18 +57,22 @@ def _tupled(v):
     return tuple(_tupled(x) for x in v) if isinstance(v, list) else v
 
 
-_PARAMS = {"Clip": ("min", "max"), "Mul": ("scale",)}   # an epilogue step's parameters, in order
+# An epilogue step's parameters, in order, with the ONNX default of each (None: no default).
+_PARAMS = {"Clip": (("min", None), ("max", None)), "Mul": (("scale", None),),
+           "HardSigmoid": (("alpha", 0.2), ("beta", 0.5))}
 
 
 def epilogue_steps(node: Node) -> tuple[tuple, ...]:
     """A fused node's epilogue as hashable (op, *params) steps; "Add" reads a residual."""
-    return tuple((s["op"],) + tuple(s.get(key) for key in _PARAMS.get(s["op"], ()))
+    return tuple((s["op"],) + tuple(s.get(key, default)
+                                    for key, default in _PARAMS.get(s["op"], ()))
                  for s in node.attrs.get("epilogue", []))
 
 
 def epilogue_dicts(steps: tuple[tuple, ...]) -> list[dict]:
     """The inverse of `epilogue_steps`, as `ops.fused.apply_epilogue` reads it."""
-    return [{"op": s[0], **dict(zip(_PARAMS.get(s[0], ()), s[1:]))} for s in steps]
+    return [{"op": s[0], **{key: v for (key, _), v in zip(_PARAMS.get(s[0], ()), s[1:])}}
+            for s in steps]
 
 
 def program_steps(program: list[dict]) -> tuple:

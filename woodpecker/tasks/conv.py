@@ -1,4 +1,6 @@
-"""The conv2d task: a 2-d convolution with its fused epilogue, computed in NHWC."""
+"""The conv2d task: a 2-d convolution with its fused epilogue (and prologue), computed in NHWC.
+A prologue reading per-channel run-time vectors (squeeze-and-excitation's scale,
+ops/fused.py) takes them as the kernel's last arguments, each NHWC (N, 1, 1, C)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import numpy as np
 from woodpecker.config import MODEL_INPUT_CHANNELS
 from woodpecker.ir.graph import Node
 from woodpecker.ops.conv import conv
-from woodpecker.ops.fused import apply_epilogue, run_program
+from woodpecker.ops.fused import apply_epilogue, run_program, runtime_count
 from woodpecker.tasks import (
     NHWC,
     Task,
@@ -51,6 +53,11 @@ class ConvTask(Task):
     LATER_FIELDS = ("x_layout", "prologue")
 
     @property
+    def vectors(self) -> int:
+        """How many per-channel run-time vectors the prologue reads (the last arguments)."""
+        return runtime_count(program_dicts(self.prologue)) - 1 if self.prologue else 0
+
+    @property
     def reads_nchw(self) -> bool:
         return self.x_layout == NCHW
 
@@ -77,8 +84,9 @@ class ConvTask(Task):
     def from_node(cls, node: Node) -> "ConvTask":
         if node.op not in cls.ops or len(node.inputs[0].shape) != 4:
             raise ValueError(f"{node.op} node {node.name!r} is not a 2-d convolution")
+        vectors = runtime_count(node.attrs["prologue"]) - 1 if node.attrs.get("prologue") else 0
         if any(v is not None and tuple(v.shape) != tuple(node.outputs[0].shape)
-               for v in node.inputs[3:]):
+               for v in node.inputs[3:len(node.inputs) - vectors]):
             raise ValueError(f"{node.name!r}: an epilogue Add broadcasts its operand")
         x = node.inputs[0]
         n, c, h, w = x.shape
@@ -110,7 +118,8 @@ class ConvTask(Task):
         return a if i == 2 else np.ascontiguousarray(a.transpose(0, 2, 3, 1))
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """x (NHWC, or NCHW), w (HWIO), bias if any, one residual (NHWC) per Add step."""
+        """x (NHWC, or NCHW), w (HWIO), bias if any, one residual (NHWC) per Add step, then
+        the prologue's per-channel vectors (NHWC (N, 1, 1, C), from [0.5, 1.5))."""
         rng = np.random.default_rng(seed)
         x_shape = (self.n, self.c, self.h, self.w) if self.reads_nchw else \
             (self.n, self.h, self.w, self.c)
@@ -119,18 +128,22 @@ class ConvTask(Task):
         if self.has_bias:
             arrays.append(rng.standard_normal(self.k))
         arrays += [rng.standard_normal(self.out_shape) for s in self.epilogue if s[0] == "Add"]
+        arrays += [rng.uniform(0.5, 1.5, (self.n, 1, 1, self.c)) for _ in range(self.vectors)]
         return [a.astype(np.float32) for a in arrays]
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
         """The numpy reference (ops/conv + ops/fused), in NHWC."""
         x, w = inputs[0], inputs[1]
         b = inputs[2] if self.has_bias else None
-        residuals = inputs[3 if self.has_bias else 2:]
+        operands = inputs[3 if self.has_bias else 2:]
+        cut = len(operands) - self.vectors
+        residuals = operands[:cut]
+        vectors = [v.transpose(0, 3, 1, 2) for v in operands[cut:]]
         attrs = {"_pads": list(self.pads), "strides": list(self.stride),
                  "dilations": list(self.dilation), "group": self.groups}
         x = x if self.reads_nchw else x.transpose(0, 3, 1, 2)
         if self.prologue:
-            x = run_program(program_dicts(self.prologue), [x], np.zeros(0, x.dtype),
+            x = run_program(program_dicts(self.prologue), [x, *vectors], np.zeros(0, x.dtype),
                             (1, self.c, 1, 1))
         y = conv(attrs, x, w.transpose(3, 2, 0, 1), b)
         return apply_epilogue(y.transpose(0, 2, 3, 1), epilogue_dicts(self.epilogue),

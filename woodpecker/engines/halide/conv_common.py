@@ -1,6 +1,7 @@
 """Algorithm pieces shared by the conv templates (the dense and pool templates reuse the
 epilogue, register bound and window space): the kernel's parameters (input, weights, optional
-bias, one residual per epilogue Add), the zero-padded input, and the fused epilogue."""
+bias, one residual per epilogue Add, the prologue's per-channel vectors), the zero-padded input
+with the prologue applied, and the fused epilogue."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from woodpecker.engines.halide.schedule import PARALLEL, TILE_PAD
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
-EPILOGUE_OPS = {"Add", "Mul", "Relu", "Clip", "Sigmoid", "Tanh", "HardSwish", "Silu"}
+EPILOGUE_OPS = {"Add", "Mul", "Relu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "HardSwish",
+                "Silu"}
 
 
 class ConvInputs:
-    """Parameters in `ConvTask.random_inputs` order: x (NHWC), w, bias if any, residuals.
+    """Parameters in `ConvTask.random_inputs` order: x (NHWC), w, bias if any, residuals, the
+    prologue's per-channel vectors (NHWC (N, 1, 1, C)).
     `prefix` starts their names (a kernel computing two convs has two sets)."""
 
     def __init__(self, hl, task: ConvTask, weight_dims: int = 4,
@@ -25,8 +28,9 @@ class ConvInputs:
         # Residuals are indexed like the output: 3-D for flattened-pixel templates.
         self.residuals = [hl.ImageParam(f32, out_dims, f"{prefix}r{i}")
                           for i, s in enumerate(task.epilogue) if s[0] == "Add"]
+        self.vectors = [hl.ImageParam(f32, 4, f"{prefix}v{i}") for i in range(task.vectors)]
         self.params = [self.x, self.w] + ([self.b] if self.b is not None else []) \
-            + self.residuals
+            + self.residuals + self.vectors
         # Unpadded layers (1×1 and valid convs) read only inside the image unless the schedule
         # rounds pixel tiles up (`reads_inside` false): bounds-check just the channels then,
         # which a skewed materialised input reads past.
@@ -44,7 +48,10 @@ class ConvInputs:
         c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
         f = hl.Func("x_nchw" if self.task.reads_nchw else "x_prologue")
         value = self.x[x, y, c, n] if self.task.reads_nchw else self.x[c, x, y, n]
-        f[c, x, y, n] = program_expr(hl, self.task.prologue, lambda ref: value) \
+        vectors = [v[c, 0, 0, n] for v in self.vectors]
+        f[c, x, y, n] = program_expr(
+            hl, self.task.prologue,
+            lambda ref: value if ref[1] == 0 else vectors[ref[1] - 1]) \
             if self.task.prologue else value
         return f
 
@@ -115,7 +122,8 @@ def flat_views(task: ConvTask) -> list:
     flatten the output pixels into one axis (free views of C-contiguous arrays)."""
     pixels = (task.n, task.out_h * task.out_w, task.k)
     residuals = sum(1 for s in task.epilogue if s[0] == "Add")
-    return [None, None] + [None] * task.has_bias + [pixels] * residuals + [pixels]
+    return [None, None] + [None] * task.has_bias + [pixels] * residuals + [None] * task.vectors \
+        + [pixels]
 
 
 def epilogue_expr(hl, e, epilogue, residuals, args):
@@ -138,8 +146,7 @@ def step_expr(hl, op: str, args: list, attrs: dict):
         x = x if lo is None else hl.max(x, lo)
         return x if hi is None else hl.min(x, hi)
     if op == "HardSigmoid":
-        alpha, beta = attrs.get("alpha", 0.2), attrs.get("beta", 0.5)
-        return hl.clamp(args[0] * hl.f32(alpha) + hl.f32(beta), 0.0, 1.0)
+        return activation(hl, args[0], (op, attrs.get("alpha", 0.2), attrs.get("beta", 0.5)))
     return activation(hl, args[0], (op,))
 
 
@@ -167,6 +174,8 @@ def activation(hl, e, step):
         lo, hi = step[1], step[2]
         e = e if lo is None else hl.max(e, float(lo))
         return e if hi is None else hl.min(e, float(hi))
+    if kind == "HardSigmoid":
+        return hl.clamp(e * hl.f32(step[1]) + hl.f32(step[2]), 0.0, 1.0)
     if kind == "Sigmoid":
         return 1.0 / (1.0 + hl.exp(-e))
     if kind == "Tanh":
