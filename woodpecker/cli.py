@@ -308,8 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fix a dynamic input's shape (repeatable)")
         q.add_argument("--threads", type=int, help="threads per engine (default: all cores)")
 
-    def tune_opts(q):
-        q.add_argument("--budget", default="15m", help="total tuning time, e.g. 90s, 15m")
+    def tune_opts(q, whole: str):
+        q.add_argument("--budget", default="15m", help=f"time for {whole}, e.g. 90s, 15m")
         q.add_argument("--search", default="ga", choices=SEARCHES)
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--max-trials", type=int, help="measurements per task at most")
@@ -332,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-regions", action="store_true",
                    help="one ONNX Runtime session per node instead of one per run of "
                         "consecutive ONNX Runtime nodes")
-    tune_opts(c)
+    tune_opts(c, "the whole compile with --tune (tuning, kernel selection, plan checks)")
     c.set_defaults(fn=cmd_compile)
 
     r = sub.add_parser("run", help="run a plan (or .onnx) on .npy inputs")
@@ -374,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--show-space", action="store_true", help="list tasks and knob spaces")
     t.add_argument("--tuning-log")
     t.add_argument("--resume", action="store_true", help="continue an existing tuning log")
-    tune_opts(t)
+    tune_opts(t, "tuning")
     model_opts(t)
     t.set_defaults(fn=cmd_tune)
 

@@ -12,6 +12,8 @@ from typing import Any, TextIO
 import onnx
 
 from woodpecker.assembly import AssemblyOptions, assemble
+from woodpecker.config import IN_PLAN_SHARE, PER_NODE_SHARE, SELECTION_SHARE
+from woodpecker.deadline import Deadline
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice, Choices
@@ -48,6 +50,8 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     with `memory_budget` (bytes) a MemoryBudgetError says when no order fits.
     """
     opts = CompileOptions.from_kwargs(options, **option_fields)
+    # `--budget` is the whole compile: import and passes, tuning, selection, assembly
+    deadline = Deadline.after(opts.tune.budget_s if opts.tune is not None else None)
     if _is_torch_module(model):
         from woodpecker.frontend.torch_import import export_module
         model = export_module(model, example_inputs)
@@ -72,7 +76,7 @@ def compile(model: Any, options: CompileOptions | None = None, *,
         meta["metadata"] = zoo
     assembly = AssemblyOptions(tuple(allowed), ctx, tgt, meta, opts.arena)
     if (opts.tune is not None or opts.tuning_log is not None) and names.HALIDE in allowed:
-        _generated_kernels(graph, choices, opts, assembly, progress)
+        _generated_kernels(graph, choices, opts, assembly, progress, deadline)
     return CompiledModel(assemble(graph, choices, assembly))
 
 
@@ -97,11 +101,15 @@ def _is_torch_module(model: Any) -> bool:
 
 
 def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
-                       assembly: AssemblyOptions, progress: TextIO | None) -> None:
+                       assembly: AssemblyOptions, progress: TextIO | None,
+                       deadline: Deadline) -> None:
     """Tune (optionally), select kernels by measurement per node, pick each task's finalist in
     the plan (selection/in_plan.py), then confirm the winners on the whole plan
     (selection/refine.py; plans built by assembly/); updates `choices`, fills
-    `assembly.meta`."""
+    `assembly.meta` (with each stage's seconds in `stages_s`). Tuning ends when
+    `config.SELECTION_SHARE` of the time to `deadline` is left; the selection stages split
+    that (config.PER_NODE_SHARE, IN_PLAN_SHARE), each stopping new work when its share is
+    spent."""
     from woodpecker.cache import cache_dir
     from woodpecker.selection.in_plan import choose_in_plan
     from woodpecker.selection.per_node import select_kernels
@@ -114,26 +122,39 @@ def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
         os.fspath(cache_dir() / "tuning.jsonl")
     log = open_log(path, opts.resume or opts.tuning_log is None or tune is None, progress,
                    assembly.target)
+    stages = meta["stages_s"] = {}
+    clock = [time.monotonic()]
+
+    def lap(stage: str) -> None:
+        now = time.monotonic()
+        stages[stage] = round(now - clock[0], 1)
+        clock[0] = now
+
     if tune is not None:
-        start = time.monotonic()
         n0 = len(log.records)
-        tune_graph(graph, assembly.target, log, tune, progress)
+        tune_graph(graph, assembly.target, log, tune, progress,
+                   deadline.share(1 - SELECTION_SHARE))
+        lap("tuning")
         meta["tuning"] = {"log": path, "search": tune.search, "seed": tune.seed,
-                          "budget_s": tune.budget_s,
-                          "seconds": round(time.monotonic() - start, 1),
+                          "budget_s": tune.budget_s, "seconds": stages["tuning"],
                           "measurements": len(log.records) - n0}
     print("selecting kernels: timing tuned Halide kernels against the libraries",
           file=progress, flush=True)
     before = [choices[n.name].engine for n in graph.nodes]
     meta["selection"] = select_kernels(graph, choices, list(assembly.allowed), assembly.context,
-                                       log, out=progress, regions=meta["library_regions"])
+                                       log, out=progress, regions=meta["library_regions"],
+                                       deadline=deadline.share(PER_NODE_SHARE))
+    lap("per_node")
     if meta["selection"]:
         print("choosing among each task's finalists in the plan", file=progress, flush=True)
-        meta["in_plan"] = choose_in_plan(graph, choices, assembly, out=progress)
+        meta["in_plan"] = choose_in_plan(graph, choices, assembly, out=progress,
+                                         deadline=deadline.share(IN_PLAN_SHARE))
+        lap("in_plan")
         print("checking the chosen Halide kernels on the whole plan", file=progress, flush=True)
         engines, meta["plan_check"] = refine_selection(graph, before, choices,
                                                        meta["selection"], assembly,
-                                                       out=progress)
+                                                       out=progress, deadline=deadline)
+        lap("plan_check")
         for node, engine in zip(graph.nodes, engines):
             choice = choices[node.name]
             if engine != choice.engine:

@@ -116,3 +116,20 @@ def test_kernel_that_differs_from_reference_is_not_chosen(tuned, tmp_path, capsy
     compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=bad.path)
     assert "halide" not in compiled.plan.engines
     assert "differs from the reference" in capsys.readouterr().err
+
+
+def test_a_spent_budget_leaves_every_task_to_the_libraries(tuned, capsys):
+    from woodpecker.deadline import Deadline
+    from woodpecker.engines.base import BuildContext
+    from woodpecker.engines.choice import Choice
+    from woodpecker.selection.per_node import select_kernels
+
+    model, log = tuned
+    graph = import_onnx(model)
+    optimize(graph)
+    choices = {n.name: Choice("onnxruntime") for n in graph.nodes}
+    records = select_kernels(graph, choices, ["halide", "onnxruntime", "numpy"],
+                             BuildContext(2, graph.opset), TuningLog(log),
+                             deadline=Deadline(0.0))
+    assert records == [] and all(c.engine == "onnxruntime" for c in choices.values())
+    assert "4 smaller task(s) not timed" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tests.ir.test_graph import _build, random_dag
 from woodpecker.config import REFINE_MARGIN as MARGIN
+from woodpecker.deadline import Deadline
 from woodpecker.selection.refine import EVERY, halide_chains
 
 
@@ -34,14 +35,15 @@ def test_chains_are_connected_components_of_the_candidates(dag, data):
     assert [c[0] for c in chains] == sorted(c[0] for c in chains)
 
 
-@pytest.mark.parametrize("first_loses", [False, True])
-def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, first_loses):
+@pytest.mark.parametrize("first_loses,late", [(False, False), (True, False), (True, True)])
+def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, first_loses, late):
     """Every conv node of the test net given a tuned kernel and claimed a large per-node gain:
     the one chain (conv → conv → depthwise) is timed on the whole plan, and it stays on Halide
     exactly when that plan was faster by the margin (the plan with every timed node: faster at
     all); the result still matches ONNX Runtime.
-    When the first node lost its per-node comparison, the chain is the other two and then the
-    plan with every timed node on Halide is tried as well."""
+    When the first node lost its per-node comparison, the chain is the other two: the plan
+    with every timed node on Halide is tried first, and the chain only when that was dropped.
+    With the deadline already passed no chain is tried at all."""
     from tests.helpers import ort_run, rand
     from woodpecker.assembly import AssemblyOptions, assemble
     from woodpecker.engines.base import BuildContext
@@ -77,12 +79,13 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
     engines, report = refine_selection(
         graph, before, choices, records,
         AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), meta),
-        runs=5)
+        runs=6, deadline=Deadline(0.0) if late else Deadline.NONE)
     every = sorted(r["node"] for r in records)
     rest = sorted(set(every) - {records[0]["node"]})
     confirmation = [c for c in report if c["candidate"] == "confirmation"]
     report = [c for c in report if c["candidate"] != "confirmation"]
-    assert [sorted(c["nodes"]) for c in report] == ([rest, every] if first_loses else [every])
+    chain = first_loses and not late and not report[0]["kept"]
+    assert [sorted(c["nodes"]) for c in report] == [every] + ([rest] if chain else [])
     # two keeps are confirmed against the plan without chains, one is not
     assert len(confirmation) == (sum(c["kept"] for c in report) > 1)
     kept = set()

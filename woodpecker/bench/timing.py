@@ -25,14 +25,19 @@ from collections.abc import Callable
 
 import numpy as np
 
+from woodpecker.config import MIN_RUNS
+from woodpecker.deadline import Deadline
+
 
 def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup: int,
                      progress: Callable[[str], None] | None = None,
                      block: int = 1,
                      settle: dict[str, Callable[[], object]] | None = None,
+                     deadline: Deadline = Deadline.NONE, min_runs: int = MIN_RUNS,
                      ) -> dict[str, list[float]]:
     """`runs` timed calls per runtime, in ms; `settle[name]()`, when given, runs untimed after
-    each of that runtime's blocks."""
+    each of that runtime's blocks. Past `deadline` no new round starts once every runtime has
+    `min_runs` calls (fewer runs, same pairing: the rounds are whole)."""
     for fn in runners.values():
         for _ in range(warmup):
             fn()
@@ -55,6 +60,8 @@ def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup
                 settle[name]()
         if progress and (r + 1) % max(1, rounds // 10) == 0:
             progress(f"round {r + 1}/{rounds}")
+        if deadline.passed() and all(len(t) >= min_runs for t in times.values()):
+            break
     return times
 
 

@@ -27,7 +27,8 @@ import numpy as np
 
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
-from woodpecker.config import IN_PLAN_ROUNDS
+from woodpecker.config import IN_PLAN_ROUNDS, MIN_RUNS
+from woodpecker.deadline import Deadline
 from woodpecker.engines import names
 from woodpecker.engines.choice import Choice, Choices, KernelSpec
 from woodpecker.ir.graph import Graph
@@ -35,10 +36,12 @@ from woodpecker.runtime.compiled import CompiledModel
 
 
 def choose_in_plan(graph: Graph, choices: Choices, assembly: AssemblyOptions,
-                   rounds: int = IN_PLAN_ROUNDS, out: TextIO | None = None) -> list[dict]:
+                   rounds: int = IN_PLAN_ROUNDS, out: TextIO | None = None,
+                   deadline: Deadline = Deadline.NONE) -> list[dict]:
     """Set each node's `Choice.kernel` to the finalist (of its `finalists`, which are then
     cleared) that ran fastest in the plan; returns one record per task with more than one
-    finalist: its nodes, the median in-plan ms of each finalist, the choice."""
+    finalist: its nodes, the median in-plan ms of each finalist, the choice. Past `deadline`
+    the rounds stop at `config.MIN_RUNS`."""
     out = out or sys.stderr
     groups: dict[int, tuple[list[int], dict[str, KernelSpec]]] = {}   # a task's nodes share it
     for i, node in enumerate(graph.nodes):
@@ -62,11 +65,13 @@ def choose_in_plan(graph: Graph, choices: Choices, assembly: AssemblyOptions,
     laid = models[0].graph.nodes
     step_of = {laid[i].name: s for s, step in enumerate(models[0].steps) for i in step}
     times = np.zeros((rounds, ranks, len(models[0].steps)))
-    for r in range(rounds):
-        order = range(ranks) if r % 2 == 0 else reversed(range(ranks))
+    done = 0
+    while done < rounds and not (deadline.passed() and done >= MIN_RUNS):
+        order = range(ranks) if done % 2 == 0 else reversed(range(ranks))
         for k in order:
-            times[r, k] = models[k].profile(feeds, runs=1)
-    median = np.median(times, axis=0)
+            times[done, k] = models[k].profile(feeds, runs=1)
+        done += 1
+    median = np.median(times[:done], axis=0)
     report = []
     for nodes, named in groups.values():
         ms = {name: float(sum(median[k, step_of[graph.nodes[i].name]] for i in nodes))

@@ -37,6 +37,7 @@ import numpy as np
 
 from woodpecker.bench.timing import time_interleaved
 from woodpecker.config import SELECTION_RUNS
+from woodpecker.deadline import Deadline
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice, Choices, KernelSpec
@@ -106,7 +107,8 @@ def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.
 
 
 def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
-                ctx: BuildContext, runs: int, out: TextIO) -> GroupTiming | None:
+                ctx: BuildContext, runs: int, out: TextIO,
+                deadline: Deadline = Deadline.NONE) -> GroupTiming | None:
     """Time the finalists (see selection/finalists.py) and the libraries interleaved;
     the fastest finalist is the node's Halide candidate."""
     finalists = finalist_runners(task, records, ctx.threads,
@@ -122,7 +124,8 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
             runners[name] = (lambda k: lambda: (rest(), k(*own)))(lib)
     times = {k: float(np.median(v))
              for k, v in time_interleaved(runners, runs, 2, block=3,
-                                          settle={names.TORCH: settle_threads}).items()}
+                                          settle={names.TORCH: settle_threads},
+                                          deadline=deadline).items()}
     halide_ms = {name: times.pop(f"{HALIDE}:{name}") for name in finalists}
     specs = {name: KernelSpec(finalists[name].record["template"], task.kind,
                               finalists[name].record["config"], task.to_json(),
@@ -134,20 +137,28 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
 
 def select_kernels(graph: Graph, choices: Choices, allowed: list[str], ctx: BuildContext,
                    log: TuningLog, runs: int = SELECTION_RUNS, out: TextIO | None = None,
-                   regions: bool = False) -> list[dict]:
+                   regions: bool = False, deadline: Deadline = Deadline.NONE) -> list[dict]:
     """Put each timed node's choice on its tuned kernel where that wins, and give every timed
     node's choice its `kernel` (also where it lost: the plan check may try it; the caller
     drops it from nodes that do not run it) and its `finalists`;
     returns one record per timed node: candidates with their times, conversions, winner.
-    `regions`: the plan runs consecutive ONNX Runtime nodes as one session."""
+    `regions`: the plan runs consecutive ONNX Runtime nodes as one session. Tasks are timed
+    most work first (FLOPs over all their nodes); those left when `deadline` passes keep
+    their library."""
     out = out or sys.stderr
     by_name = {n.name: n for n in graph.nodes}
     timing: dict[str, GroupTiming] = {}
-    for g in extract_tasks(graph):
+    groups = sorted(extract_tasks(graph), key=lambda g: -g.task.flops * len(g.nodes))
+    for k, g in enumerate(groups):
+        if deadline.passed():
+            print(f"  budget: {len(groups) - k} smaller task(s) not timed, left to the "
+                  "libraries", file=out, flush=True)
+            break
         records = leaders(log, g.task, _buildable(g.task))
         if not records:
             continue
-        t = _time_group(g.task, records, by_name[g.nodes[0]], allowed, ctx, runs, out)
+        t = _time_group(g.task, records, by_name[g.nodes[0]], allowed, ctx, runs, out,
+                        deadline)
         if t is not None:
             t.nodes = g.nodes
             timing.update({name: t for name in g.nodes})

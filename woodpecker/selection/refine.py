@@ -7,30 +7,32 @@ mobilenet_v2 the per-node ORT times of its convs summed to about 1.5× ORT's who
 and a plan of per-node Halide winners ran 1.5× slower than the library-only plan.
 
 So the per-node winners are confirmed on the whole plan. Choices left open by the paper, made
-here: Halide nodes are tried in connected chains (nodes joined by NHWC values, which share
-their layout conversions), largest estimated per-node gain first; starting from the plan with
-no chain, a chain is kept when the whole plan with it, timed interleaved against the current
-best plan on one seeded input, takes at least `config.REFINE_MARGIN` (2 %) less time: the
-median, over the interleaved rounds, of each trial run's time over the best plan's run of the
-same round (`bench.timing.paired_ratio`). Two medians compared instead let the machine's drift
-decide: shufflenet_v2's all-Halide plan was kept in one 15-minute tuning run (7.92 vs 9.85 ms) and
-dropped in the next (7.40 vs 6.57 ms) with nearly the same kernels. The margin guards
-against keeping a chain on noise: on shufflenet_v2 a one-node chain was kept for 8.09 → 7.94 ms
-(1.9 %), and a Halide node amid ONNX Runtime nodes splits their session, so a wrong keep costs
-more than it can win. Nodes that have no timed library alternative (only numpy) keep their
-Halide kernel.
+here: a candidate plan puts more nodes on their tuned kernels and is kept when, timed
+interleaved against the current best plan on one seeded input, it takes at least
+`config.REFINE_MARGIN` (2 %) less time: the median, over the interleaved rounds, of each trial
+run's time over the best plan's run of the same round (`bench.timing.paired_ratio`). Two
+medians compared instead let the machine's drift decide: shufflenet_v2's all-Halide plan was
+kept in one 15-minute tuning run (7.92 vs 9.85 ms) and dropped in the next (7.40 vs 6.57 ms)
+with nearly the same kernels. The margin guards against keeping a chain on noise: on
+shufflenet_v2 a one-node chain was kept for 8.09 → 7.94 ms (1.9 %), and a Halide node amid
+ONNX Runtime nodes splits their session, so a wrong keep costs more than it can win. Nodes
+that have no timed library alternative (only numpy) keep their Halide kernel.
 
-Last, the plan with every timed node on its tuned kernel is tried, and kept when it is faster
-at all (paired ratio under 1), not by the margin: the margin keeps many small chain keeps from
-adding up false gains, while this is one last comparison, of the plan Woodpecker exists to run
-(a library then runs a node only where it wins, WPK §2.5). Measured on inception_v3: one chain
-was kept at 0.967, and the all-Halide plan then ran at 0.990 of that and was dropped, leaving
-17.7 % of the FLOPs on generated kernels although they were not slower. Per-node
-selection charges each Halide node the layout conversions around it and cannot see that a
-whole network in NHWC pays them only at its ends, while a node that loses alone by a little
-(resnet18's stride-2 convs) splits a chain in two and makes both halves pay. Measured on
-resnet18: per-node selection and chains kept 19 % of the FLOPs on Halide at 0.98× ONNX
-Runtime's latency, while the all-Halide plan ran at 0.97×.
+The candidates, in order: every per-node winner at once (by the margin); then every timed node
+on its tuned kernel, kept when faster at all (paired ratio under 1) — the plan Woodpecker
+exists to run (a library then runs a node only where it wins, WPK §2.5); only when neither was
+kept, connected chains of winners (nodes joined by NHWC values, which share their layout
+conversions), largest estimated per-node gain first, each by the margin. Per-node selection
+charges each Halide node the layout conversions around it and cannot see that a whole network
+in NHWC pays them only at its ends, while a node that loses alone by a little (resnet18's
+stride-2 convs) splits a chain in two and makes both halves pay. Measured on resnet18:
+per-node selection and chains kept 19 % of the FLOPs on Halide at 0.98× ONNX Runtime's
+latency, while the all-Halide plan ran at 0.97×; on inception_v3 one chain was kept at 0.967
+and the all-Halide plan then ran at 0.990 of that. Whole plans first also bound the work: a
+chain trial costs two plans' worth of interleaved runs (ResNet-50's selection took 321 s
+after a 300 s tuning budget, chain by chain), and `--budget` is the whole compile
+(compiler.py). Past the deadline no
+further chain is tried.
 
 When more than one candidate was kept, the result is timed once more against the plan it
 started from (twice the runs), and the start plan comes back unless the result still saves the
@@ -50,12 +52,14 @@ from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
 from woodpecker.bench.timing import paired_ratio, time_interleaved
 from woodpecker.config import REFINE_MARGIN, REFINE_RUNS
+from woodpecker.deadline import Deadline
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.names import HALIDE
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
 
-EVERY = "every timed node"   # the last candidate's label
+EVERY = "every timed node"   # the candidates' labels
+WINNERS = "every per-node winner"
 
 
 def halide_chains(graph: Graph, candidates: set[int]) -> list[list[int]]:
@@ -82,12 +86,14 @@ def halide_chains(graph: Graph, candidates: set[int]) -> list[list[int]]:
 
 def refine_selection(graph: Graph, before: list[str], choices: Choices, records: list[dict],
                      assembly: AssemblyOptions, runs: int = REFINE_RUNS,
-                     out: TextIO | None = None) -> tuple[list[str], list[dict]]:
+                     out: TextIO | None = None, deadline: Deadline = Deadline.NONE,
+                     ) -> tuple[list[str], list[dict]]:
     """The engines to keep: the engines of `choices` with the Halide chains that do not speed
     up the whole plan given back to their engine in `before`, or every timed node (a `records`
     entry, whose choice carries its tuned kernel) on Halide when that plan is faster still;
     plus one record per candidate tried. `assembly` says how a plan (layouts, regions, arena)
-    to time is assembled (assembly/)."""
+    to time is assembled (assembly/). Past `deadline` no further chain is tried and a
+    comparison under way stops at half its rounds."""
     out = out or sys.stderr
     gain = {r["node"]: r["total_ms"].get(r["library"], np.inf) - r["total_ms"][HALIDE]
             for r in records}
@@ -99,10 +105,7 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
     chains = sorted(halide_chains(graph, tried),
                     key=lambda c: -sum(gain[names[i]] for i in c))
     current = [before[i] if i in timed else e for i, e in enumerate(selected)]
-    candidates = [(f"chain {k + 1}/{len(chains)}", chain) for k, chain in enumerate(chains)]
-    if timed:
-        candidates.append((EVERY, sorted(timed)))
-    if not candidates:
+    if not timed:
         return selected, []
     report, seen = [], set()
 
@@ -114,18 +117,22 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
         return lambda: model.run(feeds)
 
     best_run = runner(current)
-    for label, nodes in candidates:
+
+    def attempt(label: str, nodes: list[int], bar: float) -> bool:
+        """Time the plan with `nodes` also on Halide against the current best; keep it when
+        the paired ratio is under `bar`."""
+        nonlocal current, best_run
         trial = list(current)
         for i in nodes:
             trial[i] = HALIDE
         if trial == current or tuple(trial) in seen:   # e.g. one chain of every timed node
-            continue
+            return False
         seen.add(tuple(trial))
         trial_run = runner(trial)
-        times = time_interleaved({"best": best_run, "trial": trial_run}, runs, 2, block=3)
+        times = time_interleaved({"best": best_run, "trial": trial_run}, runs, 2, block=3,
+                                 deadline=deadline, min_runs=runs // 2)
         best_ms, trial_ms = (float(np.median(times[key])) for key in ("best", "trial"))
         ratio = paired_ratio(times, "best", "trial")
-        bar = 1.0 if label == EVERY else 1 - REFINE_MARGIN
         kept = ratio < bar
         print(f"  plan check, {label}: {len(nodes)} Halide node(s) from "
               f"{names[nodes[0]]!r}: plan {best_ms:.2f} -> {trial_ms:.2f} ms "
@@ -135,10 +142,22 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
                        "bar": bar, "kept": kept})
         if kept:
             current, best_run = trial, trial_run
+        return kept
+
+    # Whole-plan candidates first: every per-node winner, then every timed node; chain by
+    # chain only when neither was kept (what most budgets cannot afford on a deep model).
+    whole = attempt(WINNERS, sorted(tried), 1 - REFINE_MARGIN) if len(chains) > 1 else False
+    whole = attempt(EVERY, sorted(timed), 1.0) or whole
+    for k, chain in enumerate(chains if not whole else []):
+        if deadline.passed():
+            print(f"  plan check: budget spent, {len(chains) - k} chain(s) not tried",
+                  file=out, flush=True)
+            break
+        attempt(f"chain {k + 1}/{len(chains)}", chain, 1 - REFINE_MARGIN)
     if sum(r["kept"] for r in report) > 1:
         start = [before[i] if i in timed else e for i, e in enumerate(selected)]
         times = time_interleaved({"start": runner(start), "result": best_run}, 2 * runs, 2,
-                                 block=3)
+                                 block=3, deadline=deadline, min_runs=runs)
         start_ms, result_ms = (float(np.median(times[k])) for k in ("start", "result"))
         ratio = paired_ratio(times, "start", "result")
         confirmed = ratio < 1 - REFINE_MARGIN

@@ -22,6 +22,7 @@ from typing import TextIO
 import numpy as np
 
 from woodpecker.config import FLOPS_PER_BYTE, MIN_SHARE
+from woodpecker.deadline import Deadline
 from woodpecker.engines.halide.runtime import host_vector_registers
 from woodpecker.errors import WoodpeckerError
 from woodpecker.ir.graph import Graph
@@ -66,13 +67,16 @@ def open_log(path: str, resume: bool, out: TextIO | None = None,
 
 
 def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOptions,
-               out: TextIO | None = None) -> list[tuple[TaskGroup, dict | None]]:
-    """Tune each task of `graph` into `log`; returns (task group, best record) per task."""
+               out: TextIO | None = None, deadline: Deadline | None = None,
+               ) -> list[tuple[TaskGroup, dict | None]]:
+    """Tune each task of `graph` into `log`, until `deadline` (default: the options' budget
+    from now); returns (task group, best record) per task."""
     out = out or sys.stderr
     if options.search not in SEARCHERS:
         raise WoodpeckerError(f"unknown search {options.search!r}; choose from "
                               f"{', '.join(SEARCHERS)}")
-    budget = options.budget_s
+    deadline = deadline or Deadline.after(options.budget_s)
+    budget = deadline.left()
     regs = host_vector_registers(target.isa)
     groups = extract_tasks(graph)
     results = []
