@@ -172,3 +172,19 @@ def test_paired_ratio_compares_calls_of_the_same_round():
     other[3] = 50.0
     assert abs(paired_ratio({"a": base, "b": other}, "a", "b") - 0.9) < 1e-12
     assert abs(paired_ratio({"a": base, "b": other}, "b", "a") - 1 / 0.9) < 1e-12
+
+
+def test_openvino_is_compared_in_float32(model_file):
+    """OpenVINO's CPU plugin computes in bfloat16 by default where the CPU has it (AVX512_BF16,
+    AMX); the comparison runs it in f32, so it matches ONNX Runtime like an f32 runtime."""
+    pytest.importorskip("openvino")
+    from tests.helpers import ort_run
+    from woodpecker.bench.runners import openvino_runner
+    from woodpecker.frontend.onnx_import import load_model_proto
+
+    proto = load_model_proto(str(model_file))
+    feeds = {i.name: rand(*[d.dim_value for d in i.type.tensor_type.shape.dim], seed=3)
+             for i in proto.graph.input}
+    got = openvino_runner(proto.SerializeToString(), 1)(feeds)[0]
+    want = ort_run(proto, feeds)[0]
+    assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))

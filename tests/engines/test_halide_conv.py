@@ -91,7 +91,16 @@ SEPARABLE = [_separable(DEPTHWISE[0], 24, True, (("Add",),)),
              _separable(ConvTask(2, 32, 9, 14, 32, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 32, True,
                                  (("Relu",),)), 20, False, (("Add",), ("Relu",)))]
 
-CASES = [(conv_direct, t) for t in TASKS] + [(conv_depthwise, t) for t in DEPTHWISE] + \
+# Grouped convs (RegNet's group width 16, ResNeXt-like 4 channels a group, strided, a residual)
+GROUPED = [
+    ConvTask(1, 32, 7, 9, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 2, True, (("Relu",),)),
+    ConvTask(2, 16, 8, 8, 32, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 4, False,
+             (("Add",), ("Relu",))),
+    ConvTask(1, 48, 6, 6, 48, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 3, True, (),
+             prologue=SE_SCALE),
+]
+CASES = [(conv_direct, t) for t in TASKS + GROUPED] + \
+    [(conv_depthwise, t) for t in DEPTHWISE] + \
     [(conv_gemm, t) for t in TASKS if conv_gemm.supports(t)] + \
     [(conv_winograd, t) for t in TASKS if conv_winograd.supports(t)] + \
     [(conv_separable, t) for t in SEPARABLE]

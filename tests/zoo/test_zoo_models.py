@@ -47,7 +47,7 @@ def test_zoo_model_through_generated_kernels(name, tmp_path):
     optimize(graph)
     log = seed_tuning_log(graph, tmp_path / "tuning.jsonl")
     model = woodpecker.compile(proto, engines="halide,numpy", tuning_log=log.path, threads=2)
-    assert model.generated_flops_share() >= 0.75, name   # RegNet's grouped convs run on numpy
+    assert model.generated_flops_share() >= 0.9, name   # ViT-Tiny: 93 %
     x = zoo.model_input(name, seed=1)
     got, want = model(x), ort_run(proto, {"input": x})[0]
     rel = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))

@@ -103,7 +103,8 @@ class ConvTask(Task):
         return "" if i == 0 and self.reads_nchw else NHWC
 
     def describe(self) -> str:
-        kind = "dwconv" if self.groups > 1 else "conv"
+        kind = "conv" if self.groups == 1 else "dwconv" if self.groups == self.c else \
+            f"conv/{self.groups} groups"
         return (f"{kind} {self.kh}x{self.kw}/{self.stride[0]} {self.c}->{self.k} @ "
                 f"{self.h}x{self.w}" + (" (NCHW input)" if self.reads_nchw else "")
                 + (" after " + "+".join(s[0] for s in self.prologue) if self.prologue else "")

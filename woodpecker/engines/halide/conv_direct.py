@@ -17,9 +17,17 @@ exceed the cache need it), `pad` (materialise the zero-padded input once, or bou
 so that pixels are not a power-of-two stride apart, which maps them to the same L1 sets),
 `rc_block` (reduction split: input channels per block, see `_blocked_reduction`; 0 = none),
 `pack` (weights blocked per channel tile, see `weights`).
+
+Grouped convolutions (RegNet's, ResNeXt's: 1 < groups < channels; depthwise ones have their own
+template) reduce over their group's C/groups input channels only. They need packed weights
+with channel tiles inside one group, so a tile's input channels start at one offset,
+(tile · T / (K/groups)) · C/groups, a scalar per tile: the weights stay dense vector loads and
+each input value a broadcast, as for an ungrouped conv.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -44,14 +52,25 @@ from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 KIND = "conv2d"
 
 
-supports = dense_conv
+def grouped(task: ConvTask) -> bool:
+    """A grouped, not depthwise, float32 conv whose groups have whole 4-lane channel tiles."""
+    return 1 < task.groups < task.c and (task.k // task.groups) % 4 == 0 and \
+        dense_conv(dataclasses.replace(task, groups=1))
 
 
-# The genetic search's first candidate: the best record of several of resnet18's layers in
+def supports(task: ConvTask) -> bool:
+    return dense_conv(task) or grouped(task)
+
+
+# The genetic search's first candidates: the best record of several of resnet18's layers in
 # earlier tuning (16 output channels by 6 pixels of accumulators, the padded input
-# materialised, kw unrolled).
+# materialised, kw unrolled); the same with packed weights (what grouped convs need).
 SEEDS = ({"vec": 8, "co_block": 2, "x_block": 6, "parallel": "co", "pad": "root",
-          "unroll_kw": True, "skew": 0, "rc_block": 0, "pack": False},)
+          "unroll_kw": True, "skew": 0, "rc_block": 0, "pack": False},
+         {"vec": 8, "co_block": 2, "x_block": 6, "parallel": "co", "pad": "root",
+          "unroll_kw": True, "skew": 0, "rc_block": 0, "pack": True},
+         {"vec": 8, "co_block": 1, "x_block": 6, "parallel": "co", "pad": "root",
+          "unroll_kw": True, "skew": 0, "rc_block": 0, "pack": True})
 
 
 def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
@@ -62,6 +81,7 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
              Knob("rc_block", (0, 16, 32, 64, 128)), Knob("pack", (False, True))]
     # Tiles shift inwards at the edges (constant-size tiles keep the accumulator loops
     # unrollable), so a tile may not exceed the output it covers.
+    cg, kg = task.c // task.groups, task.k // task.groups
     constraints = [
         fits_registers(vector_registers, "co_block", 1),
         Constraint("channel tile within the output channels",
@@ -70,11 +90,15 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
         Constraint("skew only for a materialised padded input",
                    lambda c: c["skew"] == 0 or c["pad"] == "root"),
         Constraint("reduction blocks divide the input channels, channel tiles in parallel",
-                   lambda c: c["rc_block"] == 0 or (task.c % c["rc_block"] == 0
-                                                    and c["rc_block"] < task.c
+                   lambda c: c["rc_block"] == 0 or (cg % c["rc_block"] == 0
+                                                    and c["rc_block"] < cg
                                                     and c["parallel"] == "co")),
         whole_channel_tiles(task),
     ]
+    if task.groups > 1:
+        constraints.append(Constraint(
+            "grouped: packed weights, each channel tile inside one group",
+            lambda c: c["pack"] and kg % (c["vec"] * c["co_block"]) == 0))
     return KnobSpace(knobs, constraints, SEEDS)
 
 
@@ -103,26 +127,31 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     rounded = bool(config.get("rc_block")) and task.out_w % config["x_block"] != 0
     io = ConvInputs(hl, task, weight_dims=5 if packed else 4, reads_inside=not rounded)
     co, ox, oy, n = hl.Var("co"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
-    rc = config.get("rc_block", 0) or task.c
+    cg = task.c // task.groups   # input channels per group
+    rc = config.get("rc_block", 0) or cg
     # (channels within a block, kx, ky, channel blocks): the block loop can then move outside
     # the pixel loops while every tile's reduction stays in order.
-    r = hl.RDom([(0, rc), (0, task.kw), (0, task.kh), (0, task.c // rc)])
+    r = hl.RDom([(0, rc), (0, task.kw), (0, task.kh), (0, cg // rc)])
     ci = r[3] * rc + r[0]
     (sy, sx), (dy, dx) = task.stride, task.dilation
-    pixel = io.padded[ci, ox * sx + r[1] * dx - task.pads[1],
-                      oy * sy + r[2] * dy - task.pads[0], n]
+
+    def pixel(channel):
+        return io.padded[channel, ox * sx + r[1] * dx - task.pads[1],
+                         oy * sy + r[2] * dy - task.pads[0], n]
+
     acc = hl.Func("acc")
     if packed:
         # The accumulator is blocked like the weights, (lane, x, y, tile): indexing flat
         # channels as co % T, co / T inside the reduction defeats dense vector loads.
         cl, cot = hl.Var("cl"), hl.Var("cot")
+        first = (cot * tile) // (task.k // task.groups) * cg if task.groups > 1 else 0
         acc[cl, ox, oy, cot, n] = io.bias(cot * tile + cl)
-        acc[cl, ox, oy, cot, n] += io.w[cl, ci, r[1], r[2], cot] * pixel
+        acc[cl, ox, oy, cot, n] += io.w[cl, ci, r[1], r[2], cot] * pixel(first + ci)
         acc.bound(cl, 0, tile)
         value, acc_c = acc[co % tile, ox, oy, co // tile, n], cl
     else:
         acc[co, ox, oy, n] = io.bias(co)
-        acc[co, ox, oy, n] += io.w[co, ci, r[1], r[2]] * pixel
+        acc[co, ox, oy, n] += io.w[co, ci, r[1], r[2]] * pixel(ci)
         value, acc_c = acc[co, ox, oy, n], co
     out = io.output(value, (co, ox, oy, n))
 
