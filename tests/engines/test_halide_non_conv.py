@@ -25,6 +25,8 @@ DENSE = [
     DenseTask(3, 10, 16, 24, False, "", ("full",), (("Sigmoid",),)),  # attention-like, batched
     DenseTask(2, 9, 8, 12, False, "", (), (("Mul", 0.125),)),          # scaled q·kᵀ
     DenseTask(1, 7, 12, 8, False, "row", (), (("Clip", 0.0, 6.0),)),  # run-time 2-d B
+    DenseTask(1, 49, 24, 32, True, "row", (), (("Gelu", "none"),)),    # ConvNeXt's MLP, GELU
+    DenseTask(1, 9, 16, 24, True, "row", ("full",), (("Gelu", "tanh"),)),
 ]
 POOL = [
     PoolTask(1, 16, 11, 11, "max", 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), False, False),

@@ -191,3 +191,45 @@ def test_every_engine_scales_the_channels_inside_the_conv(engines):
     x = rand(2, 16, 6, 5, seed=7)
     got, want = c(x), ort_run(model, {"x": x})[0]
     assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))
+
+
+def _mlp_gelu(form: str) -> "onnx.ModelProto":  # noqa: F821
+    """ConvNeXt's MLP as PyTorch exports it below opset 20: MatMul → GELU in its erf form
+    (`form` A: (x · s) · 0.5, B: (0.5 · x) · s, C: the scale by 1/√2 as a Mul) → MatMul."""
+    inits = {"w1": rand(16, 32, seed=1) * 0.3, "w2": rand(32, 8, seed=2),
+             "r2": np.array(np.sqrt(2), np.float32), "h": np.array(0.5, np.float32),
+             "one": np.array(1.0, np.float32),
+             "inv": np.array(1 / np.sqrt(2), np.float32)}
+    scale = helper.make_node("Mul", ["a", "inv"], ["d"]) if form == "C" else \
+        helper.make_node("Div", ["a", "r2"], ["d"])
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]), scale,
+             helper.make_node("Erf", ["d"], ["e"]), helper.make_node("Add", ["e", "one"], ["s"])]
+    if form == "B":
+        nodes += [helper.make_node("Mul", ["h", "a"], ["p"]),
+                  helper.make_node("Mul", ["p", "s"], ["g"])]
+    else:
+        nodes += [helper.make_node("Mul", ["a", "s"], ["p"]),
+                  helper.make_node("Mul", ["p", "h"], ["g"])]
+    nodes.append(helper.make_node("MatMul", ["g", "w2"], ["y"]))
+    return make_model(nodes, [("x", [1, 7, 7, 16])], [("y", [1, 7, 7, 8])], inits)
+
+
+@pytest.mark.parametrize("form", ["A", "B", "C"])
+@pytest.mark.parametrize("engines", ["numpy", "torch", "onnxruntime"])
+def test_the_erf_form_of_gelu_becomes_the_products_epilogue(form, engines):
+    model = _mlp_gelu(form)
+    c = woodpecker.compile(model, engines=engines + ",numpy", threads=1)
+    assert [n.op for n in c.graph.nodes] == ["FusedMatMul", "MatMul"]
+    assert [s["op"] for s in c.graph.nodes[0].attrs["epilogue"]] == ["Gelu"]
+    assert c.plan.engines[0] == engines
+    x = rand(1, 7, 7, 16, seed=4)
+    got, want = c(x), ort_run(model, {"x": x})[0]
+    assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))
+
+
+def test_a_gelu_like_pattern_read_elsewhere_stays():
+    """The Erf's sum is also a graph output: nothing is rewritten."""
+    model = _mlp_gelu("A")
+    model.graph.output.append(helper.make_tensor_value_info("s", 1, [1, 7, 7, 32]))
+    c = woodpecker.compile(model, engines="numpy", threads=1)
+    assert "Erf" in [n.op for n in c.graph.nodes] and "Gelu" not in [n.op for n in c.graph.nodes]

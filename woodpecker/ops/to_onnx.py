@@ -49,6 +49,9 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
             protos += ps
             inits += extra
         return protos, inits
+    if node.op == "Gelu" and opset < GELU_OPSET:
+        return _gelu_protos(node.inputs[0].name, node.outputs[0].name, node.outputs[0].dtype,
+                            fresh, node.attrs)
     if node.op not in BASE_INPUTS:
         return [helper.make_node(node.op, [name(v) for v in node.inputs],
                                  [v.name for v in node.outputs], name=node.name,
@@ -91,6 +94,10 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
                 inits.append(t)
                 bounds.append(t.name)
             protos.append(helper.make_node("Clip", [cur] + bounds, [out]))
+        elif kind == "Gelu" and opset < GELU_OPSET:
+            ps, extra = _gelu_protos(cur, out, node.outputs[0].dtype, fresh, step)
+            protos += ps
+            inits += extra
         elif kind == "Silu":
             s = fresh(node.name)
             protos += [helper.make_node("Sigmoid", [cur], [s]),
@@ -112,6 +119,35 @@ def _elementwise_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodePr
     consts = node.inputs[n].data.reshape(-1) if len(node.inputs) > n else np.zeros(0)
     return _program_protos(program, [v.name for v in node.inputs[:n]], consts,
                            node.outputs[0], node.outputs[0].name, node.name, fresh, opset)
+
+
+GELU_OPSET = 20   # Gelu is an ONNX op from opset 20; below it, the erf form PyTorch exports
+
+
+def _gelu_protos(x: str, out: str, dtype, fresh, attrs: dict) -> tuple[list[onnx.NodeProto],
+                                                                      list[onnx.TensorProto]]:
+    """GELU of `x` into `out` in ops every opset has: 0.5 · x · (1 + erf(x / √2)), or with
+    `approximate` "tanh" its tanh form."""
+    def const(v: float) -> str:
+        inits.append(numpy_helper.from_array(np.array(v, dtype=dtype), fresh("gelu.c")))
+        return inits[-1].name
+
+    inits: list[onnx.TensorProto] = []
+    t = [fresh("gelu") for _ in range(6)]
+    if attrs.get("approximate", "none") == "tanh":
+        inner = [helper.make_node("Mul", [x, x], [t[0]]),
+                 helper.make_node("Mul", [t[0], x], [t[1]]),
+                 helper.make_node("Mul", [t[1], const(0.044715)], [t[2]]),
+                 helper.make_node("Add", [x, t[2]], [t[3]]),
+                 helper.make_node("Mul", [t[3], const(float(np.sqrt(2 / np.pi)))], [t[4]]),
+                 helper.make_node("Tanh", [t[4]], [t[5]])]
+    else:
+        inner = [helper.make_node("Div", [x, const(float(np.sqrt(2)))], [t[4]]),
+                 helper.make_node("Erf", [t[4]], [t[5]])]
+    s, h = fresh("gelu"), fresh("gelu")
+    return inner + [helper.make_node("Add", [t[5], const(1.0)], [s]),
+                    helper.make_node("Mul", [x, s], [h]),
+                    helper.make_node("Mul", [h, const(0.5)], [out])], inits
 
 
 def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, y: Value,

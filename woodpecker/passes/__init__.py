@@ -13,6 +13,7 @@ from woodpecker.passes.fuse_elementwise import fuse_elementwise
 from woodpecker.passes.fuse_epilogue import fuse_epilogues
 from woodpecker.passes.fuse_prologue import fuse_prologues
 from woodpecker.passes.fuse_separable import fuse_separable
+from woodpecker.passes.gelu import fuse_gelu
 from woodpecker.passes.global_pool import reduce_mean_to_pool
 from woodpecker.passes.remove_identity import remove_identities
 from woodpecker.passes.simplify_reshapes import simplify_reshapes
@@ -24,6 +25,7 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "simplify_reshapes": simplify_reshapes,
     "fold_batchnorm": fold_batchnorm,
     "reduce_mean_to_pool": reduce_mean_to_pool,
+    "fuse_gelu": fuse_gelu,
     "expose_epilogues": expose_epilogues,
     "fuse_epilogues": fuse_epilogues,
     "fuse_elementwise": fuse_elementwise,

@@ -59,7 +59,7 @@ def _tupled(v):
 
 # An epilogue step's parameters, in order, with the ONNX default of each (None: no default).
 _PARAMS = {"Clip": (("min", None), ("max", None)), "Mul": (("scale", None),),
-           "HardSigmoid": (("alpha", 0.2), ("beta", 0.5))}
+           "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)), "Gelu": (("approximate", "none"),)}
 
 
 def epilogue_steps(node: Node) -> tuple[tuple, ...]:

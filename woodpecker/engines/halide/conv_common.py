@@ -10,7 +10,7 @@ from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 EPILOGUE_OPS = {"Add", "Mul", "Relu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "HardSwish",
-                "Silu"}
+                "Silu", "Gelu"}
 
 
 class ConvInputs:
@@ -184,4 +184,10 @@ def activation(hl, e, step):
         return e * hl.clamp(e / 6.0 + 0.5, 0.0, 1.0)
     if kind == "Silu":
         return e * (1.0 / (1.0 + hl.exp(-e)))
+    if kind == "Gelu":
+        if step[1] == "tanh":
+            inner = hl.tanh(hl.f32(0.7978845608028654) * (e + hl.f32(0.044715) * e * e * e))
+        else:
+            inner = hl.erf(e * hl.f32(0.7071067811865476))
+        return hl.f32(0.5) * e * (1.0 + inner)
     raise ValueError(f"unsupported epilogue step {kind}")
