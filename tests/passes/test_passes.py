@@ -99,10 +99,23 @@ def _separable(activations: bool = False):
                        "wp": rand(8, 8, 1, 1, seed=3), "bp": rand(8, seed=4)})
 
 
+def _conv_gelu():
+    """A conv, then GELU in the erf form PyTorch exports below opset 20."""
+    inits = {"w": rand(8, 8, 3, 3, seed=1) * 0.2, "r2": np.array(np.sqrt(2), np.float32),
+             "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Div", ["a", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["s"]),
+             helper.make_node("Mul", ["a", "s"], ["p"]),
+             helper.make_node("Mul", ["p", "half"], ["y"])]
+    return make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 8, 6, 6])], inits)
+
+
 # passes that conv_bn_relu_residual lacks work for
 MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv,
           "simplify_reshapes": _renamed_axes, "expose_epilogues": _scaled_attention,
-          "split_copied_concats": _shared_concats, "fuse_separable": _separable}
+          "split_copied_concats": _shared_concats, "fuse_separable": _separable,
+          "fuse_gelu": _conv_gelu}
 
 
 @pytest.mark.parametrize("name", DEFAULT)
