@@ -1,0 +1,128 @@
+"""Where a plan loses to ONNX Runtime, node by node, each timed inside its own whole model: the
+plan's per-step times (`CompiledModel.profile`) beside ONNX Runtime's own profiler on the
+whole model (its per-node kernel times, after its fusions). Per-node selection times each
+node alone, which both inflates library times (a one-node session's overhead, cold caches)
+and hides what a plan pays between nodes; this shows the in-plan picture. Rows are matched
+by node name (ONNX Runtime keeps the first node's name for most fusions, as Woodpecker's
+fused nodes do) or by an output's name (its NCHWc convolutions are named "<output>_nchwc");
+what matches on neither side is summed as "unmatched".
+
+    python benchmarks/in_plan_profile.py regnet_x_400mf --tuning-log logs/tuning_regnet.jsonl
+    python benchmarks/in_plan_profile.py vit_tiny --tuning-log L.jsonl --engines halide,numpy
+
+Both profilers add time per step or node (a timer call per step here; ONNX Runtime's profiler
+records events), which weighs on nodes of a few microseconds: the last line gives each side's
+whole run unprofiled, interleaved, beside the sum of its profiled parts.
+
+By default the plan may use generated kernels only (`--engines halide,numpy`), the plan the
+plan check calls "every timed node". JSON: --json (optional).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections import defaultdict
+
+import numpy as np
+
+import woodpecker
+from woodpecker import zoo
+from woodpecker.bench.compare import random_feeds, write_json
+from woodpecker.bench.runners import versions
+from woodpecker.bench.timing import time_interleaved
+from woodpecker.engines.ort_engine import new_session, session_options
+from woodpecker.target import cpu_info
+
+
+def ort_node_ms(onnx_bytes: bytes, feeds: dict, threads: int, runs: int) -> dict[str, float]:
+    """Mean ms per run of each node ONNX Runtime executes, from its profiler."""
+    import onnxruntime as ort
+
+    so = session_options(threads)
+    so.enable_profiling = True
+    with tempfile.TemporaryDirectory() as tmp:
+        so.profile_file_prefix = os.path.join(tmp, "ort")
+        sess = ort.InferenceSession(onnx_bytes, so, providers=["CPUExecutionProvider"])
+        for _ in range(5):
+            sess.run(None, feeds)
+        for _ in range(runs):
+            sess.run(None, feeds)
+        events = json.load(open(sess.end_profiling()))
+    total: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            name = e["name"][: -len("_kernel_time")]
+            total[name] += e["dur"] / 1e3
+            counts[name] += 1
+    # the first 5 runs are warm-up: keep the mean over the last `runs` calls of each node
+    return {n: total[n] / counts[n] for n in total}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("model", help="a zoo model's name")
+    p.add_argument("--tuning-log", required=True)
+    p.add_argument("--engines", default="halide,numpy")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--json")
+    args = p.parse_args()
+    data = zoo.export(args.model).read_bytes()
+    model = woodpecker.compile(data, threads=args.threads, tuning_log=args.tuning_log,
+                               engines=args.engines)
+    feeds = random_feeds(model)
+    ours_ms = model.profile(feeds, args.runs)
+    ort_ms = ort_node_ms(data, feeds, args.threads, args.runs)
+    rows, unmatched_ours, matched = [], 0.0, set()
+    graph, engines = model.plan.graph, model.plan.engines
+    for step, ms in zip(model.steps, ours_ms):
+        nodes, engine = [graph.nodes[i] for i in step], engines[step[0]]
+        names = [n.name for n in nodes]
+        # the layout pass renames a value it holds in NHWC "<name>.held…" (assembly/layout.py)
+        outs = {v.name.split(".held")[0] for n in nodes for v in n.outputs}
+        known = set(names) | outs | {o + "_nchwc" for o in outs}
+        hit = [n for n in ort_ms if n in known and n not in matched]
+        if not hit:
+            unmatched_ours += ms
+            continue
+        lib = sum(ort_ms[n] for n in hit)
+        matched.update(hit)
+        rows.append({"step": names[0], "op": nodes[0].op, "engine": engine,
+                     "nodes": len(names), "ms": ms, "onnxruntime_ms": lib})
+    unmatched_ort = sum(v for n, v in ort_ms.items() if n not in matched)
+    print(f"{'step':<58} {'engine':>8} {'ms':>7} {'ORT ms':>7} {'ratio':>6}")
+    for r in sorted(rows, key=lambda r: r["ms"] - r["onnxruntime_ms"], reverse=True):
+        print(f"{r['step'][-58:]:<58} {r['engine'][:8]:>8} {r['ms']:>7.3f} "
+              f"{r['onnxruntime_ms']:>7.3f} {r['ms'] / max(r['onnxruntime_ms'], 1e-9):>6.2f}")
+    ours, lib = sum(r["ms"] for r in rows), sum(r["onnxruntime_ms"] for r in rows)
+    print(f"{'matched steps':<58} {'':>8} {ours:>7.3f} {lib:>7.3f} {ours / lib:>6.2f}")
+    print(f"{'unmatched (movement, conversions, ORT-only nodes)':<58} {'':>8} "
+          f"{unmatched_ours:>7.3f} {unmatched_ort:>7.3f}")
+    # what the profilers add: each side's whole run, unprofiled, interleaved
+    sess = new_session(data, args.threads)
+    runs = time_interleaved({"woodpecker": lambda: model.run(feeds),
+                             "onnxruntime": lambda: sess.run(None, feeds)}, args.runs, 5)
+    whole = {k: float(np.median(v)) for k, v in runs.items()}
+    print(f"whole run, no profiler (median ms): woodpecker {whole['woodpecker']:.3f} (its steps "
+          f"sum to {sum(ours_ms):.3f}), onnxruntime {whole['onnxruntime']:.3f} (its profiled "
+          f"nodes sum to {sum(ort_ms.values()):.3f})")
+    if args.json:
+        cpu, isa = cpu_info()
+        write_json(args.json, {"model": args.model, "engines": args.engines,
+                               "machine": {"cpu": cpu, "isa": isa}, "versions": versions(),
+                               "rows": rows,
+                               "unmatched_ms": unmatched_ours,
+                               "unmatched_onnxruntime_ms": unmatched_ort,
+                               "whole_run_ms": whole, "steps_sum_ms": sum(ours_ms),
+                               "onnxruntime_nodes_sum_ms": sum(ort_ms.values())})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
