@@ -61,10 +61,13 @@ def random_feeds(model: CompiledModel, seed: int = 0) -> dict[str, np.ndarray]:
 
 def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs: int = 50,
               warmup: int = 5, seed: int = 0, zoo_meta: dict | None = None,
-              progress: Callable[[str], None] | None = None, block: int = 1) -> dict:
+              progress: Callable[[str], None] | None = None, block: int = 1,
+              variants: dict[str, CompiledModel] | None = None) -> dict:
     """Woodpecker vs `against` on one random input; diffs are against ONNX Runtime's outputs.
     With both ONNX Runtime and OpenVINO, the result also holds `FASTEST_LIBRARY`: per round the
-    faster of the two, the runtime a user would otherwise pick (the headline ratio)."""
+    faster of the two, the runtime a user would otherwise pick (the headline ratio).
+    `variants`: further compiled models with the same inputs (the plan on fewer threads, say),
+    timed in the same rounds under their names."""
     threads = model.plan.target.threads
     feeds = random_feeds(model, seed)
     ours = model.run(feeds)
@@ -76,6 +79,7 @@ def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs:
         abs_diff = max(abs_diff, d)
         rel_diff = max(rel_diff, d / max(float(np.max(np.abs(r))), 1e-30) if r.size else 0.0)
     runners: dict[str, Runner] = {"woodpecker": model.run}
+    runners.update({name: v.run for name, v in (variants or {}).items()})
     for name in against:
         runners[name] = ort if name == ONNXRUNTIME else make_runner(name, onnx_bytes, zoo_meta,
                                                                         threads)
