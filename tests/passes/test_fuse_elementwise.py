@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import helper
 
 import woodpecker
@@ -233,3 +235,78 @@ def test_a_gelu_like_pattern_read_elsewhere_stays():
     model.graph.output.append(helper.make_tensor_value_info("s", 1, [1, 7, 7, 32]))
     c = woodpecker.compile(model, engines="numpy", threads=1)
     assert "Erf" in [n.op for n in c.graph.nodes] and "Gelu" not in [n.op for n in c.graph.nodes]
+
+
+def test_a_scale_and_shift_goes_to_onnx_runtime_as_one_batchnorm():
+    """A BatchNormalization that folded into no conv is a Mul and an Add in the group; ONNX
+    Runtime gets it back as one BatchNormalization (one pass over the activation)."""
+    from woodpecker.ops.to_onnx import node_protos
+
+    c = woodpecker.compile(_pool_bn(), engines="onnxruntime,numpy", threads=1)
+    (group,) = _groups(c)
+    counter = iter(range(100))
+    protos, _ = node_protos(group, lambda hint: f"{hint}__{next(counter)}", 17)
+    assert [p.op_type for p in protos] == ["BatchNormalization", "Mul", "Relu"]
+
+
+_C = 3
+_const_kind = st.sampled_from(["const", "channel"])
+
+
+@st.composite
+def _programs(draw):
+    """Chains of Mul/Add by constants (either operand order), Relu and Adds of the run-time
+    input, where a step may also be read again later (then it is no lone scale-and-shift)."""
+    program, consts = [], []
+
+    def constant(kind):
+        n = 1 if kind == "const" else _C
+        consts.extend(draw(st.lists(st.floats(-2, 2, width=32), min_size=n, max_size=n)))
+        return [kind, len(consts) - n]
+
+    prev = ["in", 0]
+    for _ in range(draw(st.integers(1, 6))):
+        op = draw(st.sampled_from(["Mul", "Add", "Relu", "AddInput", "AddEarlier",
+                                   "Affine"]))
+        if op == "Affine":      # a Mul by a constant, then an Add of one, operands any order
+            for step_op in ("Mul", "Add"):
+                args = [prev, constant(draw(_const_kind))]
+                program.append({"op": step_op, "args": args[::-1] if draw(st.booleans())
+                                else args, "attrs": {}})
+                prev = ["step", len(program) - 1]
+            continue
+        if op == "Relu":
+            program.append({"op": "Relu", "args": [prev], "attrs": {}})
+        elif op == "AddInput":
+            program.append({"op": "Add", "args": [prev, ["in", 0]], "attrs": {}})
+        elif op == "AddEarlier" and len(program) >= 2:
+            program.append({"op": "Add", "args": [prev, ["step", len(program) - 2]],
+                            "attrs": {}})
+        else:
+            op = "Mul" if op == "AddEarlier" else op
+            args = [prev, constant(draw(_const_kind))]
+            program.append({"op": op, "args": args[::-1] if draw(st.booleans()) else args,
+                            "attrs": {}})
+        prev = ["step", len(program) - 1]
+    return program, np.array(consts, np.float32)
+
+
+@settings(deadline=None, max_examples=40)
+@given(_programs())
+def test_any_program_exported_to_onnx_computes_like_the_reference(case):
+    """Whatever the export merges into BatchNormalizations, ONNX Runtime's result equals the
+    numpy reference of the program."""
+    from woodpecker.ir.graph import Graph
+    from woodpecker.ops.fused import run_program
+    from woodpecker.ops.to_onnx import nodes_model
+
+    program, consts = case
+    g = Graph("p")
+    x, y = (g.value(n, (1, _C, 4, 5), np.float32) for n in "xy")
+    ins = [x] + ([g.const(consts, "k")] if consts.size else [])
+    node = g.add_node("FusedElementwise", ins, [y], {"program": program})
+    model = nodes_model([node], [x], [y], 17)
+    xv = rand(1, _C, 4, 5, seed=2)
+    (got,) = ort_run(model, {"x": xv})
+    want = run_program(program, [xv], consts, (1, _C, 1, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

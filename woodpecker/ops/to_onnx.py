@@ -163,9 +163,33 @@ def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, 
         inits.append(numpy_helper.from_array(data, fresh(name + ".c")))
         return inits[-1].name
 
+    def channel_vector(kind: str, i: int) -> str:
+        """A constant as one value per channel (C,), as BatchNormalization takes them."""
+        data = np.broadcast_to(np.asarray(consts[i:i + (1 if kind == "const" else y.shape[1])],
+                                          dtype=y.dtype), (y.shape[1],))
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(data), fresh(name + ".c")))
+        return inits[-1].name
+
     outs: list[str] = []
     protos = []
+    affine = _affine_pairs(program)
     for k, step in enumerate(program):
+        if k in affine:          # the Mul of a per-channel x · a + b: written at its Add
+            outs.append("")
+            continue
+        if k - 1 in affine:
+            x, a, b = affine[k - 1]
+            kind, i = x
+            args = [inputs[i] if kind == "in" else outs[i]]
+            for c in (a, b):
+                args.append(channel_vector(*c))
+            for data in (np.zeros(y.shape[1], y.dtype), np.ones(y.shape[1], y.dtype)):
+                inits.append(numpy_helper.from_array(data, fresh(name + ".c")))
+                args.append(inits[-1].name)
+            outs.append(out if k == len(program) - 1 else fresh(name))
+            protos.append(helper.make_node("BatchNormalization", args, [outs[-1]],
+                                           name=fresh(name), epsilon=0.0))
+            continue
         args = []
         for a in step["args"]:
             if a is None:
@@ -178,6 +202,36 @@ def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, 
         protos.append(helper.make_node(step["op"], args, [outs[-1]], name=fresh(name),
                                        **_attrs(step["op"], step.get("attrs", {}), opset)))
     return protos, inits
+
+
+def _affine_pairs(program: list[dict]) -> dict[int, tuple[list, list, list]]:
+    """Mul steps k of a program whose only reader is step k + 1, an Add, with a constant on
+    each (a scalar or one value per channel): k → (x, a, b) for y = x · a + b, which the export
+    writes as one BatchNormalization (mean 0, variance 1, epsilon 0: exactly x · a + b).
+    fuse_elementwise turns every BatchNormalization that folded into no conv into such a Mul
+    and Add; as two ONNX ops ONNX Runtime reads and writes the activation twice: DenseNet-121's
+    62 pre-activation normalisations as Mul + Add ran 53.6 ms a run against the original
+    model's 48.1 (Zen 3, 2 threads)."""
+    readers: dict[int, int] = {}
+    for step in program:
+        for a in step["args"]:
+            if a is not None and a[0] == "step":
+                readers[a[1]] = readers.get(a[1], 0) + 1
+    const = ("const", "channel")
+    out = {}
+    for k, (mul, add) in enumerate(zip(program, program[1:])):
+        if mul["op"] != "Mul" or add["op"] != "Add" or readers.get(k) != 1 or k - 1 in out:
+            continue
+        m_args = [None if a is None else tuple(a) for a in mul["args"]]
+        a_args = [None if a is None else tuple(a) for a in add["args"]]
+        if len(m_args) != 2 or len(a_args) != 2 or None in m_args + a_args or \
+                ("step", k) not in a_args:
+            continue
+        x, a = m_args if m_args[1][0] in const else m_args[::-1]
+        b = a_args[1] if a_args[0] == ("step", k) else a_args[0]
+        if x[0] not in const and a[0] in const and b[0] in const:
+            out[k] = (x, a, b)
+    return out
 
 
 def value_info(v: Value) -> onnx.ValueInfoProto:
