@@ -79,6 +79,22 @@ def test_halide_models_run_interleaved_on_their_own_thread_counts(halide_models)
     assert max(used[2]) == 2, used        # the worker took part (the pool was not left at 1)
 
 
+def test_join_waits_are_counted_and_reset(halide_models):
+    """The pool's join statistics: a 1-thread model runs every loop on its caller, so it never
+    waits for a worker; a reset zeroes them whatever ran before."""
+    from woodpecker.engines.halide.aot import pool_join_stats
+
+    (x, _), models = halide_models
+    for _ in range(3):
+        models[2](x)
+    waited_ms, long_joins = pool_join_stats(reset=True)
+    assert waited_ms >= 0 and long_joins >= 0
+    assert pool_join_stats() == (0.0, 0)
+    for _ in range(3):
+        models[1](x)
+    assert pool_join_stats(reset=True) == (0.0, 0)
+
+
 def test_torch_models_run_interleaved_on_their_own_thread_counts():
     torch = pytest.importorskip("torch")
     model = conv_bn_relu_residual()

@@ -231,6 +231,18 @@ def pool_used(reset: bool = False) -> int | None:
     return None if fn is None else int(fn(int(reset)))
 
 
+def pool_join_stats(reset: bool = False) -> tuple[float, int] | None:
+    """(milliseconds callers waited at parallel loops' ends for workers still finishing an
+    iteration, how many such waits exceeded 50 us — a worker the host preempted) since the
+    last reset; None with a runtime that does not count them."""
+    fn = getattr(_runtime(), "wp_spin_pool_join_stats", None)
+    if fn is None:
+        return None
+    ns, count = ctypes.c_long(), ctypes.c_long()
+    fn(ctypes.byref(ns), ctypes.byref(count), int(reset))
+    return ns.value / 1e6, int(count.value)
+
+
 def kernel_path(key: dict) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
     return cached_kernel(f"{digest}.so")

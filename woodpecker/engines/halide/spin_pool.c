@@ -29,6 +29,9 @@ extern par_for_fn halide_set_custom_do_par_for(par_for_fn);
 #define MAX_WORKERS 255
 /* Pause instructions (~20 ns each on Zen 4) the caller spins for its workers before yielding. */
 #define JOIN_SPINS 2000
+/* A join counted as long (wp_spin_pool_join_stats): more than a worker finishing an iteration
+ * it runs takes, i.e. a worker the host preempted. */
+#define LONG_JOIN_NS 50000L
 
 static struct {
     pthread_mutex_t busy;  /* held by the thread whose loop is published */
@@ -47,6 +50,8 @@ static struct {
     uint32_t rest;         /* bumped by wp_spin_pool_rest: stop spinning */
     int used;              /* participants that ran an iteration of the current loop */
     int max_used;          /* the most of them in one loop since wp_spin_pool_used(1) */
+    long join_ns;          /* time callers waited for workers still inside a closed loop */
+    long long_joins;       /* loops whose join waited more than LONG_JOIN_NS */
 } pool = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
 
 /* Per participant (0: the caller, 1..: workers) the next and end iteration of its share, each
@@ -170,7 +175,13 @@ static int do_par_for(void *user_context, task_fn fn, int min, int size, uint8_t
         syscall(SYS_futex, &pool.generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
     run_tasks(0);
     __atomic_fetch_add(&pool.generation, 1, __ATOMIC_SEQ_CST);   /* even: closed */
-    wait_for_workers();
+    if (__atomic_load_n(&pool.active, __ATOMIC_ACQUIRE) > 0) {
+        long t0 = now_ns();
+        wait_for_workers();
+        long waited = now_ns() - t0;
+        pool.join_ns += waited;
+        if (waited > LONG_JOIN_NS) pool.long_joins++;
+    }
     int error = pool.error;
     int used = __atomic_load_n(&pool.used, __ATOMIC_RELAXED);
     if (used > pool.max_used) pool.max_used = used;
@@ -189,6 +200,16 @@ int wp_spin_pool_used(int reset) {
     if (reset) pool.max_used = 0;
     pthread_mutex_unlock(&pool.busy);
     return used;
+}
+
+/* The time callers waited at loop ends for workers still finishing an iteration, and how many
+ * of those waits were long (a preempted worker), since the last reset (reset when `reset`). */
+void wp_spin_pool_join_stats(long *ns, long *long_joins, int reset) {
+    pthread_mutex_lock(&pool.busy);
+    *ns = pool.join_ns;
+    *long_joins = pool.long_joins;
+    if (reset) pool.join_ns = pool.long_joins = 0;
+    pthread_mutex_unlock(&pool.busy);
 }
 
 /* Send the workers spinning for a next loop to sleep now (they wake for the next loop). */
