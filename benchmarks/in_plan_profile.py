@@ -26,6 +26,7 @@ import os
 import sys
 import tempfile
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -37,6 +38,8 @@ from woodpecker.bench.timing import time_interleaved
 from woodpecker.engines.ort_engine import new_session, session_options
 from woodpecker.target import cpu_info
 
+WARMUP = 5
+
 
 def ort_node_ms(onnx_bytes: bytes, feeds: dict, threads: int, runs: int) -> dict[str, float]:
     """Mean ms per run of each node ONNX Runtime executes, from its profiler."""
@@ -47,20 +50,15 @@ def ort_node_ms(onnx_bytes: bytes, feeds: dict, threads: int, runs: int) -> dict
     with tempfile.TemporaryDirectory() as tmp:
         so.profile_file_prefix = os.path.join(tmp, "ort")
         sess = ort.InferenceSession(onnx_bytes, so, providers=["CPUExecutionProvider"])
-        for _ in range(5):
+        for _ in range(WARMUP + runs):
             sess.run(None, feeds)
-        for _ in range(runs):
-            sess.run(None, feeds)
-        events = json.load(open(sess.end_profiling()))
-    total: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    durations: dict[str, list[float]] = defaultdict(list)   # per node, in call order
     for e in events:
         if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
-            name = e["name"][: -len("_kernel_time")]
-            total[name] += e["dur"] / 1e3
-            counts[name] += 1
-    # the first 5 runs are warm-up: keep the mean over the last `runs` calls of each node
-    return {n: total[n] / counts[n] for n in total}
+            durations[e["name"][: -len("_kernel_time")]].append(e["dur"] / 1e3)
+    # the first WARMUP runs are warm-up: the mean over each node's last `runs` calls
+    return {n: float(np.mean(d[-runs:])) for n, d in durations.items()}
 
 
 def main() -> int:
@@ -107,7 +105,7 @@ def main() -> int:
     # what the profilers add: each side's whole run, unprofiled, interleaved
     sess = new_session(data, args.threads)
     runs = time_interleaved({"woodpecker": lambda: model.run(feeds),
-                             "onnxruntime": lambda: sess.run(None, feeds)}, args.runs, 5)
+                             "onnxruntime": lambda: sess.run(None, feeds)}, args.runs, WARMUP)
     whole = {k: float(np.median(v)) for k, v in runs.items()}
     print(f"whole run, no profiler (median ms): woodpecker {whole['woodpecker']:.3f} (its steps "
           f"sum to {sum(ours_ms):.3f}), onnxruntime {whole['onnxruntime']:.3f} (its profiled "

@@ -157,18 +157,19 @@ def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, 
     constants become initializers shaped to broadcast over `y` (scalars, or per channel)."""
     inits: list[onnx.TensorProto] = []
 
-    def constant(kind: str, i: int) -> str:
-        shape, size = ((), 1) if kind == "const" else ((1, y.shape[1], 1, 1), y.shape[1])
-        data = np.asarray(consts[i:i + size], dtype=y.dtype).reshape(shape)
-        inits.append(numpy_helper.from_array(data, fresh(name + ".c")))
+    channels = y.shape[1]
+
+    def initializer(data) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(data, dtype=y.dtype), fresh(name + ".c")))
         return inits[-1].name
 
-    def channel_vector(kind: str, i: int) -> str:
-        """A constant as one value per channel (C,), as BatchNormalization takes them."""
-        data = np.broadcast_to(np.asarray(consts[i:i + (1 if kind == "const" else y.shape[1])],
-                                          dtype=y.dtype), (y.shape[1],))
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(data), fresh(name + ".c")))
-        return inits[-1].name
+    def constant(kind: str, i: int, per_channel: bool = False) -> str:
+        """A program constant shaped to broadcast over `y`: a scalar or (1, C, 1, 1); with
+        `per_channel`, (C,) either way (as BatchNormalization takes them)."""
+        data = consts[i:i + (1 if kind == "const" else channels)]
+        if per_channel:
+            return initializer(np.broadcast_to(data, (channels,)))
+        return initializer(data.reshape(() if kind == "const" else (1, channels, 1, 1)))
 
     outs: list[str] = []
     protos = []
@@ -180,12 +181,9 @@ def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, 
         if k - 1 in affine:
             x, a, b = affine[k - 1]
             kind, i = x
-            args = [inputs[i] if kind == "in" else outs[i]]
-            for c in (a, b):
-                args.append(channel_vector(*c))
-            for data in (np.zeros(y.shape[1], y.dtype), np.ones(y.shape[1], y.dtype)):
-                inits.append(numpy_helper.from_array(data, fresh(name + ".c")))
-                args.append(inits[-1].name)
+            args = [inputs[i] if kind == "in" else outs[i], constant(*a, per_channel=True),
+                    constant(*b, per_channel=True), initializer(np.zeros(channels)),
+                    initializer(np.ones(channels))]
             outs.append(out if k == len(program) - 1 else fresh(name))
             protos.append(helper.make_node("BatchNormalization", args, [outs[-1]],
                                            name=fresh(name), epsilon=0.0))
@@ -220,7 +218,7 @@ def _affine_pairs(program: list[dict]) -> dict[int, tuple[list, list, list]]:
     const = ("const", "channel")
     out = {}
     for k, (mul, add) in enumerate(zip(program, program[1:])):
-        if mul["op"] != "Mul" or add["op"] != "Add" or readers.get(k) != 1 or k - 1 in out:
+        if mul["op"] != "Mul" or add["op"] != "Add" or readers.get(k) != 1:
             continue
         m_args = [None if a is None else tuple(a) for a in mul["args"]]
         a_args = [None if a is None else tuple(a) for a in add["args"]]
