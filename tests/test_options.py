@@ -30,6 +30,8 @@ def test_bad_options_fail_before_work():
         TuneOptions(search="annealing-typo")
     with pytest.raises(WoodpeckerError, match="threads"):
         CompileOptions(threads=0)
+    with pytest.raises(WoodpeckerError, match="build_workers"):
+        TuneOptions(build_workers=0)
     with pytest.raises(WoodpeckerError, match="memory budget needs"):
         CompileOptions(memory_budget=1024)
     with pytest.raises(WoodpeckerError, match="unknown schedule"):

@@ -282,7 +282,8 @@ def _tune_options(args):
     from woodpecker.options import TuneOptions
 
     # a bad budget or option fails here, before any work
-    return TuneOptions(args.budget, args.search, args.seed, args.max_trials, args.timeout)
+    return TuneOptions(args.budget, args.search, args.seed, args.max_trials, args.timeout,
+                       args.build_workers)
 
 
 def cmd_ops(args) -> None:
@@ -315,6 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--max-trials", type=int, help="measurements per task at most")
         q.add_argument("--timeout", type=float, default=CANDIDATE_TIMEOUT_S,
                        help="seconds per candidate")
+        q.add_argument("--build-workers", type=int,
+                       help="processes compiling candidates in parallel (default: all cores)")
 
     c = sub.add_parser("compile", help="optimise a model and save a plan")
     c.add_argument("model")

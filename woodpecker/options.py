@@ -38,13 +38,16 @@ def parse_budget(text: "str | float | int") -> float:
 @dataclass(frozen=True)
 class TuneOptions:
     """How to tune: `budget` (a duration text or seconds, parsed once into `budget_s`), the
-    searcher, its seed, an optional cap on measurements per task, the per-candidate limit."""
+    searcher, its seed, an optional cap on measurements per task, the per-candidate limit, and
+    `build_workers`: processes compiling each batch of candidates before it is timed (None:
+    every core this process may use; 1: each candidate compiles in the measuring worker)."""
 
     budget: "str | float" = "15m"
     search: str = "ga"
     seed: int = 0
     max_trials: int | None = None
     timeout_s: float = config.CANDIDATE_TIMEOUT_S
+    build_workers: int | None = None
     budget_s: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,6 +57,8 @@ class TuneOptions:
                                   f"{', '.join(SEARCHES)}")
         if self.max_trials is not None and self.max_trials < 1:
             raise WoodpeckerError(f"max_trials must be at least 1, got {self.max_trials}")
+        if self.build_workers is not None and self.build_workers < 1:
+            raise WoodpeckerError(f"build_workers must be at least 1, got {self.build_workers}")
         if not self.timeout_s > 0:
             raise WoodpeckerError(f"the candidate timeout must be positive, got "
                                   f"{self.timeout_s}")

@@ -1,5 +1,6 @@
 """A template whose configurations misbehave on purpose, for fault-injection tests:
-`mode` = ok | crash (segfault) | hang | wrong | raise."""
+`mode` = ok | crash (segfault) | hang | wrong | raise, each when run, or build_crash |
+build_hang while it builds."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from woodpecker.tasks.space import Knob, KnobSpace
 
 
 def space(task, vector_registers=16):
-    return KnobSpace([Knob("mode", ("ok", "crash", "hang", "wrong", "raise"))])
+    return KnobSpace([Knob("mode", ("ok", "crash", "hang", "wrong", "raise", "build_crash",
+                                     "build_hang"))])
 
 
 def weights(task, config, w):
@@ -21,6 +23,10 @@ def build(task, config, threads=2):
     mode = config["mode"]
     if mode == "raise":
         raise RuntimeError("Halide: cannot schedule this")
+    if mode == "build_crash":
+        ctypes.string_at(0)
+    if mode == "build_hang":
+        time.sleep(3600)
 
     def run(*inputs):
         if mode == "crash":

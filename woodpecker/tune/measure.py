@@ -16,6 +16,27 @@ from woodpecker.config import CANDIDATE_TIMEOUT_S, MEASURE_REPEATS
 from woodpecker.tasks import Task
 
 
+def spawn_worker(threads: int, stderr) -> subprocess.Popen:
+    """A worker process (tune/worker.py) running kernels on `threads` threads, speaking JSON
+    lines on its stdin and stdout; its stderr goes to file `stderr`."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    return subprocess.Popen([sys.executable, "-m", "woodpecker.tune.worker", str(threads)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            env=env, text=True, bufsize=1)
+
+
+def exit_error(code: int) -> str:
+    """The invalid candidate's error for a worker that ended with exit status `code`."""
+    how = f"signal {-code}" if code < 0 else f"exit status {code}"
+    return f"worker crashed ({how})"
+
+
+def request(task: Task, template: str, config: dict, **fields) -> dict:
+    """The worker's request for one candidate (see tune/worker.py), plus `fields`."""
+    return {"template": template, "kind": task.kind, "task": task.to_json(), "config": config,
+            **fields}
+
+
 @dataclass(frozen=True)
 class Measurement:
     cost_s: float | None
@@ -40,11 +61,7 @@ class Measurer:
 
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            env = dict(os.environ, OMP_NUM_THREADS=str(self.threads))
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "woodpecker.tune.worker", str(self.threads)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
-                text=True, bufsize=1)
+            self._proc = spawn_worker(self.threads, self._stderr)
         return self._proc
 
     def _kill(self) -> None:
@@ -58,8 +75,7 @@ class Measurer:
         """Build, check and time one candidate; with `reference` ({"template", "config"} of
         another config of `task`) it is timed paired with it (see tune/worker.py)."""
         proc = self._start()
-        req = {"template": template, "kind": task.kind, "task": task.to_json(), "config": config,
-               "repeats": self.repeats, "seed": self.seed}
+        req = request(task, template, config, repeats=self.repeats, seed=self.seed)
         if reference is not None:
             req["reference"] = reference
         try:
@@ -82,8 +98,7 @@ class Measurer:
     def _died(self, proc: subprocess.Popen) -> Measurement:
         code = proc.wait()
         self._proc = None
-        how = f"signal {-code}" if code < 0 else f"exit status {code}"
-        return Measurement(None, f"worker crashed ({how})")
+        return Measurement(None, exit_error(code))
 
     def close(self) -> None:
         if self._proc is not None:

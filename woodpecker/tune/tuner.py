@@ -21,6 +21,7 @@ from collections.abc import Callable
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.tasks import Task
 from woodpecker.tasks.space import KnobSpace
+from woodpecker.tune.build_pool import BuildPool, Built
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import make_searcher
@@ -39,8 +40,12 @@ def versions() -> dict[str, str]:
 def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: Measurer,
               log: TuningLog, *, searcher_name: str, seed: int, deadline: float | None = None,
               max_trials: int | None = None,
-              progress: Callable[[dict], None] | None = None) -> dict | None:
-    """Returns the best valid record for the task (from this run or earlier ones)."""
+              progress: Callable[[dict], None] | None = None,
+              builder: BuildPool | None = None) -> dict | None:
+    """Returns the best valid record for the task (from this run or earlier ones). With a
+    `builder`, new candidates are compiled in parallel, one per build worker, before they are
+    timed (tune/build_pool.py); one that does not build is recorded invalid without being
+    sent to the measurer."""
     known = log.measured(task.key, template)
     trials = 0
     stamp = {"searcher": searcher_name, "seed": seed, "params": searcher.params,
@@ -54,15 +59,20 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
         configs = searcher.ask()
         if not configs:
             break
+        built: dict[str, Built] = {}
         told, costs = [], []
-        for config in configs:
+        for j, config in enumerate(configs):
             key = KnobSpace.key(config)
             rec = known.get(key)
             if rec is None:
                 if out_of_budget():
                     break
+                if builder is not None and key not in built:
+                    left = None if max_trials is None else max_trials - trials
+                    built = _prebuilt(task, template, configs[j:], known, builder, left)
                 rec = {"task": task.key, "template": template, "config": config,
-                       **_measured(task, template, config, measurer, log), **stamp}
+                       **_measured(task, template, config, measurer, log, built.get(key)),
+                       **stamp}
                 log.append(rec)
                 known[key] = rec
                 trials += 1
@@ -74,15 +84,34 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
     return log.best(task.key)
 
 
+def _prebuilt(task: Task, template: str, configs: list[dict], known: dict, builder: BuildPool,
+              trials_left: int | None) -> dict[str, Built]:
+    """The next new candidates of `configs`, one per build worker (at most `trials_left`),
+    compiled in parallel, by config key. A chunk, not the whole batch: timing follows each
+    chunk, so a task's time share ends at most one chunk past its last measurement (a GA
+    generation of 12 built at once outlasted many tasks' shares of a 2-minute budget)."""
+    fresh = [c for c in configs if KnobSpace.key(c) not in known]
+    fresh = fresh[:builder.workers if trials_left is None else min(builder.workers,
+                                                                    trials_left)]
+    return {KnobSpace.key(c): b for c, b in zip(fresh, builder.build(task, template, fresh))
+            if b is not None}
+
+
 def _measured(task: Task, template: str, config: dict, measurer: Measurer,
-              log: TuningLog) -> dict:
+              log: TuningLog, built: Built | None = None) -> dict:
     """A candidate's measurement fields: cost (on the scale of the task's best record when
-    timed paired with it), error, compile time, GFLOP/s; `run_s` and `vs_best` when paired."""
+    timed paired with it), error, compile time, GFLOP/s; `run_s` and `vs_best` when paired.
+    `built`: its parallel build, whose error makes it invalid and whose time is its compile
+    time."""
+    if built is not None and built.error:
+        return {"cost_s": None, "error": built.error, "compile_s": built.compile_s,
+                "gflops": None}
     best = log.best(task.key)
     reference = None if best is None else {"template": best["template"],
                                            "config": best["config"]}
     m = measurer.measure(template, task, config, reference)
-    fields = {"cost_s": m.cost_s, "error": m.error, "compile_s": m.compile_s}
+    fields = {"cost_s": m.cost_s, "error": m.error,
+              "compile_s": m.compile_s if built is None else built.compile_s}
     if m.ok and m.ratio:
         fields.update(cost_s=m.ratio * best["cost_s"], run_s=m.cost_s, vs_best=m.ratio)
     fields["gflops"] = task.flops / fields["cost_s"] / 1e9 if m.ok else None
@@ -92,7 +121,8 @@ def _measured(task: Task, template: str, config: dict, measurer: Measurer,
 def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                    log: TuningLog, *, search: str, seed: int, vector_registers: int,
                    deadline: float | None = None, max_trials: int | None = None,
-                   progress: Callable[[dict], None] | None = None) -> dict | None:
+                   progress: Callable[[dict], None] | None = None,
+                   builder: BuildPool | None = None) -> dict | None:
     """Tune `task` with each template in turn; returns the best record over all of them.
 
     Budget split (WPK leaves it open): each template gets the remaining time, and the
@@ -108,5 +138,5 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
         space = template_module(template).space(task, vector_registers)
         tune_task(task, template, space, make_searcher(search, space, seed), measurer, log,
                   searcher_name=search, seed=seed, deadline=end, max_trials=trials,
-                  progress=progress)
+                  progress=progress, builder=builder)
     return log.best(task.key)

@@ -5,6 +5,8 @@ Protocol: one JSON request per line on stdin, one JSON reply per line on stdout 
 Request: {"template": module path, "kind": task kind, "task": task JSON, "config": {...},
 "repeats": int, "seed": int, optionally "reference": {"template", "config"}}. Reply:
 {"ok": true, "cost_s", "compile_s", "rel_err", and "ratio" when paired} or {"ok": false, "error"}.
+A request with "build_only": true only compiles the candidate into the kernel cache (see
+tune/build_pool.py) and replies {"ok": true, "compile_s"} or the build error.
 A candidate is valid only when its output matches the numpy reference (max error relative to
 the reference's largest magnitude ≤ 1e-4). It is timed with its weights out of the caches, as
 a plan runs it (tune/rotation.py).
@@ -79,18 +81,15 @@ def _timed(call) -> float:
 def measure_one(req: dict, threads: int, cache: dict) -> dict:
     task = spec_task(req)
     template = importlib.import_module(req["template"])
+    run, built = _build(template, task, req["config"], threads)
+    if run is None or req.get("build_only"):
+        return built
     key = (task.key, req.get("seed", 0))
     if key not in cache:
         inputs = task.random_inputs(req.get("seed", 0))
         cache.clear()
         cache[key] = (inputs, task.reference(inputs), {})
     inputs, ref, kernels = cache[key]
-    t0 = time.perf_counter()
-    try:
-        run = template.build(task, req["config"], threads)
-    except Exception as e:  # noqa: BLE001 - a compile error invalidates this candidate only
-        return {"ok": False, "error": f"build failed: {str(e).splitlines()[0][:300]}"}
-    compile_s = time.perf_counter() - t0
     args = kernel_arguments(template, task, req["config"], inputs)
     out = run(*args)
     if out.shape != ref.shape:
@@ -102,8 +101,18 @@ def measure_one(req: dict, threads: int, cache: dict) -> dict:
     reference = _reference_call(req, task, inputs, threads, kernels)
     _timings(call, reference, 2)      # warm-up
     cost, ratio = _timings(call, reference, req.get("repeats", 10))
-    reply = {"ok": True, "cost_s": cost, "compile_s": compile_s, "rel_err": rel}
+    reply = {"ok": True, "cost_s": cost, "compile_s": built["compile_s"], "rel_err": rel}
     return reply if ratio is None else dict(reply, ratio=ratio)
+
+
+def _build(template, task, config: dict, threads: int) -> tuple:
+    """(the compiled kernel or None, the reply so far: its compile time or the build error)."""
+    t0 = time.perf_counter()
+    try:
+        run = template.build(task, config, threads)
+    except Exception as e:  # noqa: BLE001 - a compile error invalidates this candidate only
+        return None, {"ok": False, "error": f"build failed: {str(e).splitlines()[0][:300]}"}
+    return run, {"ok": True, "compile_s": time.perf_counter() - t0}
 
 
 def main() -> int:
