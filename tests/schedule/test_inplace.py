@@ -122,3 +122,43 @@ def test_corrupt_alias_is_refused(edit, match, tmp_path):
     (tmp_path / "p" / PLAN_FILE).write_text(json.dumps(doc))
     with pytest.raises(PlanError, match=f"arena is corrupt: .*{match}"):
         woodpecker.load(tmp_path / "p")
+
+
+def _dense_block():
+    """x → conv f0; then three dense layers, each a conv of the Concat of every feature map
+    before it (DenseNet's block), the last Concat read by a final conv: every layer's Concat
+    begins the next one's inputs."""
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["f0"])]
+    inits = {"w0": rand(C, C, 1, 1, seed=1)}
+    feats = ["f0"]
+    for i in range(1, 4):
+        nodes.append(helper.make_node("Concat", list(feats), [f"cat{i}"], axis=1))
+        nodes.append(helper.make_node("Conv", [f"cat{i}", f"w{i}"], [f"f{i}"], pads=[1, 1, 1, 1]))
+        inits[f"w{i}"] = rand(2, C + 2 * (i - 1), 3, 3, seed=i + 1) * 0.3
+        feats.append(f"f{i}")
+    nodes.append(helper.make_node("Concat", list(feats), ["cat4"], axis=1))
+    nodes.append(helper.make_node("Conv", ["cat4", "wy"], ["y"]))
+    inits["wy"] = rand(C, C + 6, 1, 1, seed=9)
+    return make_model(nodes, [("x", [1, C, HW, HW])], [("y", [1, C, HW, HW])], inits)
+
+
+def test_dense_block_concats_are_views_of_the_last(tmp_path):
+    """Every feature map is written once, in place, into the block's last Concat; each
+    earlier Concat is a view of its first channels — no copies (NCHW at batch 1: each view is
+    contiguous, so any reader may read it)."""
+    model = _dense_block()
+    compiled = woodpecker.compile(model, engines="numpy", threads=1)
+    aliases = compiled.plan.arena.aliases
+    offsets = {"f0": 0, "f1": C, "f2": C + 2, "f3": C + 4}
+    assert {k: v for k, v in aliases.items() if k.startswith("f")} == \
+        {f: ("cat4", 1, o) for f, o in offsets.items()}
+    assert {k: v for k, v in aliases.items() if k.startswith("cat")} == \
+        {f"cat{i}": ("cat4", slice_code(1), 0) for i in (1, 2, 3)}
+    x = rand(1, C, HW, HW, seed=4)
+    np.testing.assert_allclose(compiled(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    plain = woodpecker.compile(model, engines="numpy", threads=1, arena=False)
+    np.testing.assert_array_equal(compiled(x), plain(x))
+    compiled.save(tmp_path / "p")
+    loaded = woodpecker.load(tmp_path / "p")
+    assert loaded.plan.arena.aliases == aliases
+    np.testing.assert_array_equal(loaded(x), compiled(x))

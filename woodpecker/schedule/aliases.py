@@ -23,11 +23,19 @@ input when that input is an arena value of its own (not a part, not a view): Shu
 channel shuffle has two per unit, 32 copies a run. Such an alias has axis `VIEW`.
 
 A Slice along one axis with step 1, run by numpy as a step of its own, is likewise a view of its
-input when every reader is a generated conv kernel reading it as its activation: those index
-their input through its strides, so an NHWC channel slice (pixels the whole value's channel
-count apart) needs no copy. ShuffleNet v2's stride-1 units split their input in two halves and
-feed the second to a 1×1 conv: 13 of its 26 slice copies a run. Such an alias has axis
-`slice_code(axis)` (below −1).
+input when every reader is a generated kernel reading it through its strides (a conv as its
+activation, a fused element-wise group as any input), so an NHWC channel slice (pixels the
+whole value's channel count apart) needs no copy. ShuffleNet v2's stride-1 units split their
+input in two halves and feed the second to a 1×1 conv: 13 of its 26 slice copies a run. Such
+an alias has axis `slice_code(axis)` (below −1).
+
+A Concat whose inputs begin another Concat's inputs (the longest such, same axis) is likewise a
+view of the first channels of that one's output, when each of its parts is written in place
+there and its readers can read the view (contiguous, or strided by generated kernels as
+above). DenseNet's dense layers each concatenate every feature map before them: each feature
+map is then written once into its block's last Concat, and every layer's Concat is a prefix
+view of it, instead of one copy of all earlier feature maps per layer. Its alias has axis
+`slice_code(axis)`, start 0.
 
 The arena keeps an alias out of the placement, starts a whole's lifetime at its first part's
 step and ends it no earlier than the last reader of its views and parts (schedule/arena.py); a
