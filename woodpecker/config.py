@@ -59,6 +59,12 @@ MIN_WEIGHT_BYTES = 16 << 10
 SELECTION_SHARE = 0.25
 PER_NODE_SHARE = 0.5
 IN_PLAN_SHARE = 0.3
+
+# The share of per-node timing's time kept, once its tasks are no longer all timed, to give the
+# untimed tasks' nodes their best tuned kernel (checked, not timed) for the whole-plan check
+# (selection/per_node.py). A choice, not fitted: it builds kernels the tuning left in the
+# kernel cache (DenseNet-121's 16 untimed tasks took well under a second).
+UNTIMED_KERNELS_SHARE = 0.1
 # The fewest interleaved calls per runtime a measurement keeps when its deadline cuts it short
 # (bench/timing.time_interleaved): the median of 5 still discards two outliers on each side.
 MIN_RUNS = 5

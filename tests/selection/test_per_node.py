@@ -133,3 +133,36 @@ def test_a_spent_budget_leaves_every_task_to_the_libraries(tuned, capsys):
                              deadline=Deadline(0.0))
     assert records == [] and all(c.engine == "onnxruntime" for c in choices.values())
     assert "4 smaller task(s) not timed" in capsys.readouterr().err
+
+
+def test_untimed_tasks_get_their_tuned_kernel_for_the_plan_check(tuned, capsys, monkeypatch):
+    """Per-node timing out of time: the untimed tasks' nodes keep their library but carry
+    their best tuned kernel, and the whole-plan check tries them on it with the timed ones."""
+    import woodpecker.selection.per_node as per_node
+    from woodpecker.assembly import AssemblyOptions
+    from woodpecker.deadline import Deadline
+    from woodpecker.engines.base import BuildContext
+    from woodpecker.engines.choice import Choice
+    from woodpecker.selection.refine import EVERY, refine_selection
+    from woodpecker.target import Target
+
+    model, log = tuned
+    graph = import_onnx(model)
+    optimize(graph)
+    ctx, allowed = BuildContext(2, graph.opset), ["halide", "onnxruntime", "numpy"]
+    choices = {n.name: Choice("onnxruntime") for n in graph.nodes}
+    monkeypatch.setattr(per_node, "UNTIMED_KERNELS_SHARE", 1.0)   # no time to time anything
+    records = per_node.select_kernels(graph, choices, allowed, ctx, TuningLog(log),
+                                      deadline=Deadline.after(120))
+    assert records == [] and "4 smaller task(s) not timed" in capsys.readouterr().err
+    tuned_nodes = {n for n, c in choices.items() if c.kernel is not None}
+    assert len(tuned_nodes) == 4 and all(c.engine == "onnxruntime" for c in choices.values())
+    assert all("not timed" in choices[n].why for n in tuned_nodes)
+    before = [choices[n.name].engine for n in graph.nodes]
+    engines, report = refine_selection(
+        graph, before, choices, [],
+        AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), {"library_regions": True}),
+        runs=6)
+    assert [(r["candidate"], set(r["nodes"])) for r in report] == [(EVERY, tuned_nodes)]
+    kept = {n.name for n, e in zip(graph.nodes, engines) if e == "halide"}
+    assert kept == (tuned_nodes if report[0]["kept"] else set())

@@ -36,7 +36,7 @@ from typing import TextIO
 import numpy as np
 
 from woodpecker.bench.timing import time_interleaved
-from woodpecker.config import SELECTION_RUNS
+from woodpecker.config import SELECTION_RUNS, UNTIMED_KERNELS_SHARE
 from woodpecker.deadline import Deadline
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
@@ -94,6 +94,37 @@ def _buildable(task: Task):
     return usable
 
 
+def _untimed_kernels(groups: list, choices: Choices, log: TuningLog, ctx: BuildContext,
+                     out: TextIO, deadline: Deadline) -> None:
+    """Give the nodes of tasks left untimed their task's best tuned kernel (checked against
+    the reference, not timed), their engine unchanged, until `deadline`: the whole-plan check
+    tries every tuned node on its kernel (selection/refine.py), and a small untimed node left
+    on a library amid generated ones splits their NHWC chain with layout conversions —
+    DenseNet-121 with 16 untimed tasks: that plan ran 1.027× the library plan, where the plan
+    with them on their kernels ran 0.87× (benchmarks/results/
+    builds_densenet121_prefix_views.json)."""
+    for g in groups:
+        if deadline.passed():
+            return
+        records = leaders(log, g.task, _buildable(g.task))[:1]
+        finalists = finalist_runners(g.task, records, ctx.threads,
+                                     lambda msg: print(f"  {msg}", file=out))
+        if not finalists:
+            continue
+        spec = _specs(g.task, finalists, [next(iter(finalists))])[0]
+        for name in g.nodes:
+            choices[name] = Choice(choices[name].engine, spec,
+                                   "not timed (selection budget spent); its best tuned kernel "
+                                   "is tried in the whole-plan check")
+
+
+def _specs(task: Task, finalists: dict, order: list[str]) -> list[KernelSpec]:
+    """The kernel specs of `finalists` named in `order`."""
+    return [KernelSpec(finalists[name].record["template"], task.kind,
+                       finalists[name].record["config"], task.to_json(),
+                       finalists[name].kernel.path.name) for name in order]
+
+
 def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """The task's random arguments that arrive at run time, in the node's own layout and
     shapes: what a library kernel of the node is called with."""
@@ -127,10 +158,8 @@ def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
                                           settle={names.TORCH: settle_threads},
                                           deadline=deadline).items()}
     halide_ms = {name: times.pop(f"{HALIDE}:{name}") for name in finalists}
-    specs = {name: KernelSpec(finalists[name].record["template"], task.kind,
-                              finalists[name].record["config"], task.to_json(),
-                              finalists[name].kernel.path.name)
-             for name in sorted(halide_ms, key=halide_ms.get)}
+    order = sorted(halide_ms, key=halide_ms.get)
+    specs = dict(zip(order, _specs(task, finalists, order)))
     return GroupTiming(task, {HALIDE: min(halide_ms.values()), **times}, specs,
                        finalists_ms=halide_ms)
 
@@ -143,22 +172,26 @@ def select_kernels(graph: Graph, choices: Choices, allowed: list[str], ctx: Buil
     drops it from nodes that do not run it) and its `finalists`;
     returns one record per timed node: candidates with their times, conversions, winner.
     `regions`: the plan runs consecutive ONNX Runtime nodes as one session. Tasks are timed
-    most work first (FLOPs over all their nodes); those left when `deadline` passes keep
-    their library."""
+    most work first (FLOPs over all their nodes) until `UNTIMED_KERNELS_SHARE` of the time to
+    `deadline` is left; those left then keep their library, their choices given their best
+    tuned kernel (`_untimed_kernels`) until `deadline`."""
     out = out or sys.stderr
     by_name = {n.name: n for n in graph.nodes}
     timing: dict[str, GroupTiming] = {}
     groups = sorted(extract_tasks(graph), key=lambda g: -g.task.flops * len(g.nodes))
+    timing_until = deadline.share(1 - UNTIMED_KERNELS_SHARE)
     for k, g in enumerate(groups):
-        if deadline.passed():
+        if timing_until.passed():
             print(f"  budget: {len(groups) - k} smaller task(s) not timed, left to the "
-                  "libraries", file=out, flush=True)
+                  "libraries (their best tuned kernels go to the whole-plan check)",
+                  file=out, flush=True)
+            _untimed_kernels(groups[k:], choices, log, ctx, out, deadline)
             break
         records = leaders(log, g.task, _buildable(g.task))
         if not records:
             continue
         t = _time_group(g.task, records, by_name[g.nodes[0]], allowed, ctx, runs, out,
-                        deadline)
+                        timing_until)
         if t is not None:
             t.nodes = g.nodes
             timing.update({name: t for name in g.nodes})

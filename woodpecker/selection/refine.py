@@ -18,8 +18,9 @@ shufflenet_v2 a one-node chain was kept for 8.09 → 7.94 ms (1.9 %), and a Hali
 ONNX Runtime nodes splits their session, so a wrong keep costs more than it can win. Nodes
 that have no timed library alternative (only numpy) keep their Halide kernel.
 
-The candidates, in order: every per-node winner at once (by the margin); then every timed node
-on its tuned kernel, kept when faster at all (paired ratio under 1) — the plan Woodpecker
+The candidates, in order: every per-node winner at once (by the margin); then every tuned node
+(every timed node, and those per-node timing had no time for) on its tuned kernel, kept when
+faster at all (paired ratio under 1) — the plan Woodpecker
 exists to run (a library then runs a node only where it wins, WPK §2.5); only when neither was
 kept, connected chains of winners (nodes joined by NHWC values, which share their layout
 conversions), largest estimated per-node gain first, each by the margin. Per-node selection
@@ -58,7 +59,7 @@ from woodpecker.engines.names import HALIDE
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
 
-EVERY = "every timed node"   # the candidates' labels
+EVERY = "every tuned node"   # the candidates' labels
 WINNERS = "every per-node winner"
 
 
@@ -89,8 +90,9 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
                      out: TextIO | None = None, deadline: Deadline = Deadline.NONE,
                      ) -> tuple[list[str], list[dict]]:
     """The engines to keep: the engines of `choices` with the Halide chains that do not speed
-    up the whole plan given back to their engine in `before`, or every timed node (a `records`
-    entry, whose choice carries its tuned kernel) on Halide when that plan is faster still;
+    up the whole plan given back to their engine in `before`, or every tuned node (a `records`
+    entry, or a node left untimed whose choice carries its tuned kernel) on Halide when that
+    plan is faster still;
     plus one record per candidate tried. `assembly` says how a plan (layouts, regions, arena)
     to time is assembled (assembly/). Past `deadline` no further chain is tried and a
     comparison under way stops at half its rounds."""
@@ -101,11 +103,14 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
     selected = [choices[name].engine for name in names]
     timed = {i for i, name in enumerate(names) if name in gain and before[i] != HALIDE
              and np.isfinite(gain[name])}
+    # nodes per-node timing had no time for, given their tuned kernel (per_node.py)
+    untimed = {i for i, name in enumerate(names) if name not in gain and before[i] != HALIDE
+               and selected[i] != HALIDE and choices[name].kernel is not None}
     tried = {i for i in timed if selected[i] == HALIDE}
     chains = sorted(halide_chains(graph, tried),
                     key=lambda c: -sum(gain[names[i]] for i in c))
     current = [before[i] if i in timed else e for i, e in enumerate(selected)]
-    if not timed:
+    if not timed and not untimed:
         return selected, []
     report, seen = [], set()
 
@@ -125,7 +130,7 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
         trial = list(current)
         for i in nodes:
             trial[i] = HALIDE
-        if trial == current or tuple(trial) in seen:   # e.g. one chain of every timed node
+        if trial == current or tuple(trial) in seen:   # e.g. one chain of every tuned node
             return False
         seen.add(tuple(trial))
         trial_run = runner(trial)
@@ -144,10 +149,10 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
             current, best_run = trial, trial_run
         return kept
 
-    # Whole-plan candidates first: every per-node winner, then every timed node; chain by
+    # Whole-plan candidates first: every per-node winner, then every tuned node; chain by
     # chain only when neither was kept (what most budgets cannot afford on a deep model).
     whole = attempt(WINNERS, sorted(tried), 1 - REFINE_MARGIN) if len(chains) > 1 else False
-    whole = attempt(EVERY, sorted(timed), 1.0) or whole
+    whole = attempt(EVERY, sorted(timed | untimed), 1.0) or whole
     for k, chain in enumerate(chains if not whole else []):
         if deadline.passed():
             print(f"  plan check: budget spent, {len(chains) - k} chain(s) not tried",
