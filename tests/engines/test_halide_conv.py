@@ -72,6 +72,9 @@ TASKS = [
              prologue=SE_SCALE),
     ConvTask(1, 16, 6, 6, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, False,
              (("HardSigmoid", 0.2, 0.5),), prologue=SE_SCALE),
+    # batch 1: the scale may be folded into the weights instead (the `scale` knob)
+    ConvTask(1, 24, 5, 6, 20, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True, (("Add",),),
+             prologue=SE_SCALE),
 ]
 
 
@@ -322,3 +325,30 @@ def test_a_prologue_is_applied_before_the_padding(task):
                                                                  inputs))
             assert relative_error(got, ref) <= TOLERANCE, (template.__name__, config)
     assert task.from_json(task.to_json()) == task and "prologue" in task.key
+
+
+@pytest.mark.parametrize("template", [conv_direct, conv_gemm])
+@pytest.mark.parametrize("task", [t for t in TASKS if t.prologue == SE_SCALE and t.n == 1])
+def test_a_channel_scale_folded_into_the_weights_is_exact(template, task):
+    """The `scale` knob: the squeeze-and-excitation scale applied to the input as it is read,
+    or folded into the weights once per call (padded 3x3 and 1x1 with a residual; every seed
+    of each template, both ways) — the same result as the reference."""
+    space = template.space(task)
+    assert space.knobs[-1].name == "scale"
+    assert {c["scale"] for c in space.seeds} == {"input", "weights"}
+    inputs = task.random_inputs(3)
+    ref = task.reference(inputs)
+    for seed in space.seeds:
+        for scale in ("input", "weights"):
+            config = dict(seed, scale=scale)
+            args = kernel_arguments(template, task, config, inputs)
+            np.testing.assert_allclose(template.build(task, config)(*args), ref, rtol=1e-4,
+                                       atol=1e-4, err_msg=str(config))
+
+
+def test_no_scale_knob_where_the_scale_cannot_be_folded():
+    """A batch of two (a vector per image), a grouped conv, a prologue that is not only a
+    scale: the input is scaled as it is read, no knob."""
+    for task in [TASKS[10], GROUPED[2], TASKS[8]]:
+        assert task.prologue
+        assert "scale" not in [k.name for k in conv_direct.space(task).knobs]

@@ -19,8 +19,12 @@ class ConvInputs:
     `prefix` starts their names (a kernel computing two convs has two sets)."""
 
     def __init__(self, hl, task: ConvTask, weight_dims: int = 4,
-                 reads_inside: bool = True, out_dims: int = 4, prefix: str = "") -> None:
+                 reads_inside: bool = True, out_dims: int = 4, prefix: str = "",
+                 scale_weights: bool = False) -> None:
+        """`scale_weights` (the `scale` knob, see `scale_knob`): a channel-scale prologue is
+        folded into the weights (`weights`) instead of applied to the input."""
         self.hl, self.task = hl, task
+        self.folded = scale_weights and channel_scale(task)
         f32 = hl.Float(32)
         self.x = hl.ImageParam(f32, 4, prefix + "x")
         self.w = hl.ImageParam(f32, weight_dims, prefix + "w")
@@ -42,7 +46,8 @@ class ConvInputs:
         """The input as the algorithm indexes it, [c, x, y, n]: the parameter itself, or an
         NCHW parameter read across (a model input's few channels, `ConvTask.x_layout`), with
         the task's prologue applied (before the zero padding, as the conv pads its input)."""
-        if not self.task.reads_nchw and not self.task.prologue:
+        prologue = () if self.folded else self.task.prologue
+        if not self.task.reads_nchw and not prologue:
             return self.x
         hl = self.hl
         c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
@@ -50,9 +55,23 @@ class ConvInputs:
         value = self.x[x, y, c, n] if self.task.reads_nchw else self.x[c, x, y, n]
         vectors = [v[c, 0, 0, n] for v in self.vectors]
         f[c, x, y, n] = program_expr(
-            hl, self.task.prologue,
-            lambda ref: value if ref[1] == 0 else vectors[ref[1] - 1]) \
-            if self.task.prologue else value
+            hl, prologue, lambda ref: value if ref[1] == 0 else vectors[ref[1] - 1]) \
+            if prologue else value
+        return f
+
+    def weights(self, channel_of, lanes: int):
+        """The weights as the reduction reads them: the parameter, or with the channel scale
+        folded in (`scale_weights`) a Func of the same dimensions computed once per call,
+        w · s[input channel] — exact, as a conv is linear in each input channel, and K·kh·kw
+        products per input channel instead of one per input pixel. `channel_of(args)`: the
+        input channel of a weight coordinate; `lanes`: vector width over dimension 0."""
+        if not self.folded:
+            return self.w
+        hl = self.hl
+        args = [hl.Var(f"w{i}") for i in range(self.w.dimensions())]
+        f = hl.Func("w_scaled")
+        f[args] = self.w[args] * self.vectors[0][channel_of(args), 0, 0, 0]
+        f.compute_root().vectorize(args[0], lanes, hl.TailStrategy.GuardWithIf)
         return f
 
     def bias(self, c):
@@ -63,6 +82,30 @@ class ConvInputs:
         out = self.hl.Func("out")
         out[args] = epilogue_expr(self.hl, value, self.task.epilogue, self.residuals, args)
         return out
+
+
+def channel_scale(task: ConvTask) -> bool:
+    """The prologue is only x · s[c], one run-time per-channel vector (squeeze-and-excitation's
+    scale), at batch 1 (one vector for the whole call), on an ungrouped conv (a weight's
+    input channel is then its channel index)."""
+    p = task.prologue
+    return task.n == 1 and task.groups == 1 and task.vectors == 1 and len(p) == 1 and \
+        p[0][0] == "Mul" and \
+        sorted(tuple(a) for a in p[0][1]) == [("in", 0), ("in", 1)]
+
+
+def scale_knob(task: ConvTask, knobs: list[Knob], seeds: tuple[dict, ...]) -> tuple:
+    """A channel-scale task's `scale` knob — apply the scale to the input as it is read
+    (`input`), or fold it into the weights once per call (`weights`, see
+    ConvInputs.weights): the second costs K·kh·kw products per input channel, the first one
+    per input pixel read, so which wins depends on the layer (EfficientNet's projections run
+    at 112² down to 7²). Returns the knobs and the seeds: each seed with `input`, the first two
+    also with `weights`. Other tasks: unchanged."""
+    if not channel_scale(task):
+        return knobs, seeds
+    return knobs + [Knob("scale", ("input", "weights"))], \
+        tuple(dict(s, scale="input") for s in seeds) + \
+        tuple(dict(s, scale="weights") for s in seeds[:2])
 
 
 def dense_conv(task: ConvTask) -> bool:

@@ -37,6 +37,7 @@ from woodpecker.engines.halide.conv_common import (
     dense_conv,
     fits_registers,
     own_shapes,
+    scale_knob,
     whole_channel_tiles,
 )
 from woodpecker.engines.halide.schedule import (
@@ -90,6 +91,7 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     # Tiles shift inwards at the edges (constant-size tiles keep the accumulator loops
     # unrollable), so a tile may not exceed the output it covers.
     cg, kg = task.c // task.groups, task.k // task.groups
+    knobs, seeds = scale_knob(task, knobs, SEEDS)
     constraints = [
         fits_registers(vector_registers, "co_block", 1),
         Constraint("channel tile within the output channels",
@@ -107,7 +109,7 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
         constraints.append(Constraint(
             "grouped: packed weights, each channel tile inside one group",
             lambda c: c["pack"] and kg % (c["vec"] * c["co_block"]) == 0))
-    return KnobSpace(knobs, constraints, SEEDS)
+    return KnobSpace(knobs, constraints, seeds)
 
 
 def weights(task: ConvTask, config: dict, w):
@@ -133,7 +135,9 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     tile, packed = config["vec"] * config["co_block"], bool(config.get("pack"))
     # The reduction split rounds pixel tiles up past the row's end (see _blocked_reduction).
     rounded = bool(config.get("rc_block")) and task.out_w % config["x_block"] != 0
-    io = ConvInputs(hl, task, weight_dims=5 if packed else 4, reads_inside=not rounded)
+    io = ConvInputs(hl, task, weight_dims=5 if packed else 4, reads_inside=not rounded,
+                    scale_weights=config.get("scale") == "weights")
+    w = io.weights(lambda args: args[1], config["vec"])   # [lane or co, ci, kx, ky(, tile)]
     co, ox, oy, n = hl.Var("co"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
     cg = task.c // task.groups   # input channels per group
     rc = config.get("rc_block", 0) or cg
@@ -154,12 +158,12 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
         cl, cot = hl.Var("cl"), hl.Var("cot")
         first = (cot * tile) // (task.k // task.groups) * cg if task.groups > 1 else 0
         acc[cl, ox, oy, cot, n] = io.bias(cot * tile + cl)
-        acc[cl, ox, oy, cot, n] += io.w[cl, ci, r[1], r[2], cot] * pixel(first + ci)
+        acc[cl, ox, oy, cot, n] += w[cl, ci, r[1], r[2], cot] * pixel(first + ci)
         acc.bound(cl, 0, tile)
         value, acc_c = acc[co % tile, ox, oy, co // tile, n], cl
     else:
         acc[co, ox, oy, n] = io.bias(co)
-        acc[co, ox, oy, n] += io.w[co, ci, r[1], r[2]] * pixel(ci)
+        acc[co, ox, oy, n] += w[co, ci, r[1], r[2]] * pixel(ci)
         value, acc_c = acc[co, ox, oy, n], co
     out = io.output(value, (co, ox, oy, n))
 

@@ -35,6 +35,7 @@ from woodpecker.engines.halide.conv_common import (
     dense_conv,
     fits_registers,
     flat_views,
+    scale_knob,
 )
 from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled, pad_input
 from woodpecker.tasks.conv import ConvTask
@@ -81,7 +82,8 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
         Constraint("per-panel gathering needs panels in parallel",
                    lambda c: c["col"] != "panel" or c["parallel"] == "p"),
     ]
-    return KnobSpace(knobs, constraints, SEEDS)
+    knobs, seeds = scale_knob(task, knobs, SEEDS)
+    return KnobSpace(knobs, constraints, seeds)
 
 
 def padded_channels(k: int, config: dict) -> int:
@@ -107,7 +109,10 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     """Compile `task` with `config`; run(*arrays) takes `kernel_arguments`' order."""
     hl = halide_module()
     tile, vec, xb = config["vec"] * config["co_block"], config["vec"], config["x_block"]
-    io = ConvInputs(hl, task, weight_dims=3, out_dims=3)
+    io = ConvInputs(hl, task, weight_dims=3, out_dims=3,
+                    scale_weights=config.get("scale") == "weights")
+    # [lane, (ky · kw + kx) · C + ci, tile]
+    w = io.weights(lambda args: args[1] % task.c, vec)
     co, p, n = hl.Var("co"), hl.Var("p"), hl.Var("n")
     ci, kx, ky = hl.Var("ci"), hl.Var("kx"), hl.Var("ky")
     (sy, sx), (dy, dx), ow = task.stride, task.dilation, task.out_w
@@ -120,7 +125,7 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     whole = task.k % tile == 0
     # A padded last tile would read the bias past its end: add it at the output instead.
     acc[cl, p, cot, n] = io.bias(cot * tile + cl) if whole else hl.f32(0.0)
-    acc[cl, p, cot, n] += io.w[cl, (r[2] * task.kw + r[1]) * task.c + r[0], cot] * \
+    acc[cl, p, cot, n] += w[cl, (r[2] * task.kw + r[1]) * task.c + r[0], cot] * \
         col[r[0], r[1], r[2], p, n]
     acc.bound(cl, 0, tile)
     value = acc[co % tile, p, co // tile, n]
