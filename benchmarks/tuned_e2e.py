@@ -10,6 +10,8 @@ Runtime. JSON: benchmarks/results/tuned_e2e.json.
 
     python benchmarks/tuned_e2e.py --models resnet18,mobilenet_v2 --budget 5m --runs 30
     python benchmarks/tuned_e2e.py --models resnet18 --budget 15m --log-dir fresh_logs/
+    python benchmarks/tuned_e2e.py --models densenet121 --budget 5m --log-dir L/ --plan-dir P/
+    woodpecker bench P/densenet121.wpk --onnx densenet121.onnx --against onnxruntime,openvino
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def main() -> int:
     p.add_argument("--json", default="benchmarks/results/tuned_e2e.json")
     p.add_argument("--log-dir", default="benchmarks/results",
                    help="folder of the tuning logs tuning_<model>.jsonl (created if missing)")
+    p.add_argument("--plan-dir", help="keep each model's plan there as <model>.wpk, to time it "
+                                      "again (woodpecker bench) without recompiling")
     args = p.parse_args()
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "budget": args.budget,
               "search": args.search, "models": {}}
@@ -62,9 +66,10 @@ def main() -> int:
                                    tune=TuneOptions(args.budget, args.search))
         compile_s = time.perf_counter() - t0
         with tempfile.TemporaryDirectory() as tmp:
-            model.save(tmp)
+            where = Path(args.plan_dir) / f"{name}.wpk" if args.plan_dir else Path(tmp)
+            model.save(where)
             t0 = time.perf_counter()
-            model = woodpecker.load(tmp)
+            model = woodpecker.load(where)
             load_s = time.perf_counter() - t0
             ms = model.profile(random_feeds(model), 10)
             halide_ms = sum(t for t, step in zip(ms, model.steps)
