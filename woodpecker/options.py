@@ -39,7 +39,7 @@ def parse_budget(text: "str | float | int") -> float:
 class TuneOptions:
     """How to tune: `budget` (a duration text or seconds, parsed once into `budget_s`), the
     searcher, its seed, an optional cap on measurements per task, the per-candidate limit, and
-    `build_workers`: processes compiling each batch of candidates before it is timed (None:
+    `build_workers`: processes compiling new candidates in parallel before they are timed (None:
     every core this process may use; 1: each candidate compiles in the measuring worker)."""
 
     budget: "str | float" = "15m"

@@ -112,7 +112,8 @@ def _prefix_view(node, whole: Value, aliases, outputs, engines, index) -> bool:
     """Concat `node` can be a view of the start of `whole` (the output of a longer Concat of
     the same first inputs): each of its parts is written in place there, at the same offset,
     and its readers can read the view — a contiguous one (every axis before the concat axis
-    of size 1), or, along the innermost axis, only by generated conv kernels reading strides."""
+    of size 1), or, along the innermost axis, only by generated kernels reading it through
+    its strides (`_strided_readers_only`)."""
     out, axis, start = node.outputs[0], _axis(node), 0
     if id(out) in outputs or out.name in aliases or not out.consumers:
         return False

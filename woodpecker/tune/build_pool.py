@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from woodpecker.config import CANDIDATE_TIMEOUT_S
 from woodpecker.tasks import Task
-from woodpecker.tune.measure import exit_error, request, spawn_worker
+from woodpecker.tune.measure import exit_error, request, spawn_worker, stop_worker
 
 
 @dataclass(frozen=True)
@@ -101,15 +101,9 @@ class BuildPool:
 
     def close(self) -> None:
         for slot, proc in enumerate(self._procs):
-            if proc is None:
-                continue
-            proc.stdin.close()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            self._procs[slot] = None
+            if proc is not None:
+                stop_worker(proc)
+                self._procs[slot] = None
         self._stderr.close()
 
     def __enter__(self) -> "BuildPool":

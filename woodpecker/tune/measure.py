@@ -25,6 +25,16 @@ def spawn_worker(threads: int, stderr) -> subprocess.Popen:
                             env=env, text=True, bufsize=1)
 
 
+def stop_worker(proc: subprocess.Popen) -> None:
+    """End a worker: its input closed, it exits; killed if it has not within 5 s."""
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def exit_error(code: int) -> str:
     """The invalid candidate's error for a worker that ended with exit status `code`."""
     how = f"signal {-code}" if code < 0 else f"exit status {code}"
@@ -102,11 +112,7 @@ class Measurer:
 
     def close(self) -> None:
         if self._proc is not None:
-            self._proc.stdin.close()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._kill()
+            stop_worker(self._proc)
             self._proc = None
         self._stderr.close()
 

@@ -7,7 +7,8 @@ than `MIN_SHARE` of the total work, so a pool or a classifier does not take a co
 yet still gets a search. Time a task does not use (its search converged, or every config is
 already in the log) goes to the tasks after it.
 
-Each batch of candidates is compiled on every core first, then timed (tune/build_pool.py).
+New candidates are compiled in parallel, one per core, then timed one by one
+(tune/build_pool.py).
 
 A task's run time is estimated by a roofline: its FLOPs, or `FLOPS_PER_BYTE` times the bytes it
 reads and writes, whichever is larger. FLOPs alone starved the memory-bound kernels: MnasNet's
@@ -86,8 +87,10 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
     start = time.monotonic()
     end = start + budget
     weights = work_weights(groups)
+    workers = options.build_workers or default_threads()
     with Measurer(threads=target.threads, timeout_s=options.timeout_s) as measurer, \
-            BuildPool(options.build_workers or default_threads(), options.timeout_s) as builder:
+            BuildPool(workers, options.timeout_s) as pool:
+        builder = pool if workers > 1 else None   # one worker: compile in the measurer
         for i, g in enumerate(groups):
             now = time.monotonic()
             share = max(0.0, end - now) * weights[i] / sum(weights[i:])
@@ -106,8 +109,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
             rec = tune_templates(g.task, g.templates, measurer, log, search=options.search,
                                  seed=options.seed + i, vector_registers=regs,
                                  deadline=now + share, max_trials=options.max_trials,
-                                 progress=progress,
-                                 builder=builder if builder.workers > 1 else None)
+                                 progress=progress, builder=builder)
             got = f"{rec['gflops']:.1f} GFLOP/s" if rec else "no valid configuration"
             print(f"\rtask {i + 1}/{len(groups)} {g.task.describe()}: best {got}".ljust(100),
                   file=out, flush=True)

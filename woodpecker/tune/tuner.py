@@ -93,8 +93,7 @@ def _prebuilt(task: Task, template: str, configs: list[dict], known: dict, build
     fresh = [c for c in configs if KnobSpace.key(c) not in known]
     fresh = fresh[:builder.workers if trials_left is None else min(builder.workers,
                                                                     trials_left)]
-    return {KnobSpace.key(c): b for c, b in zip(fresh, builder.build(task, template, fresh))
-            if b is not None}
+    return dict(zip(map(KnobSpace.key, fresh), builder.build(task, template, fresh)))
 
 
 def _measured(task: Task, template: str, config: dict, measurer: Measurer,
