@@ -1,8 +1,16 @@
-"""CompiledModel: a plan with its kernels built, ready to run; validates inputs first."""
+"""CompiledModel: a plan with its kernels built, ready to run; validates inputs first.
+
+Thread safety: one model may be called from many threads. Its runs share one arena (every
+activation is a fixed view into it) and its library kernels' I/O bindings, so a model runs one
+call at a time: `run`, `__call__` and `profile` hold the model's lock, and each caller gets
+outputs of its own (copied out of the arena). On a machine whose cores one run already uses
+this costs no throughput; for concurrent runs on more cores, load the plan once per thread
+(`woodpecker.load`), each with its own arena and `threads`. Different models may run at once."""
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -49,6 +57,7 @@ class CompiledModel:
         self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
         self._expected = {name: (tuple(shape), dtype) for name, shape, dtype in self.inputs}
         self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]
+        self._lock = threading.Lock()
 
     @property
     def graph(self):
@@ -81,8 +90,9 @@ class CompiledModel:
 
     def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         feeds = self._validate(feeds)
-        self._activate_engines()
-        return self._executor.run(feeds)
+        with self._lock:
+            self._activate_engines()
+            return self._executor.run(feeds)
 
     def _activate_engines(self) -> None:
         for activate in self._activate:
@@ -103,11 +113,12 @@ class CompiledModel:
         """Mean milliseconds per step (`self.steps`: a node, or a library region of several)
         over `runs` runs (after one warm-up run)."""
         feeds = self._validate(feeds)
-        self._activate_engines()
-        self._executor.run(feeds)
         acc = [0.0] * len(self.steps)
-        for _ in range(runs):
-            self._executor.run(feeds, acc)
+        with self._lock:
+            self._activate_engines()
+            self._executor.run(feeds)
+            for _ in range(runs):
+                self._executor.run(feeds, acc)
         return [1e3 * t / runs for t in acc]
 
     def generated_flops_share(self) -> float:
