@@ -25,13 +25,17 @@ def maxpool(attrs, x):
     kernel = tuple(attrs["kernel_shape"])
     nd = len(kernel)
     out = window.out_shape(x.shape[2:], kernel, attrs)
-    low = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
-    w = window.windows(x, attrs, kernel, out, low)
+    floating = np.issubdtype(x.dtype, np.floating)
+    # NaN as ONNX Runtime treats it: a window's NaNs are passed over unless all its taps are
+    # NaN (np.fmax); padding is NaN too, so it never wins (ONNX Runtime 1.32 keeps a NaN
+    # that ends a window, which no order-free rule matches; ignoring them is its usual result)
+    w = window.windows(x, attrs, kernel, out, np.nan if floating else np.iinfo(x.dtype).min)
     flat = w.reshape(w.shape[: 2 + nd] + (-1,))
-    y = flat.max(axis=-1)
+    y = np.fmax.reduce(flat, axis=-1) if floating else flat.max(axis=-1)
     # Indices: flattened input position of each maximum (row-major, or column-major over
     # the spatial dims when storage_order=1), as ONNX MaxPool's second output.
-    arg = np.unravel_index(flat.argmax(axis=-1), kernel)
+    arg = np.unravel_index((np.where(np.isnan(flat), -np.inf, flat) if floating else flat)
+                           .argmax(axis=-1), kernel)
     pads, s, d = attrs["_pads"], attrs["strides"], attrs["dilations"]
     coords = []
     for i in range(nd):

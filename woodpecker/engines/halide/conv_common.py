@@ -5,6 +5,7 @@ with the prologue applied, and the fused epilogue."""
 
 from __future__ import annotations
 
+from woodpecker.engines.halide import ieee
 from woodpecker.engines.halide.schedule import PARALLEL, TILE_PAD
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
@@ -186,8 +187,7 @@ def step_expr(hl, op: str, args: list, attrs: dict):
             else a / b
     if op == "Clip":
         x, lo, hi = (args + [None, None])[:3]
-        x = x if lo is None else hl.max(x, lo)
-        return x if hi is None else hl.min(x, hi)
+        return ieee.clamp(hl, x, lo, hi)
     if op == "HardSigmoid":
         return activation(hl, args[0], (op, attrs.get("alpha", 0.2), attrs.get("beta", 0.5)))
     return activation(hl, args[0], (op,))
@@ -210,27 +210,27 @@ def activation(hl, e, step):
     it): an activation or a scalar Mul."""
     kind = step[0]
     if kind == "Relu":
-        return hl.max(e, 0.0)
+        return ieee.clamp(hl, e, hl.f32(0.0))
     if kind == "Mul":
         return e * hl.f32(step[1])
     if kind == "Clip":
         lo, hi = step[1], step[2]
-        e = e if lo is None else hl.max(e, float(lo))
-        return e if hi is None else hl.min(e, float(hi))
+        return ieee.clamp(hl, e, None if lo is None else hl.f32(lo),
+                          None if hi is None else hl.f32(hi))
     if kind == "HardSigmoid":
-        return hl.clamp(e * hl.f32(step[1]) + hl.f32(step[2]), 0.0, 1.0)
+        return ieee.clamp(hl, e * hl.f32(step[1]) + hl.f32(step[2]), hl.f32(0.0), hl.f32(1.0))
     if kind == "Sigmoid":
-        return 1.0 / (1.0 + hl.exp(-e))
+        return 1.0 / (1.0 + ieee.exp(hl, -e))
     if kind == "Tanh":
-        return hl.tanh(e)
+        return ieee.tanh(hl, e)
     if kind == "HardSwish":
-        return e * hl.clamp(e / 6.0 + 0.5, 0.0, 1.0)
+        return e * ieee.clamp(hl, e / 6.0 + 0.5, hl.f32(0.0), hl.f32(1.0))
     if kind == "Silu":
-        return e * (1.0 / (1.0 + hl.exp(-e)))
+        return e * (1.0 / (1.0 + ieee.exp(hl, -e)))
     if kind == "Gelu":
         if step[1] == "tanh":
-            inner = hl.tanh(hl.f32(0.7978845608028654) * (e + hl.f32(0.044715) * e * e * e))
+            inner = ieee.tanh(hl, hl.f32(0.7978845608028654) * (e + hl.f32(0.044715) * e * e * e))
         else:
-            inner = hl.erf(e * hl.f32(0.7071067811865476))
+            inner = ieee.erf(hl, e * hl.f32(0.7071067811865476))
         return hl.f32(0.5) * e * (1.0 + inner)
     raise ValueError(f"unsupported epilogue step {kind}")

@@ -15,6 +15,7 @@ the window's rows; only for windows of at most 16 taps).
 
 from __future__ import annotations
 
+from woodpecker.engines.halide import ieee
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, window_space
 from woodpecker.engines.halide.schedule import compiled, pad_input, register_tile
@@ -71,7 +72,8 @@ def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
     f32 = hl.Float(32)
     x = hl.ImageParam(f32, 4, "x")
     is_max = task.reduce == "max"
-    fill = f32.min() if is_max else hl.f32(0.0)
+    # max: NaN fill and a NaN-skipping max (the reference's np.fmax, see ops/pool.py)
+    fill = hl.f32(float("nan")) if is_max else hl.f32(0.0)
     # No window leaves the image (global pools, valid windows): read x without bounds checks.
     leaves = _padded(task)
     padded = hl.BoundaryConditions.constant_exterior(x, fill, [(0, task.c), (0, task.w),
@@ -82,7 +84,8 @@ def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
     tap = padded[c, ox * sx + r[0] * dx - task.pads[1], oy * sy + r[1] * dy - task.pads[0], n]
     acc = hl.Func("acc")
     acc[c, ox, oy, n] = fill
-    acc[c, ox, oy, n] = hl.max(acc[c, ox, oy, n], tap) if is_max else acc[c, ox, oy, n] + tap
+    acc[c, ox, oy, n] = ieee.fmax(hl, acc[c, ox, oy, n], tap) if is_max else \
+        acc[c, ox, oy, n] + tap
     out = hl.Func("out")
     out[c, ox, oy, n] = acc[c, ox, oy, n] if is_max else \
         acc[c, ox, oy, n] / _count(hl, task, ox, oy, leaves)

@@ -14,6 +14,7 @@ polynomial exp (a few ulp; every candidate is still checked against the referenc
 
 from __future__ import annotations
 
+from woodpecker.engines.halide import ieee
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.schedule import compiled
 from woodpecker.tasks.rows import RowTask
@@ -70,8 +71,7 @@ def build(task: RowTask, config: dict, threads: int = 2) -> AotKernel:
     if task.op == "softmax":
         mx = _row_reduce(hl, "mx", lambda c, row: x[c, row], r, f32.min(), hl.max)
         e = hl.Func("e")
-        exp = hl.fast_exp if config["fast_exp"] else hl.exp
-        e[j, i] = exp(x[j, i] - mx[i])
+        e[j, i] = ieee.exp(hl, x[j, i] - mx[i], fast=config["fast_exp"])
         s = _row_reduce(hl, "s", lambda c, row: e[c, row], r, hl.f32(0.0), _add)
         out = hl.Func("out")
         out[j, i] = e[j, i] * (1.0 / s[i])
