@@ -12,10 +12,12 @@ returns 0 for +inf and for finite arguments beyond about 1e10 (`fast_exp`: NaN).
 `is_nan` does not help on a computed value: LLVM takes the fast-math flags of the instruction
 that produced it (a conv's accumulating add) as a promise that it is never NaN and folds the
 test away (a dense kernel's Clip still gave 6 for NaN with `select(is_nan(x), x, clamp(x))`).
-The test here reads the float's bits, which no float flag speaks for.
-Measured on this project's probe (tests/engines/test_nonfinite.py): before these helpers, 45 of
-64 template cases turned NaN inputs into finite outputs (Relu, Clip, HardSigmoid and Softmax
-among them).
+So: clamps and max are `strict_float` selects written in the order that keeps NaN, which x86
+compiles to one max or min each (testing the bits instead cost a depthwise conv 35 %); the
+transcendental functions test the float's bits (`is_nan`), which no float flag speaks for.
+Probe over the 64 template test cases (tests/engines/test_nonfinite.py's cases): 45 turned
+NaN or inf inputs into other outputs than the reference's before these helpers. Winograd
+(conv_winograd.py) still spreads a non-finite input over its output tile, by its algorithm.
 """
 
 from __future__ import annotations
