@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -38,10 +39,11 @@ def _load_or_compile(args):
     import woodpecker
 
     if _is_plan(args.model):
-        return woodpecker.load(args.model)
+        return woodpecker.load(args.model, digest=getattr(args, "digest", None))
     return woodpecker.compile(args.model, engines=getattr(args, "engines", None),
                               input_shapes=_shapes(getattr(args, "input_shape", None)),
-                              threads=getattr(args, "threads", None))
+                              threads=getattr(args, "threads", None),
+                              force_threads=getattr(args, "force_threads", False))
 
 
 def _reference_onnx(model, given: str | None, source: str) -> bytes:
@@ -87,10 +89,11 @@ def cmd_compile(args) -> None:
     budget = parse_bytes(args.memory_budget) if args.memory_budget else None
     model = woodpecker.compile(args.model, engines=args.engines,
                                input_shapes=_shapes(args.input_shape), threads=args.threads,
+                               force_threads=args.force_threads,
                                tuning_log=args.tuning_log, tune=tune, resume=args.resume,
                                schedule=args.schedule, memory_budget=budget,
                                library_regions=False if args.no_regions else None)
-    model.save(args.output)
+    digest = model.save(args.output, force=args.force)
     engines = {}
     for e in model.plan.engines:
         engines[e] = engines.get(e, 0) + 1
@@ -109,6 +112,7 @@ def cmd_compile(args) -> None:
     if arena is not None:
         print(f"arena {format_bytes(arena.size)} (live-bytes lower bound "
               f"{format_bytes(arena.lower_bound)})")
+    print(f"plan digest {digest} (run, bench and inspect --digest load only this plan)")
 
 
 def cmd_run(args) -> None:
@@ -125,10 +129,26 @@ def cmd_run(args) -> None:
     outputs = model.run(feeds)
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, value in outputs.items():
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    for (name, value), safe in zip(outputs.items(), _file_names(outputs)):
         np.save(out_dir / f"{safe}.npy", value)
         print(f"{name}: {'x'.join(map(str, value.shape))} {value.dtype} -> {out_dir / safe}.npy")
+
+
+def _file_names(names) -> list[str]:
+    """A distinct file stem per output name: unsafe characters become "_", and a stem that
+    another output already has (`a/b` and `a_b`) gets "-2", "-3", … (case-insensitively:
+    some file systems are)."""
+    taken: set[str] = set()
+    out = []
+    for name in names:
+        base = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "output"
+        stem, k = base, 1
+        while stem.lower() in taken:
+            k += 1
+            stem = f"{base}-{k}"
+        taken.add(stem.lower())
+        out.append(stem)
+    return out
 
 
 def cmd_bench(args) -> None:
@@ -165,6 +185,10 @@ def cmd_inspect(args) -> None:
     in_plan = {name: r for r in model.plan.meta.get("in_plan", []) for name in r["nodes"]}
     total = sum(r["flops"] for r in rows) or 1
     total_ms = sum(ms) or 1.0
+    if _is_plan(args.model):
+        from woodpecker.runtime.plan import plan_digest
+
+        print(f"plan {args.model}, digest {plan_digest(args.model)}")
     print(f"{'#':>3} {'node':<36} {'op':<18} {'engine':<12} {'output':<16} {'MFLOPs':>9} "
           f"{'ms':>7}")
     by_engine: dict[str, list[float]] = {}
@@ -254,7 +278,7 @@ def cmd_tune(args) -> None:
     from woodpecker.tune.session import open_log, tune_graph
 
     model = _load_or_compile(args)
-    target = Target.parse("cpu", args.threads)
+    target = Target.parse("cpu", args.threads, args.force_threads)
     if args.show_space:
         regs = host_vector_registers(target.isa)
         for i, g in enumerate(extract_tasks(model.graph)):
@@ -308,6 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--input-shape", action="append", metavar="NAME=1x3x224x224",
                        help="fix a dynamic input's shape (repeatable)")
         q.add_argument("--threads", type=int, help="threads per engine (default: all cores)")
+        q.add_argument("--force-threads", action="store_true",
+                       help="allow more threads than this machine's cores")
+
+    def digest_opt(q):
+        q.add_argument("--digest", metavar="sha256:HEX",
+                       help="load the plan only if it is this one (compile prints its digest)")
 
     def tune_opts(q, whole: str):
         q.add_argument("--budget", default="15m", help=f"time for {whole}, e.g. 90s, 15m")
@@ -322,6 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="optimise a model and save a plan")
     c.add_argument("model")
     c.add_argument("-o", "--output", required=True)
+    c.add_argument("--force", action="store_true",
+                   help="write into -o even if it is a folder that holds no plan")
     model_opts(c)
     c.add_argument("--tune", action="store_true",
                    help="tune the model's kernels first (into --tuning-log, default: the "
@@ -340,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a plan (or .onnx) on .npy inputs")
     r.add_argument("model")
+    digest_opt(r)
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("--output-dir", default="out")
     model_opts(r)
@@ -347,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="latency against other runtimes, interleaved")
     b.add_argument("model")
+    digest_opt(b)
     b.add_argument("--against", help="runtimes to compare with, e.g. onnxruntime,openvino,torch "
                                      "(default: onnxruntime, openvino where installed, torch "
                                      "for zoo models)")
@@ -362,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="nodes, engines, FLOPs and time per node, kernel choices")
     i.add_argument("model")
+    digest_opt(i)
     i.add_argument("--json")
     i.add_argument("--runs", type=int, default=10, help="profiling runs (0: do not run)")
     i.add_argument("--memory", action="store_true",
@@ -396,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("woodpecker: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of our output left (`| head`): stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
 
 

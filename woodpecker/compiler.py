@@ -56,7 +56,7 @@ def compile(model: Any, options: CompileOptions | None = None, *,
         from woodpecker.frontend.torch_import import export_module
         model = export_module(model, example_inputs)
     proto = load_model_proto(model)
-    tgt = Target.parse(target, opts.threads)
+    tgt = Target.parse(target, opts.threads, opts.force_threads)
     allowed = parse_engines(opts.engines)
     graph = import_onnx(proto, input_shapes, input_values)
     passes = opts.passes if opts.passes is not None else \

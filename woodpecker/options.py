@@ -14,6 +14,7 @@ from typing import Any
 
 from woodpecker import config
 from woodpecker.errors import WoodpeckerError
+from woodpecker.target import check_threads
 
 SEARCHES = ("ga", "random")   # the searchers of tune/searchers (checked there too)
 SCHEDULES = ("file", "memory")
@@ -72,14 +73,15 @@ class CompileOptions:
     """Everything a compile is asked to do besides the model itself.
 
     `engines`: the engines allowed (None: every installed one); `threads` (None: every core
-    this process may use); `passes` (None: passes.DEFAULT, or passes.MEMORY for the memory
-    schedule); `schedule` "file" or "memory" with an optional `memory_budget` in bytes;
-    `arena`; `library_regions` (None: on, except for the memory schedule); `tune` (tune before
-    selecting) and `tuning_log` (a log to select from, and with `tune` to extend; `resume` to
-    continue a non-empty one)."""
+    this process may use; more only with `force_threads`); `passes` (None: passes.DEFAULT,
+    or passes.MEMORY for the memory schedule); `schedule` "file" or "memory" with an
+    optional `memory_budget` in bytes; `arena`; `library_regions` (None: on, except for the
+    memory schedule); `tune` (tune before selecting) and `tuning_log` (a log to select from,
+    and with `tune` to extend; `resume` to continue a non-empty one)."""
 
     engines: tuple[str, ...] | None = None
     threads: int | None = None
+    force_threads: bool = False
     passes: tuple[str, ...] | None = None
     schedule: str = "file"
     memory_budget: int | None = None
@@ -99,8 +101,8 @@ class CompileOptions:
             object.__setattr__(self, "passes", tuple(self.passes))
         if self.tuning_log is not None:
             object.__setattr__(self, "tuning_log", os.fspath(self.tuning_log))
-        if self.threads is not None and self.threads < 1:
-            raise WoodpeckerError(f"threads must be at least 1, got {self.threads}")
+        if self.threads is not None:
+            check_threads(self.threads, self.force_threads)
         if self.schedule not in SCHEDULES:
             raise WoodpeckerError(f"unknown schedule {self.schedule!r}; use 'file' or 'memory'")
         if self.memory_budget is not None and self.schedule != "memory":

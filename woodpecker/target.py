@@ -30,6 +30,29 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+# The most threads any engine is given: the Halide pool's limit (spin_pool.c, 255 workers and
+# the caller). More than the cores this process may use only with `force` (oversubscribed
+# cores slow every engine: their threads wait for each other's time slices).
+MAX_THREADS = 256
+
+
+def check_threads(n, force: bool = False) -> int:
+    """`n` if it is a thread count this machine should run (1 to its cores; with `force` up
+    to MAX_THREADS), else a one-line WoodpeckerError."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise WoodpeckerError(f"threads must be a whole number, got {n!r}")
+    if n < 1:
+        raise WoodpeckerError(f"threads must be at least 1, got {n}")
+    if n > MAX_THREADS:
+        raise WoodpeckerError(f"threads {n} is more than the {MAX_THREADS} any engine can use")
+    cores = default_threads()
+    if n > cores and not force:
+        raise WoodpeckerError(f"threads {n} is more than the {cores} cores this process may use "
+                              "(oversubscribing slows every engine); force it with "
+                              "force_threads=True (--force-threads)")
+    return n
+
+
 @dataclass(frozen=True)
 class Target:
     kind: str = "cpu"
@@ -39,16 +62,15 @@ class Target:
     isa: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, spec: "str | Target | None", threads: int | None = None) -> "Target":
+    def parse(cls, spec: "str | Target | None", threads: int | None = None,
+              force_threads: bool = False) -> "Target":
         if isinstance(spec, Target):
             return spec
         kind = (spec or "cpu").strip().lower()
         if kind != "cpu":
             raise WoodpeckerError(f"unknown target {spec!r}; this build supports: cpu")
         cpu, isa = cpu_info()
-        n = threads if threads is not None else default_threads()
-        if n < 1:
-            raise WoodpeckerError(f"threads must be at least 1, got {n}")
+        n = check_threads(threads, force_threads) if threads is not None else default_threads()
         return cls("cpu", n, platform.machine(), cpu, tuple(isa))
 
     @property
@@ -77,5 +99,16 @@ class Target:
 
     @classmethod
     def from_json(cls, d: dict) -> "Target":
-        return cls(d["kind"], int(d["threads"]), d.get("arch", ""), d.get("cpu", ""),
+        threads = d["threads"]
+        if isinstance(threads, bool) or not isinstance(threads, int) \
+                or not 1 <= threads <= MAX_THREADS:
+            raise ValueError(f"target threads {threads!r} is not a count from 1 to "
+                                  f"{MAX_THREADS}")
+        return cls(d["kind"], threads, d.get("arch", ""), d.get("cpu", ""),
                    tuple(d.get("isa", ())))
+
+    @property
+    def run_threads(self) -> int:
+        """The threads a plan for this target runs with here: its own count, but never more
+        than this host's cores (a plan compiled on a larger machine still runs, correctly)."""
+        return min(self.threads, default_threads())

@@ -99,3 +99,61 @@ def test_failed_save_keeps_previous_plan(compiled, plan_dir, monkeypatch):
         compiled.save(plan_dir)
     assert (plan_dir / PLAN_FILE).read_bytes() == before
     woodpecker.load(plan_dir)
+
+
+def test_save_refuses_a_folder_that_holds_no_plan(compiled, tmp_path):
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "plan.json").write_text("my own notes")
+    (user / "weights.npz").write_bytes(b"my data")
+    with pytest.raises(PlanError, match="holds no Woodpecker plan"):
+        compiled.save(user)
+    assert (user / "plan.json").read_text() == "my own notes"
+    assert (user / "weights.npz").read_bytes() == b"my data"
+    compiled.save(tmp_path / "new")                      # a new folder
+    compiled.save(tmp_path / "new")                      # a plan is replaced
+    compiled.save(user, force=True)
+    woodpecker.load(user)
+
+
+def test_digest_pins_the_plan(compiled, tmp_path):
+    d = tmp_path / "p"
+    digest = compiled.save(d)
+    assert digest.startswith("sha256:") and len(digest) == 7 + 64
+    woodpecker.load(d, digest=digest)
+    woodpecker.load(d, digest=digest[7:].upper())
+    p = d / PLAN_FILE
+    p.write_text(p.read_text() + "\n")                    # any edit, even a harmless one
+    with pytest.raises(PlanError, match="not the plan you trusted"):
+        woodpecker.load(d, digest=digest)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 2000, 2.5, "2", True])
+def test_plan_thread_count_is_validated(plan_dir, threads):
+    _edit(plan_dir, lambda doc: doc["target"].update(threads=threads))
+    with pytest.raises(PlanError, match="target threads"):
+        woodpecker.load(plan_dir)
+
+
+def test_plan_for_more_cores_runs_on_those_here(plan_dir):
+    from woodpecker.target import default_threads
+
+    _edit(plan_dir, lambda doc: doc["target"].update(threads=64))
+    m = woodpecker.load(plan_dir)
+    assert m.plan.target.run_threads == min(64, default_threads())
+    x = rand(1, 8, 6, 6)
+    np.testing.assert_allclose(m(x), ort_run(conv_bn_relu_residual(), {"x": x})[0],
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_thread_counts_are_bounded():
+    from woodpecker.errors import WoodpeckerError
+    from woodpecker.target import MAX_THREADS, default_threads
+
+    for bad, match in [(100000, "more than the 256"), (0, "at least 1"),
+                       (default_threads() + 1, "cores this process may use")]:
+        with pytest.raises(WoodpeckerError, match=match):
+            woodpecker.compile(conv_bn_relu_residual(), engines="numpy", threads=bad)
+    m = woodpecker.compile(conv_bn_relu_residual(), engines="numpy",
+                           threads=default_threads() + 1, force_threads=True)
+    assert m.plan.target.threads == default_threads() + 1 <= MAX_THREADS

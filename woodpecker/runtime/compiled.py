@@ -21,7 +21,7 @@ from woodpecker.errors import InputError
 from woodpecker.ir.graph import step_io
 from woodpecker.ops import OPS
 from woodpecker.runtime.executor import Executor
-from woodpecker.runtime.plan import Plan, load_plan, save_plan
+from woodpecker.runtime.plan import Plan, load_plan, plan_digest, save_plan
 
 
 def _fmt(shape) -> str:
@@ -34,7 +34,8 @@ class CompiledModel:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         g = plan.graph
-        ctx = BuildContext(plan.target.threads, g.opset, plan.directory)
+        threads = plan.target.run_threads
+        ctx = BuildContext(threads, g.opset, plan.directory)
         self.steps = plan.steps()
         engines = {name: get_engine(name) for name in sorted(set(plan.engines))}
         # spinning workers of other engines are rested before an engine with its own threads
@@ -51,7 +52,6 @@ class CompiledModel:
         # per-model runtime state: each engine's process-wide settings made this model's
         # before every run (Engine.activate)
         # (engines that keep no such setting, whose `activate` is the base no-op, are skipped)
-        threads = plan.target.threads
         self._activate = [(lambda e=e: e.activate(threads)) for e in engines.values()
                           if type(e).activate is not Engine.activate]
         self.inputs = [(v.name, v.shape, v.dtype) for v in g.inputs]
@@ -106,8 +106,11 @@ class CompiledModel:
         outs = tuple(result[name] for name, _, _ in self.outputs)
         return outs[0] if len(outs) == 1 else outs
 
-    def save(self, directory: "str | os.PathLike") -> None:
-        save_plan(self.plan, directory)
+    def save(self, directory: "str | os.PathLike", force: bool = False) -> str:
+        """Save the plan (see runtime/plan.save_plan: a folder holding anything but a plan only
+        with `force`); returns its digest, which `load(..., digest=)` can pin."""
+        save_plan(self.plan, directory, force)
+        return plan_digest(directory)
 
     def profile(self, feeds: dict[str, Any], runs: int = 20) -> list[float]:
         """Mean milliseconds per step (`self.steps`: a node, or a library region of several)
@@ -154,6 +157,8 @@ def _all(hooks):
     return call
 
 
-def load(directory: "str | os.PathLike") -> CompiledModel:
-    """Load a saved plan; never re-tunes or re-optimises."""
-    return CompiledModel(load_plan(directory))
+def load(directory: "str | os.PathLike", digest: str | None = None) -> CompiledModel:
+    """Load a saved plan; never re-tunes or re-optimises. A plan's kernels are native code:
+    load only plans you trust, and pin one with `digest` (what `save` returned, or
+    `woodpecker inspect` shows) to refuse any other."""
+    return CompiledModel(load_plan(directory, digest))

@@ -88,10 +88,24 @@ def _spec(v) -> dict:
     return {"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name}
 
 
-def save_plan(plan: Plan, directory: "str | os.PathLike") -> Path:
+def is_plan_dir(d: Path) -> bool:
+    """`d` holds a Woodpecker plan (a plan.json with the format tag; it may be damaged
+    otherwise: saving over a damaged plan is how it is repaired)."""
+    try:
+        return json.loads((d / PLAN_FILE).read_text()).get("format") == "woodpecker-plan"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -> Path:
+    """Write `plan` into `directory`: a new or empty folder, or one holding a plan (replaced);
+    any other folder only with `force` (its other files are left as they are)."""
     d = Path(directory)
     if d.exists() and not d.is_dir():
         raise PlanError(f"cannot save plan: {d} exists and is not a directory")
+    if d.is_dir() and not force and any(d.iterdir()) and not is_plan_dir(d):
+        raise PlanError(f"cannot save plan: {d} is a folder that holds no Woodpecker plan; "
+                        "choose a new folder, or force it (--force) to write into it")
     d.mkdir(parents=True, exist_ok=True)
     g = plan.graph
     weights = g.constants()
@@ -152,7 +166,25 @@ def read_plan_json(directory: "str | os.PathLike") -> dict:
     return doc
 
 
-def load_plan(directory: "str | os.PathLike") -> Plan:
+def plan_digest(directory: "str | os.PathLike") -> str:
+    """"sha256:" and the hex digest of the plan's plan.json, which records the sha256 of every
+    other file the plan loads (weights, kernels, the Halide runtime, ONNX Runtime's models):
+    one digest that pins the whole plan."""
+    path = Path(directory) / PLAN_FILE
+    if not path.is_file():
+        raise PlanError(f"{directory} is not a Woodpecker plan (no {PLAN_FILE})")
+    return "sha256:" + sha256_file(path)
+
+
+def load_plan(directory: "str | os.PathLike", digest: str | None = None) -> Plan:
+    """The plan in `directory`, checked; with `digest` (as `plan_digest` gives it) refused
+    unless its plan.json is that one, before anything else of it is read."""
+    if digest is not None:
+        found = plan_digest(directory)
+        want = digest if digest.startswith("sha256:") else "sha256:" + digest
+        if found != want.lower():
+            raise PlanError(f"{directory} is not the plan you trusted: its digest is {found}, "
+                            f"expected {want}")
     doc = read_plan_json(directory)
     try:
         return _build(Path(directory), doc)
