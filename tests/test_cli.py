@@ -225,3 +225,60 @@ def test_compile_prints_a_digest_that_run_checks(model_file, tmp_path, capsys):
     assert main(["compile", str(model_file), "-o", str(mine), "--engines", "numpy"]) == 1
     assert "holds no Woodpecker plan" in capsys.readouterr().err
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_bad_command_lines_are_one_line(model_file, tmp_path, capsys):
+    """Each a mistake a user makes: one line on stderr, exit status 1, nothing written."""
+    plan = tmp_path / "m.wpk"
+    assert main(["compile", str(model_file), "-o", str(plan), "--engines", "numpy"]) == 0
+    np.save(tmp_path / "x.npy", rand(1, 8, 6, 6))
+    np.savez(tmp_path / "x.npz", x=rand(1, 8, 6, 6))
+    (tmp_path / "text.npy").write_text("hello")
+    (tmp_path / "logdir").mkdir()
+    x = f"x={tmp_path / 'x.npy'}"
+    out = ["--output-dir", str(tmp_path / "o")]
+    capsys.readouterr()
+    for argv, message in [
+        (["run", str(plan), "--input", f"x={tmp_path / 'x.npz'}", *out], "is an .npz archive"),
+        (["run", str(plan), "--input", f"x={tmp_path / 'text.npy'}", *out], "not a .npy file"),
+        (["run", str(plan), "--input", x, "--input", x, *out], "'x' is given twice"),
+        (["run", str(plan), "--input", x, "--output-dir", "/proc/none/o"],
+         "No such file or directory: /proc/none"),
+        (["compile", str(model_file), "-o", "/proc/none/p.wpk", "--engines", "numpy"],
+         "No such file or directory"),
+        (["compile", str(model_file), "-o", str(tmp_path / "t.wpk"), "--tuning-log",
+          str(tmp_path / "logdir")], "Is a directory"),
+        (["compile", str(model_file), "-o", str(tmp_path / "s.wpk"), "--input-shape",
+          "x=0x8x6x6"], "dimensions must be at least 1"),
+        (["compile", str(model_file), "-o", str(tmp_path / "b.wpk"), "--tune", "--budget",
+          "0s"], "more than 0 s"),
+        (["compile", str(model_file), "-o", str(tmp_path / "h.wpk"), "--threads", "100000"],
+         "more than the 256"),
+    ]:
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert err.startswith("woodpecker: error: ") and err.count("\n") == 1, err
+        assert message in err, (argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "logdir", "m.onnx", "m.wpk", "text.npy", "x.npy", "x.npz"]
+
+
+def test_a_full_disk_while_tuning_is_one_line_and_keeps_the_log(model_file, tmp_path, capsys,
+                                                                 monkeypatch):
+    import errno
+
+    from woodpecker.tune.records import TuningLog
+
+    log = tmp_path / "t.jsonl"
+    TuningLog(log).append({"task": "earlier", "template": "t", "config": {}, "cost_s": 1e-3,
+                           "error": None})
+    before = log.read_bytes()
+
+    def full(self, record):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+    monkeypatch.setattr(TuningLog, "append", full)
+    assert main(["tune", str(model_file), "--tuning-log", str(log), "--resume", "--budget",
+                 "20s", "--max-trials", "2", "--threads", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == f"woodpecker: error: No space left on device: {log}"
+    assert log.read_bytes() == before

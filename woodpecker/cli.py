@@ -13,6 +13,7 @@ import numpy as np
 from woodpecker.config import CANDIDATE_TIMEOUT_S
 from woodpecker.engines import names
 from woodpecker.errors import WoodpeckerError
+from woodpecker.files import distinct_stems, read_npy
 from woodpecker.options import SEARCHES
 
 
@@ -122,33 +123,15 @@ def cmd_run(args) -> None:
         name, sep, path = item.partition("=")
         if not sep:
             raise WoodpeckerError(f"--input {item!r}: expected NAME=FILE.npy")
-        try:
-            feeds[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise WoodpeckerError(f"cannot read input {name!r} from {path}: {e}") from None
+        if name in feeds:
+            raise WoodpeckerError(f"--input {name!r} is given twice")
+        feeds[name] = read_npy(name, path)
     outputs = model.run(feeds)
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for (name, value), safe in zip(outputs.items(), _file_names(outputs)):
+    for (name, value), safe in zip(outputs.items(), distinct_stems(outputs)):
         np.save(out_dir / f"{safe}.npy", value)
         print(f"{name}: {'x'.join(map(str, value.shape))} {value.dtype} -> {out_dir / safe}.npy")
-
-
-def _file_names(names) -> list[str]:
-    """A distinct file stem per output name: unsafe characters become "_", and a stem that
-    another output already has (`a/b` and `a_b`) gets "-2", "-3", … (case-insensitively:
-    some file systems are)."""
-    taken: set[str] = set()
-    out = []
-    for name in names:
-        base = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "output"
-        stem, k = base, 1
-        while stem.lower() in taken:
-            k += 1
-            stem = f"{base}-{k}"
-        taken.add(stem.lower())
-        out.append(stem)
-    return out
 
 
 def cmd_bench(args) -> None:
@@ -435,6 +418,12 @@ def main(argv: list[str] | None = None) -> int:
         # the reader of our output left (`| head`): stop quietly, as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as e:
+        # a path the user gave that cannot be read or written (missing, a directory, no
+        # permission, a full disk): the system's reason and the path, one line
+        where = f": {e.filename}" if e.filename else ""
+        print(f"woodpecker: error: {e.strerror or e}{where}", file=sys.stderr)
+        return 1
     return 0
 
 

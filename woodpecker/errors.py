@@ -27,3 +27,7 @@ class PlanError(WoodpeckerError):
 
 class EngineError(WoodpeckerError):
     """A requested engine is unknown, not installed, or cannot run a node."""
+
+
+class RunError(WoodpeckerError):
+    """A step of a plan failed while running (a library engine refused what it was given)."""

@@ -31,8 +31,9 @@ def parse_budget(text: "str | float | int") -> float:
             seconds = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
         except ValueError:
             raise WoodpeckerError(f"bad budget {text!r}: use e.g. 90s, 15m, 1h") from None
-    if not seconds >= 0:
-        raise WoodpeckerError(f"bad budget {text!r}: it must be a duration of at least 0 s")
+    if not seconds > 0:
+        raise WoodpeckerError(f"bad budget {text!r}: it must be a duration of more than 0 s "
+                              "(to compile without tuning, leave out --tune)")
     return seconds
 
 

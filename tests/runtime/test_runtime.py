@@ -82,6 +82,13 @@ def _edit(plan_dir, fn):
     (lambda d: _edit(d, lambda doc: doc.pop("nodes")), "corrupt"),
     (lambda d: (d / WEIGHTS_FILE).write_bytes(b"PK\x03\x04broken"), "sha256 differs"),
     (lambda d: (d / PLAN_FILE).unlink(), "not a Woodpecker plan"),
+    (lambda d: (d / PLAN_FILE).write_text((d / PLAN_FILE).read_text().replace(
+        '"model": {', '"model": {"deep": ' + "[" * 100000 + "]" * 100000 + ",", 1)),
+     "nested too deeply"),
+    (lambda d: _edit(d, lambda doc: doc["outputs"][0].update(shape=[1, 5])),
+     "declared float32.1, 5. but its value is float32.1, 288."),
+    (lambda d: _edit(d, lambda doc: doc["arena"].update(size=2**50)),
+     "exceeds the .* bytes of all values"),
 ])
 def test_damaged_plan_refused(plan_dir, damage, match):
     damage(plan_dir)

@@ -32,7 +32,10 @@ def session_options(threads: int):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
+    # fatal only: a session ONNX Runtime cannot make reaches us as an exception, which the
+    # caller reports (or falls back from) in one line; its own red log lines on stderr
+    # during a compile that succeeds only mislead
+    so.log_severity_level = 4
     # ORT's workers spin while a run lasts (its default: they wait microseconds for the next
     # parallel section) but stop when it returns. By default they spin on for ~50 ms (measured:
     # a whole core's CPU time in the 50 ms after a run) and steal a core from whatever runs

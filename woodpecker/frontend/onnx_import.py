@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from woodpecker.errors import ModelError, UnsupportedOpError
+from woodpecker.errors import ModelError, UnsupportedOpError, WoodpeckerError
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.types import onnx_type_name, to_numpy_dtype
 from woodpecker.ops import OPS, SUPPORTED, run_reference
@@ -64,19 +64,64 @@ def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None =
     proto = load_model_proto(model)
     _check_opset(proto)
     _check_ops(proto)
+    _check_graph(proto)
     proto = _bind_values(proto, dict(input_values or {}))
     proto = _specialise(proto, dict(input_shapes or {}))
     graph = _build(proto)
-    _infer_shapes(graph)
-    _cross_check(proto, graph)
+    try:
+        _infer_shapes(graph)     # Woodpecker's rules check attributes first: the right node
+    except _RuleFailure:
+        _onnx_inference(proto)   # ONNX's message where it sees the fault too
+        raise
+    _cross_check(_onnx_inference(proto), graph)
     return graph
 
 
+class _RuleFailure(ModelError):
+    """A shape rule or reference evaluation failed on a node with something other than a
+    Woodpecker error (an attribute no rule validates)."""
+
+
 def _check_opset(proto: onnx.ModelProto) -> None:
+    newest = onnx.defs.onnx_opset_version()
     for o in proto.opset_import:
         if o.domain in ("", "ai.onnx") and o.version < MIN_OPSET:
             raise UnsupportedOpError(f"opset {o.version} is not supported (need {MIN_OPSET} or "
                                      "newer; convert with onnx.version_converter)")
+        if o.domain in ("", "ai.onnx") and o.version > newest:
+            raise UnsupportedOpError(f"opset {o.version} is newer than any this build knows "
+                                     f"(onnx {onnx.__version__}: opset {newest})")
+
+
+def _check_graph(proto: onnx.ModelProto) -> None:
+    """What ONNX Runtime refuses and the checker lets through: a graph without outputs, two
+    nodes of one name."""
+    g = proto.graph
+    if not g.output:
+        raise ModelError("the graph has no outputs: nothing to compute")
+    seen: set[str] = set()
+    for n in g.node:
+        if n.name and n.name in seen:
+            raise ModelError(f"two nodes are named {n.name!r}; node names must be unique")
+        seen.add(n.name)
+
+
+def _onnx_inference(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX's own shape and type inference, strict: a wrong attribute (a zero stride, an axis
+    out of range), a declared type the graph does not produce, … is one ModelError line
+    before Woodpecker's shape rules see the model."""
+    try:
+        return shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"invalid model: {_inference_error(e)}") from None
+
+
+def _inference_error(e: Exception) -> str:
+    """The useful line of an ONNX inference error (its first line is a generic heading)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    detail = [ln for ln in lines if "op_type:" in ln or "Error]" in ln]
+    text = (detail or lines or [type(e).__name__])[-1]
+    return text.replace("[ShapeInferenceError] Inference error(s): ", "")
 
 
 def _check_ops(proto: onnx.ModelProto) -> None:
@@ -159,7 +204,11 @@ def _attr(a: onnx.AttributeProto, node_name: str) -> Any:
     if a.type == onnx.AttributeProto.TENSOR:
         t = a.t
         _dtype(t.data_type, f"attribute {a.name!r} of node {node_name!r}")
-        return numpy_helper.to_array(t)
+        try:
+            return numpy_helper.to_array(t)
+        except Exception as e:
+            raise ModelError(f"attribute {a.name!r} of node {node_name!r} cannot be read: "
+                             f"{_first_line(e)}") from None
     if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
                   onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TENSORS):
         raise UnsupportedOpError(f"node {node_name!r}: attribute {a.name!r} of type "
@@ -189,8 +238,12 @@ def _build(proto: onnx.ModelProto) -> Graph:
     graph = Graph(g.name or "model")
     graph.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     for init in g.initializer:
-        data = numpy_helper.to_array(init)
         _dtype(init.data_type, f"initializer {init.name!r}")
+        try:
+            data = numpy_helper.to_array(init)
+        except Exception as e:  # raw bytes that do not fill the shape, …
+            raise ModelError(f"initializer {init.name!r} cannot be read: "
+                             f"{_first_line(e)}") from None
         graph.value(init.name, data.shape, data.dtype, data)
     for vi in g.input:
         if vi.name in graph.values:
@@ -236,22 +289,73 @@ def _infer_shapes(graph: Graph) -> None:
     if unsupported:
         listing = ", ".join(f"{r} (first node {n!r})" for r, n in unsupported.items())
         raise UnsupportedOpError(f"unsupported op variants: {listing}")
+    limit = _memory_bytes()
     for node in graph.nodes:
-        results = OPS[node.op].infer(node, data_of)
-        for v, (shape, dtype) in zip(node.outputs, results):
-            v.shape, v.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
-        small = all(int(np.prod(v.shape)) <= _KNOWN_LIMIT for v in node.outputs)
-        ins = static_inputs(node, data_of) if small or node.op == "Shape" else None
-        if ins is not None:
-            for v, d in zip(node.outputs, run_reference(node, ins)):
-                known[v.name] = d
+        _check_types(node, graph.opset)
+        try:
+            _infer_node(node, data_of, known, limit)
+        except WoodpeckerError:
+            raise
+        except Exception as e:
+            raise _RuleFailure(f"node {node.name!r} ({node.op}): its attributes or inputs do "
+                               f"not fit ({type(e).__name__}: {_first_line(e)})") from None
 
 
-def _cross_check(proto: onnx.ModelProto, graph: Graph) -> None:
+def _infer_node(node: Node, data_of, known: dict, limit: int) -> None:
+    """`node`'s output shapes and dtypes; its outputs' values too where they are small and its
+    inputs known (shape subgraphs)."""
+    results = OPS[node.op].infer(node, data_of)
+    for v, (shape, dtype) in zip(node.outputs, results):
+        v.shape, v.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+        size = int(np.prod(v.shape, dtype=object)) * v.dtype.itemsize
+        if size > limit:
+            raise ModelError(f"value {v.name!r} of node {node.name!r} would hold "
+                             f"{size / 2**30:.3g} GiB ({'x'.join(map(str, v.shape))} "
+                             f"{v.dtype}), more than this machine's memory")
+    small = all(int(np.prod(v.shape)) <= _KNOWN_LIMIT for v in node.outputs)
+    ins = static_inputs(node, data_of) if small or node.op == "Shape" else None
+    if ins is not None:
+        for v, d in zip(node.outputs, run_reference(node, ins)):
+            known[v.name] = d
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory (no value may be larger), or 2^40 where unknown."""
     try:
-        inferred = shape_inference.infer_shapes(proto, data_prop=True)
-    except Exception as e:
-        raise ModelError(f"ONNX shape inference failed: {_first_line(e)}") from None
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def _check_types(node: Node, opset: int) -> None:
+    """The op's type constraints (its ONNX schema): inputs bound to one type parameter share
+    one dtype, and it is one the op allows, else one ModelError line (ONNX Runtime refuses
+    such a model; Woodpecker's engines would compute in whatever type came first)."""
+    try:
+        schema = onnx.defs.get_schema(node.op, opset, "")
+    except onnx.defs.SchemaError:
+        return  # Woodpecker's own fused ops
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    formals = schema.inputs
+    bound: dict[str, tuple[str, np.dtype]] = {}
+    for i, v in enumerate(node.inputs):
+        if v is None or v.dtype is None or not formals:
+            continue
+        formal = formals[min(i, len(formals) - 1)]
+        param = formal.type_str
+        if param not in allowed:
+            continue
+        type_str = f"tensor({onnx_type_name(onnx.helper.np_dtype_to_tensor_dtype(v.dtype))})"
+        if type_str not in allowed[param]:
+            raise ModelError(f"node {node.name!r} ({node.op}): input {v.name!r} is "
+                             f"{v.dtype}, which {node.op} does not take there")
+        first = bound.setdefault(param, (v.name, v.dtype))
+        if first[1] != v.dtype:
+            raise ModelError(f"node {node.name!r} ({node.op}): inputs {first[0]!r} ({first[1]}) "
+                             f"and {v.name!r} ({v.dtype}) must have one type")
+
+
+def _cross_check(inferred: onnx.ModelProto, graph: Graph) -> None:
     g = inferred.graph
     for vi in list(g.value_info) + list(g.output):
         v = graph.values.get(vi.name)

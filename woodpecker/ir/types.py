@@ -22,7 +22,10 @@ NUMPY_TO_ONNX: dict[np.dtype, int] = {v: k for k, v in ONNX_TO_NUMPY.items()}
 def onnx_type_name(elem_type: int) -> str:
     from onnx import TensorProto
 
-    return TensorProto.DataType.Name(elem_type).lower()
+    try:
+        return TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"unknown element type {elem_type}"
 
 
 def to_numpy_dtype(elem_type: int) -> np.dtype | None:
@@ -41,6 +44,6 @@ def parse_shape(text: str) -> tuple[int, ...]:
         dims = tuple(int(p) for p in parts if p != "")
     except ValueError:
         raise ValueError(f"bad shape {text!r}: expected dimensions like 1x3x224x224") from None
-    if any(d < 0 for d in dims):
-        raise ValueError(f"bad shape {text!r}: dimensions must be non-negative")
+    if not dims or any(d < 1 for d in dims):
+        raise ValueError(f"bad shape {text!r}: dimensions must be at least 1")
     return dims

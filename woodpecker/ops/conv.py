@@ -16,7 +16,13 @@ def conv_infer(node: Node, data_of: DataOf):
     node.attrs["group"] = groups
     if len(x) < 3 or len(w) != len(x) or x[1] != w[1] * groups or w[0] % groups:
         raise ModelError(f"{where(node)}: input {x} and weight {w} do not fit group={groups}")
+    if len(node.inputs) > 2 and node.inputs[2] is not None and shape_of(node, 2) != (w[0],):
+        raise ModelError(f"{where(node)}: bias must be a vector of {w[0]} (one per output "
+                         f"channel), got shape {shape_of(node, 2)}")
     kernel = tuple(node.attr("kernel_shape") or w[2:])
+    if kernel != tuple(w[2:]):
+        raise ModelError(f"{where(node)}: kernel_shape {list(kernel)} disagrees with the "
+                         f"weight's {list(w[2:])}")
     out = window.resolve(node, x[2:], kernel)
     return [((x[0], w[0]) + out, dtype_of(node, 0))]
 

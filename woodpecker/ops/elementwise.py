@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from woodpecker.errors import UnsupportedOpError
+from woodpecker.errors import ModelError, UnsupportedOpError
 from woodpecker.ir.graph import Node
 from woodpecker.ir.types import to_numpy_dtype
 from woodpecker.ops.registry import (
@@ -121,13 +121,24 @@ op("Relu", same_as_input, output_numel)(lambda attrs, x: np.maximum(x, x.dtype.t
 def _clip(attrs, x, lo=None, hi=None):
     out = x
     if lo is not None:
-        out = np.maximum(out, lo)
+        out = np.maximum(out, np.reshape(lo, ()))
     if hi is not None:
-        out = np.minimum(out, hi)
+        out = np.minimum(out, np.reshape(hi, ()))
     return np.asarray(out, dtype=x.dtype)
 
 
-op("Clip", same_as_input, output_numel)(_clip)
+def _clip_infer(node: Node, data_of: DataOf):
+    """Clip's bounds are scalars (ONNX Runtime takes any one-element tensor)."""
+    for i in (1, 2):
+        if i < len(node.inputs) and node.inputs[i] is not None:
+            bound = shape_of(node, i)
+            if int(np.prod(bound)) != 1:
+                raise ModelError(f"{where(node)}: its {('min', 'max')[i - 1]} must be a scalar, "
+                                 f"got shape {bound}")
+    return same_as_input(node, data_of)
+
+
+op("Clip", _clip_infer, output_numel)(_clip)
 
 
 def _where_infer(node: Node, data_of: DataOf):

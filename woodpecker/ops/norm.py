@@ -26,7 +26,19 @@ def _bn_check(node: Node) -> str | None:
     return None
 
 
-@op("BatchNormalization", same_as_input, lambda n: 2 * output_numel(n), _bn_check)
+def _bn_infer(node: Node, data_of: DataOf):
+    """The input's shape; scale, bias, mean and variance are vectors of its channels."""
+    x = shape_of(node, 0)
+    if len(x) < 2:
+        raise ModelError(f"{where(node)}: needs an input of rank 2 or more, got shape {x}")
+    for i, what in enumerate(("scale", "bias", "mean", "variance"), start=1):
+        if shape_of(node, i) != (x[1],):
+            raise ModelError(f"{where(node)}: {what} must be a vector of the input's {x[1]} "
+                             f"channels, got shape {shape_of(node, i)}")
+    return same_as_input(node, data_of)
+
+
+@op("BatchNormalization", _bn_infer, lambda n: 2 * output_numel(n), _bn_check)
 def batchnorm(attrs, x, scale, bias, mean, var):
     shape = (1, -1) + (1,) * (x.ndim - 2)
     inv = scale / np.sqrt(var + attrs.get("epsilon", 1e-5))

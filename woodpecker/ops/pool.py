@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from woodpecker.errors import ModelError
 from woodpecker.ir.graph import Node
 from woodpecker.ops import window
-from woodpecker.ops.registry import DataOf, dtype_of, numel, op, output_numel, shape_of
+from woodpecker.ops.registry import DataOf, dtype_of, numel, op, output_numel, shape_of, where
 
 
 def _pool_infer(node: Node, data_of: DataOf):
@@ -75,6 +76,9 @@ def avgpool(attrs, x):
 
 def _gap_infer(node: Node, data_of: DataOf):
     x = shape_of(node, 0)
+    if len(x) < 3:
+        raise ModelError(f"{where(node)}: needs an input of rank 3 or more (N, C, spatial…), "
+                         f"got shape {x}")
     return [(x[:2] + (1,) * (len(x) - 2), dtype_of(node, 0))]
 
 

@@ -93,23 +93,31 @@ def dtype_of(node: Node, i: int) -> np.dtype:
 
 
 def required_data(node: Node, i: int, data_of: DataOf, what: str) -> np.ndarray:
-    """Data of input `i`, which must be known at compile time (static shapes)."""
+    """Data of input `i`, a vector (shape, axes, pads, …: ONNX Runtime refuses any other
+    rank), which must be known at compile time (static shapes)."""
     v = node.input(i)
     d = data_of(v) if v is not None else None
     if d is None:
         raise DynamicShapeError(f"{where(node)}: {what} (input {i}) is computed at run time; "
                                 "Woodpecker needs it static (give static input shapes, or bind "
                                 "the input's value with input_values)")
+    if np.ndim(d) != 1:
+        raise ModelError(f"{where(node)}: {what} (input {i}) must be a 1-D tensor, got shape "
+                         f"{np.shape(d)}")
     return d
 
 
 def optional_data(node: Node, i: int, data_of: DataOf) -> np.ndarray | None:
+    """Data of optional input `i` (axes, steps: a vector), None where it is omitted."""
     v = node.input(i)
     if v is None:
         return None
     d = data_of(v)
     if d is None:
         raise DynamicShapeError(f"{where(node)}: input {i} must be a compile-time constant")
+    if np.ndim(d) != 1:
+        raise ModelError(f"{where(node)}: input {i} must be a 1-D tensor, got shape "
+                         f"{np.shape(d)}")
     return d
 
 

@@ -239,6 +239,11 @@ def _slice_infer(node: Node, data_of: DataOf):
     steps = optional_data(node, 4, data_of)
     axes = _ints(axes) if axes is not None else list(range(len(starts)))
     steps = _ints(steps) if steps is not None else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ModelError(f"{where(node)}: starts, ends, axes and steps differ in length "
+                         f"({len(starts)}, {len(ends)}, {len(axes)}, {len(steps)})")
+    if len({a % len(x) if len(x) else a for a in axes}) != len(axes):
+        raise ModelError(f"{where(node)}: repeated axes {axes}")
     slices = [[0, d, 1] for d in x]
     for start, end, axis, step in zip(starts, ends, axes, steps):
         axis = norm_axis(node, axis, len(x))

@@ -25,6 +25,7 @@ def resolve(node: Node, spatial: tuple[int, ...], kernel: tuple[int, ...]) -> tu
     auto = node.attr("auto_pad", "NOTSET")
     if len(strides) != nd or len(dil) != nd or len(pads) != 2 * nd:
         raise ModelError(f"{where(node)}: strides/dilations/pads do not match {nd} spatial dims")
+    _check(node, strides, dil, pads, kernel, auto)
     for i in range(nd):
         extent = dil[i] * (kernel[i] - 1) + 1
         if auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -39,6 +40,28 @@ def resolve(node: Node, spatial: tuple[int, ...], kernel: tuple[int, ...]) -> tu
     node.attrs["_pads"] = pads
     node.attrs["strides"], node.attrs["dilations"] = strides, dil
     return out_shape(spatial, kernel, node.attrs)
+
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def _check(node: Node, strides: list, dil: list, pads: list, kernel: tuple, auto) -> None:
+    """The window attributes ONNX Runtime accepts, or a one-line ModelError: strides,
+    dilations and kernel at least 1, pads not negative, a known auto_pad and not with explicit
+    pads, and a pool's pads smaller than its kernel (a window of padding alone)."""
+    if auto not in AUTO_PADS:
+        raise ModelError(f"{where(node)}: auto_pad {auto!r} is none of {', '.join(AUTO_PADS)}")
+    if auto != "NOTSET" and node.attr("pads") is not None:
+        raise ModelError(f"{where(node)}: auto_pad {auto} and explicit pads together")
+    for what, values, low in (("strides", strides, 1), ("dilations", dil, 1),
+                              ("kernel_shape", kernel, 1), ("pads", pads, 0)):
+        if any(not isinstance(v, (int, np.integer)) or v < low for v in values):
+            raise ModelError(f"{where(node)}: {what} {list(values)} must be integers of at "
+                             f"least {low}")
+    nd = len(kernel)
+    if node.op != "Conv" and any(max(pads[i], pads[i + nd]) >= kernel[i] for i in range(nd)):
+        raise ModelError(f"{where(node)}: pads {list(pads)} must be smaller than the kernel "
+                         f"{list(kernel)}")
 
 
 def out_shape(spatial: tuple[int, ...], kernel: tuple[int, ...], attrs: dict) -> tuple[int, ...]:

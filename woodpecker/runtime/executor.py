@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from woodpecker.engines.base import Bound, Kernel
+from woodpecker.errors import RunError, WoodpeckerError
 from woodpecker.ir.graph import Graph, Node, Value, step_io
 from woodpecker.schedule.aliases import VIEW, is_view, part_index, sliced_axis
 from woodpecker.schedule.arena import Arena
@@ -38,6 +39,7 @@ class Step:
     views: tuple[np.ndarray, ...] | None
     into: Callable[..., None] | None
     bound: Bound | None
+    label: str = ""
 
 
 class Executor:
@@ -83,16 +85,30 @@ class Executor:
                                                  for v in ins])
             self._steps.append(Step(kernel, tuple(index(v.name) for v in ins),
                                     tuple(index(v.name) for v in outs), free, views, into,
-                                    bound))
+                                    bound, _label(steps[i][0])))
         self._chains = _chains(self._steps)
         self.arena = arena
         self._n_slots = len(slot)
         self._input_slots = [(v.name, slot[v.name]) for v in graph.inputs]
         self._outputs = [(v.name, slot.get(v.name), v.data) for v in graph.outputs]
+        self._at = 0   # the step running (named in a RunError)
 
     def run(self, feeds: dict[str, np.ndarray],
             step_times: list[float] | None = None) -> dict[str, np.ndarray]:
-        """Run once; with `step_times` (one slot per step) each step's seconds are added."""
+        """Run once; with `step_times` (one slot per step) each step's seconds are added. A
+        step whose kernel raises (a library engine refusing what the model gives it) is one
+        RunError line naming the step."""
+        try:
+            return self._run(feeds, step_times)
+        except WoodpeckerError:
+            raise
+        except Exception as e:
+            label = self._steps[self._at].label if self._at < len(self._steps) else "the end"
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise RunError(f"running {label} failed: {type(e).__name__}: {first}") from e
+
+    def _run(self, feeds: dict[str, np.ndarray],
+             step_times: list[float] | None) -> dict[str, np.ndarray]:
         env: list = [None] * self._n_slots
         for name, s in self._input_slots:
             env[s] = feeds[name]
@@ -100,6 +116,7 @@ class Executor:
         chains = self._chains if step_times is None else {}
         chained_until = 0
         for i, step in enumerate(self._steps):
+            self._at = i
             t0 = clock() if step_times is not None else 0.0
             views = step.views
             if i < chained_until:
@@ -129,6 +146,13 @@ class Executor:
         copy = self.arena is not None
         return {name: (data if data is not None else np.array(env[s]) if copy else env[s])
                 for name, s, data in self._outputs}
+
+
+def _label(nodes: Sequence[Node]) -> str:
+    first = nodes[0]
+    if len(nodes) == 1:
+        return f"node {first.name!r} ({first.op})"
+    return f"the region of {len(nodes)} nodes from {first.name!r} ({first.op})"
 
 
 def _arena_view(buffer: np.ndarray, arena: Arena, graph: Graph, v: Value) -> np.ndarray:

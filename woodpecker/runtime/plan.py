@@ -30,6 +30,7 @@ from woodpecker.ir.graph import Graph
 from woodpecker.ops import OPS
 from woodpecker.runtime.regions import plan_steps
 from woodpecker.schedule.arena import Arena, check_arena
+from woodpecker.schedule.problem import value_bytes
 from woodpecker.target import Target
 from woodpecker.version import __version__
 
@@ -156,6 +157,9 @@ def read_plan_json(directory: "str | os.PathLike") -> dict:
         raise PlanError(f"{directory} is not a Woodpecker plan (no {PLAN_FILE})")
     try:
         doc = json.loads(path.read_text())
+    except RecursionError:
+        raise PlanError(f"{path} is not a Woodpecker plan (nested too deeply to be one)") \
+            from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PlanError(f"{path} is not valid JSON (truncated or edited?): {e}") from None
     if not isinstance(doc, dict) or doc.get("format") != "woodpecker-plan":
@@ -216,6 +220,16 @@ def _load_weights(d: Path, doc: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def _arena_oversized(g: Graph, arena: Arena) -> str | None:
+    """An arena larger than all the graph's values side by side (each aligned) is no arena a
+    compile makes: allocating it would only exhaust memory."""
+    most = sum(-(-value_bytes(v) // arena.alignment) * arena.alignment
+               for v in g.values.values() if v.data is None)
+    if arena.size > most:
+        return f"its size {arena.size} exceeds the {most} bytes of all values side by side"
+    return None
+
+
 def _check_host(doc: dict) -> None:
     """A PlanError when the plan's target or an engine's artifacts cannot run on this host."""
     why = Target.from_json(doc["target"]).incompatibility()
@@ -259,6 +273,8 @@ def _build(d: Path, doc: dict) -> Plan:
             if x is not None and x not in defined:
                 raise PlanError(f"plan.json: node {n['name']!r} reads {x!r} before it is "
                                 "produced or a weight that does not exist")
+        if not n["outputs"]:
+            raise PlanError(f"plan.json: node {n['name']!r} has no outputs")
         for x in n["outputs"]:
             if x not in doc["values"]:
                 raise PlanError(f"plan.json: node {n['name']!r} output {x!r} has no shape")
@@ -266,10 +282,16 @@ def _build(d: Path, doc: dict) -> Plan:
         outs = [g.values[x] for x in n["outputs"]]
         g.add_node(n["op"], ins, outs, _decode(n["attrs"]), name=n["name"])
         defined.update(n["outputs"])
+    if not doc["outputs"]:
+        raise PlanError("plan.json: the plan has no outputs")
     for s in doc["outputs"]:
         if s["name"] not in defined:
             raise PlanError(f"plan.json: output {s['name']!r} is never produced")
-        g.outputs.append(g.values[s["name"]])
+        v = g.values[s["name"]]
+        if list(s["shape"]) != list(v.shape) or s["dtype"] != v.dtype.name:
+            raise PlanError(f"plan.json: output {s['name']!r} is declared {s['dtype']}"
+                            f"{list(s['shape'])} but its value is {v.dtype.name}{list(v.shape)}")
+        g.outputs.append(v)
     meta = {k: v for k, v in doc["model"].items() if k not in ("name", "opset")}
     plan = Plan(g, choices, Target.from_json(doc["target"]), meta, directory=d)
     used = set(plan.engines)
@@ -279,7 +301,7 @@ def _build(d: Path, doc: dict) -> Plan:
         get_engine(name).load_artifacts(d, doc["engines"][name], choices)
     if "arena" in doc:
         plan.arena = Arena.from_json(doc["arena"])
-        problem = check_arena(g, plan.arena, plan.steps())
+        problem = check_arena(g, plan.arena, plan.steps()) or _arena_oversized(g, plan.arena)
         if problem:
             raise PlanError(f"plan.json: arena is corrupt: {problem}")
     return plan

@@ -1,0 +1,226 @@
+"""The fuzzer: mutated ONNX models and tampered plans, thousands per CI run (hypothesis,
+derandomized under CI, so a failure replays and shrinks to its fewest mutations).
+
+For every mutated model (tests/fuzz/mutate.py) Woodpecker must either give ONNX Runtime's
+result on the same inputs (same output names, dtypes, shapes; values within 1e-4, NaN where ORT
+has NaN) or refuse it with one line (a WoodpeckerError); where ONNX Runtime refuses the model
+(to load it or to run it), Woodpecker must refuse it too. Never a traceback, a crash or a hang
+(each case has CASE_TIMEOUT_S). Most cases compile on the numpy reference engine (milliseconds
+a case); every LIBRARY_EVERY-th uses the default engines (ONNX Runtime regions, the arena).
+
+For every tampered plan (a value in plan.json replaced, a key removed, a byte of any file
+flipped or the file cut) loading and running gives one-line PlanError/WoodpeckerError or runs:
+a consistent edit may change what the plan computes (the digest is what pins a plan, see the
+README's Security paragraph), it must never crash the process.
+
+WOODPECKER_FUZZ_CASES / WOODPECKER_FUZZ_PLANS set the case counts (defaults below); the counts
+of each outcome are printed at the end of the test session (tests/fuzz/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+from collections import Counter
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import woodpecker
+from tests.fuzz.mutate import BYTE_MUTATIONS, MUTATIONS, SEEDS, mutated
+from woodpecker.errors import WoodpeckerError
+
+MODEL_CASES = int(os.environ.get("WOODPECKER_FUZZ_CASES", 5000))
+PLAN_CASES = int(os.environ.get("WOODPECKER_FUZZ_PLANS", 1000))
+CASE_TIMEOUT_S = 30
+LIBRARY_EVERY = 25
+COUNTS: dict[str, Counter] = {"models": Counter(), "plans": Counter()}
+
+mutation = st.tuples(st.sampled_from(sorted(MUTATIONS) + list(BYTE_MUTATIONS)),
+                     st.integers(0, 2**31))
+
+
+@contextmanager
+def deadline(seconds: int):
+    """A TimeoutError in this thread after `seconds` (a hang is a failure, not a stuck CI)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"case ran past {seconds} s")
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _ort(data: bytes):
+    """ONNX Runtime's outputs (name → array) and the feeds it ran on, or None where it refuses
+    the model or a run of it."""
+    import onnx
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 4
+    try:
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        model = onnx.load_from_string(data)
+    except Exception:
+        return None, None
+    rng = np.random.default_rng(0)
+    feeds = {}
+    inits = {i.name for i in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+        feeds[vi.name] = (rng.standard_normal(shape) * 3).astype(dtype)
+    try:
+        outs = sess.run(None, feeds)
+    except Exception:
+        return None, feeds
+    return {o.name: a for o, a in zip(sess.get_outputs(), outs)}, feeds
+
+
+def _same(ours: dict, theirs: dict) -> str | None:
+    """Why two runs' outputs differ, or None."""
+    if list(ours) != list(theirs):
+        return f"outputs {list(ours)} against ONNX Runtime's {list(theirs)}"
+    for name, want in theirs.items():
+        got = np.asarray(ours[name])
+        want = np.asarray(want)
+        if got.dtype != want.dtype or got.shape != want.shape:
+            return f"{name}: {got.dtype}{got.shape} against {want.dtype}{want.shape}"
+        if want.dtype.kind == "f":
+            if not np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True):
+                return f"{name}: values differ by {np.nanmax(np.abs(got - want)):.3g}"
+        elif not np.array_equal(got, want):
+            return f"{name}: values differ"
+    return None
+
+
+def _one_line(e: Exception) -> str:
+    text = str(e)
+    assert text and "\n" not in text, f"{type(e).__name__} of {len(text.splitlines())} lines"
+    return text
+
+
+@pytest.mark.slow
+@settings(max_examples=MODEL_CASES, deadline=None, print_blob=True,
+          suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(sorted(SEEDS)), st.lists(mutation, min_size=1, max_size=3),
+       st.integers(0, 2**31))
+def test_mutated_models(seed, mutations, case):
+    data = mutated(seed, mutations)
+    engines = None if case % LIBRARY_EVERY == 0 else "numpy"
+    with deadline(CASE_TIMEOUT_S):
+        theirs, feeds = _ort(data)
+        try:
+            model = woodpecker.compile(data, engines=engines, threads=1)
+            ours = model.run(feeds if feeds is not None else {})
+        except WoodpeckerError as e:
+            _one_line(e)
+            COUNTS["models"]["refused by both" if theirs is None else
+                             "refused here, run by ONNX Runtime"] += 1
+            return
+    assert theirs is not None, "ran a model ONNX Runtime refuses"
+    why = _same(ours, theirs)
+    assert why is None, why
+    COUNTS["models"]["same result as ONNX Runtime"] += 1
+
+
+@pytest.fixture(scope="module")
+def saved_plan(tmp_path_factory):
+    """A plan with an ONNX Runtime region, numpy steps and an arena, and its input."""
+    from tests.helpers import conv_bn_relu_residual, rand
+
+    d = tmp_path_factory.mktemp("plan") / "p.wpk"
+    woodpecker.compile(conv_bn_relu_residual(), threads=1).save(d)
+    return d, {"x": rand(1, 8, 6, 6)}
+
+
+def _leaves(doc, path=()):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _leaves(v, path + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _leaves(v, path + (i,))
+    yield path
+
+
+REPLACEMENTS = [None, 0, -1, 1, 2**31, 2**62, -(2**62), 1.5, "", "x", "../../etc/passwd",
+                "/etc/passwd", [], {}, [1, 2], True, "NHWC", "halide", "float64"]
+
+
+def _tamper(d, kind: str, n: int) -> None:
+    plan = d / "plan.json"
+    try:
+        doc = json.loads(plan.read_text())
+    except (ValueError, OSError):   # an earlier edit broke it: edit its bytes instead
+        kind = "flip" if kind in ("replace", "remove") else kind
+    if kind in ("replace", "remove"):
+        paths = [p for p in _leaves(doc) if p]
+        path = paths[n % len(paths)]
+        parent = doc
+        for k in path[:-1]:
+            parent = parent[k]
+        if kind == "replace":
+            parent[path[-1]] = REPLACEMENTS[(n // 7) % len(REPLACEMENTS)]
+        elif isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent.pop(path[-1])
+        plan.write_text(json.dumps(doc))
+    else:
+        files = sorted(p for p in d.rglob("*") if p.is_file())
+        f = files[n % len(files)]
+        data = bytearray(f.read_bytes())
+        if data:
+            if kind == "flip":
+                data[(n // 7) % len(data)] ^= 1 << (n // 11) % 8
+            else:
+                del data[(n // 7) % len(data):]
+        f.write_bytes(bytes(data))
+
+
+@pytest.mark.slow
+@settings(max_examples=PLAN_CASES, deadline=None, print_blob=True,
+          suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.sampled_from(["replace", "remove", "flip", "cut"]),
+                          st.integers(0, 2**31)), min_size=1, max_size=2))
+def test_tampered_plans(saved_plan, tmp_path_factory, edits):
+    source, feeds = saved_plan
+    d = tmp_path_factory.mktemp("t", numbered=True) / "p.wpk"
+    shutil.copytree(source, d)
+    try:
+        for kind, n in edits:
+            _tamper(d, kind, n)
+        with deadline(CASE_TIMEOUT_S):
+            try:
+                woodpecker.load(d).run(feeds)
+            except WoodpeckerError as e:
+                _one_line(e)
+                COUNTS["plans"]["refused"] += 1
+                return
+        COUNTS["plans"]["loaded and ran"] += 1
+    finally:
+        shutil.rmtree(d.parent, ignore_errors=True)
+
+
+def test_mutations_are_deterministic():
+    """A mutation list gives the same bytes every time (a failure replays)."""
+    rng = random.Random(0)
+    for _ in range(20):
+        seed = rng.choice(sorted(SEEDS))
+        muts = [(rng.choice(sorted(MUTATIONS) + list(BYTE_MUTATIONS)), rng.randrange(2**31))
+                for _ in range(3)]
+        assert mutated(seed, muts) == mutated(seed, muts)
