@@ -148,3 +148,83 @@ def test_cli_prints_one_line_for_a_foreign_plan(halide_models, tmp_path, capsys)
     assert main(["run", str(tmp_path / "p")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("woodpecker: error: cannot load this plan here")
+
+
+def _halide_plan(models, tmp_path):
+    d = tmp_path / "p"
+    digest = models[1].save(d)
+    return d, digest, json.loads((d / PLAN_FILE).read_text())
+
+
+def test_plan_native_code_is_checked_before_it_is_loaded(halide_models, tmp_path):
+    """The Halide runtime and every kernel are hashed; a replaced or cut library is refused
+    before it is mapped (a cut one used to kill the process with SIGBUS)."""
+    from woodpecker.engines.halide.aot import RUNTIME_NAME
+    from woodpecker.engines.halide.engine import KERNELS_DIR
+
+    _, models = halide_models
+    d, _, doc = _halide_plan(models, tmp_path)
+    runtime = d / KERNELS_DIR / RUNTIME_NAME
+    kernel = d / KERNELS_DIR / next(iter(doc["engines"]["halide"]["kernels"]))
+    for lib, damage in [(runtime, lambda b: b[: len(b) // 2]), (runtime, lambda b: b + b"\0"),
+                        (kernel, lambda b: b[:100])]:
+        good = lib.read_bytes()
+        lib.write_bytes(damage(good))
+        with pytest.raises(PlanError, match="sha256 differs"):
+            woodpecker.load(d)
+        lib.write_bytes(good)
+    woodpecker.load(d)
+
+
+@pytest.mark.parametrize("where", ["kernel", "weights"])
+@pytest.mark.parametrize("path", ["/etc/passwd", "../outside.so", "kernels/../../x.so"])
+def test_plan_paths_stay_inside_the_plan(halide_models, tmp_path, where, path):
+    _, models = halide_models
+    d, _, _ = _halide_plan(models, tmp_path)
+
+    def edit(doc):
+        if where == "weights":
+            doc["weights"]["file"] = path
+        else:
+            kernels = doc["engines"]["halide"]["kernels"]
+            old = next(iter(kernels))
+            kernels[path] = kernels.pop(old)
+            for choice in doc["choices"].values():
+                if choice.get("kernel") and choice["kernel"]["file"] == old:
+                    choice["kernel"]["file"] = path
+    _edit(d, edit)
+    # refused as a path out of the folder, or looked for inside it (kernels//etc/passwd)
+    with pytest.raises(PlanError, match="is not a file inside the plan folder|"
+                                        "plan kernel missing: .*/p/kernels/etc/passwd"):
+        woodpecker.load(d)
+
+
+def test_a_digest_refuses_a_consistently_edited_plan(halide_models, tmp_path):
+    """Whoever can edit a plan can update its sums too: only the digest, kept apart from the
+    plan, refuses that."""
+    from woodpecker.engines.halide.aot import RUNTIME_NAME
+    from woodpecker.engines.halide.engine import KERNELS_DIR
+    from woodpecker.files import sha256_file
+
+    _, models = halide_models
+    d, digest, _ = _halide_plan(models, tmp_path)
+    runtime = d / KERNELS_DIR / RUNTIME_NAME
+    runtime.write_bytes(runtime.read_bytes() + b"\0" * 16)     # still a loadable library
+    _edit(d, lambda doc: doc["engines"]["halide"].update(runtime_sha256=sha256_file(runtime)))
+    woodpecker.load(d)                                          # the sums agree with the edit
+    with pytest.raises(PlanError, match="not the plan you trusted"):
+        woodpecker.load(d, digest=digest)
+
+
+def test_a_halide_choice_without_its_kernel_is_refused(halide_models, tmp_path):
+    _, models = halide_models
+    d, _, doc = _halide_plan(models, tmp_path)
+    name = next(n for n, c in doc["choices"].items() if c["engine"] == "halide")
+    _edit(d, lambda doc: doc["choices"][name].pop("kernel"))
+    with pytest.raises(PlanError, match=f"Halide node {name!r} names no saved kernel"):
+        woodpecker.load(d)
+    woodpecker.compile(conv_bn_relu_residual(), engines="numpy").save(tmp_path / "n")
+    _edit(tmp_path / "n", lambda doc: next(iter(doc["choices"].values())).update(
+        engine="halide"))
+    with pytest.raises(PlanError, match="artifacts do not match the engines chosen"):
+        woodpecker.load(tmp_path / "n")

@@ -128,11 +128,11 @@ def _clip(attrs, x, lo=None, hi=None):
 
 
 def _clip_infer(node: Node, data_of: DataOf):
-    """Clip's bounds are scalars (ONNX Runtime takes any one-element tensor)."""
+    """Clip's bounds are scalars (ONNX Runtime takes a one-element vector too)."""
     for i in (1, 2):
         if i < len(node.inputs) and node.inputs[i] is not None:
             bound = shape_of(node, i)
-            if int(np.prod(bound)) != 1:
+            if len(bound) > 1 or int(np.prod(bound)) != 1:
                 raise ModelError(f"{where(node)}: its {('min', 'max')[i - 1]} must be a scalar, "
                                  f"got shape {bound}")
     return same_as_input(node, data_of)
