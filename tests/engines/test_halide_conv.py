@@ -275,8 +275,10 @@ def test_winograd_covers_only_unit_stride_3x3():
     assert space.violations(config) == []
     assert space.violations(dict(config, t_block=5)) == ["tile block within the tiles"]
     assert space.violations(dict(config, t_block=5, m=2)) == []      # 3 x 4 tiles of 2 x 2
-    assert conv_winograd.weights(TASKS[3], config, np.zeros((3, 3, 64, 16))).shape == \
-        (2, 6, 6, 64, 8)
+    w = np.random.default_rng(0).standard_normal((3, 3, 64, 16))
+    packed = conv_winograd.weights(TASKS[3], config, w)
+    assert packed.shape == (2, 6, 6 + 3, 64, 8)        # U, then the raw 3x3 weights
+    np.testing.assert_array_equal(packed[1, :3, 6:, 5, 2], w[:, :, 5, 8 + 2].astype(np.float32))
 
 
 def test_a_model_input_is_read_where_it_lies():

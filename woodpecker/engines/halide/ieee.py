@@ -17,7 +17,8 @@ compiles to one max or min each (testing the bits instead cost a depthwise conv 
 transcendental functions test the float's bits (`is_nan`), which no float flag speaks for.
 Probe over the 64 template test cases (tests/engines/test_nonfinite.py's cases): 45 turned
 NaN or inf inputs into other outputs than the reference's before these helpers. Winograd
-(conv_winograd.py) still spreads a non-finite input over its output tile, by its algorithm.
+(conv_winograd.py), whose transforms spread a non-finite input over its output tile, falls
+back to a direct computation for such inputs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ EXP_HI, EXP_LO = 89.0, -104.0
 def is_nan(hl, x):
     """x is NaN, tested on its bits: exponent all ones, mantissa not zero."""
     return (hl.reinterpret(hl.UInt(32), x) & 0x7FFFFFFF) > 0x7F800000
+
+
+def is_nonfinite(hl, x):
+    """x is NaN or ±inf, tested on its bits: exponent all ones."""
+    return (hl.reinterpret(hl.UInt(32), x) & 0x7FFFFFFF) >= 0x7F800000
 
 
 def keep_nan(hl, x, e):
