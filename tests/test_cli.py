@@ -282,3 +282,19 @@ def test_a_full_disk_while_tuning_is_one_line_and_keeps_the_log(model_file, tmp_
     err = capsys.readouterr().err
     assert err.strip() == f"woodpecker: error: No space left on device: {log}"
     assert log.read_bytes() == before
+
+
+def test_bench_refuses_bad_counts_and_a_non_onnx_reference(model_file, tmp_path, capsys):
+    plan = tmp_path / "m.wpk"
+    assert main(["compile", str(model_file), "-o", str(plan), "--engines", "numpy"]) == 0
+    np.save(tmp_path / "x.npy", rand(1, 8, 6, 6))
+    capsys.readouterr()
+    for runs in ("0", "-5", "x"):
+        with pytest.raises(SystemExit):                  # argparse: usage and one error line
+            main(["bench", str(plan), "--onnx", str(model_file), "--runs", runs])
+        assert "argument --runs" in capsys.readouterr().err
+    assert main(["bench", str(plan), "--onnx", str(tmp_path / "x.npy"), "--runs", "2"]) == 1
+    assert "x.npy is not a valid ONNX model" in capsys.readouterr().err
+    assert main(["bench", str(plan), "--onnx", str(model_file), "--runs", "2", "--warmup",
+                 "-1", "--against", "onnxruntime"]) == 1
+    assert "warmup >= 0" in capsys.readouterr().err

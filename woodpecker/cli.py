@@ -48,8 +48,12 @@ def _load_or_compile(args):
 
 
 def _reference_onnx(model, given: str | None, source: str) -> bytes:
-    """The ONNX model a plan was compiled from: given, the source file, or re-exported zoo."""
+    """The ONNX model a plan was compiled from: given (checked to be an ONNX model), the
+    source file, or re-exported zoo."""
     if given:
+        from woodpecker.frontend.onnx_import import load_model_proto
+
+        load_model_proto(given)
         return Path(given).read_bytes()
     if not _is_plan(source):
         return Path(source).read_bytes()
@@ -299,6 +303,19 @@ def cmd_ops(args) -> None:
     print("\n".join(SUPPORTED))
 
 
+def _at_least(low: int):
+    """An argparse type: a whole number of at least `low`."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {n}")
+        return n
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="woodpecker", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -367,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--against", help="runtimes to compare with, e.g. onnxruntime,openvino,torch "
                                      "(default: onnxruntime, openvino where installed, torch "
                                      "for zoo models)")
-    b.add_argument("--runs", type=int, default=50)
+    b.add_argument("--runs", type=_at_least(1), default=50)
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--block", type=int, default=1,
@@ -381,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("model")
     digest_opt(i)
     i.add_argument("--json")
-    i.add_argument("--runs", type=int, default=10, help="profiling runs (0: do not run)")
+    i.add_argument("--runs", type=_at_least(0), default=10,
+                   help="profiling runs (0: do not run)")
     i.add_argument("--memory", action="store_true",
                    help="peak activation memory and arena size of the file's, Kahn's, the DP's "
                         "and the DP + rewriting order, with a plot")

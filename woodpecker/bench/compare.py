@@ -13,6 +13,7 @@ from woodpecker.bench.runners import OPENVINO, Runner, make_runner, versions
 from woodpecker.bench.timing import paired_ratio, time_interleaved
 from woodpecker.engines.names import ONNXRUNTIME, TORCH
 from woodpecker.engines.torch_engine import settle_threads
+from woodpecker.errors import WoodpeckerError
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.target import cpu_info
 
@@ -68,6 +69,9 @@ def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs:
     faster of the two, the runtime a user would otherwise pick (the headline ratio).
     `variants`: further compiled models with the same inputs (the plan on fewer threads, say),
     timed in the same rounds under their names."""
+    if runs < 1 or warmup < 0 or block < 1:
+        raise WoodpeckerError(f"benchmark needs runs >= 1, warmup >= 0 and block >= 1; got "
+                              f"{runs}, {warmup}, {block}")
     threads = model.plan.target.threads
     feeds = random_feeds(model, seed)
     ours = model.run(feeds)
