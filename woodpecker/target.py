@@ -99,11 +99,10 @@ class Target:
 
     @classmethod
     def from_json(cls, d: dict) -> "Target":
-        threads = d["threads"]
-        if isinstance(threads, bool) or not isinstance(threads, int) \
-                or not 1 <= threads <= MAX_THREADS:
-            raise ValueError(f"target threads {threads!r} is not a count from 1 to "
-                                  f"{MAX_THREADS}")
+        try:   # a plan may come from a larger machine: any count a machine could run
+            threads = check_threads(d["threads"], force=True)
+        except WoodpeckerError as e:
+            raise ValueError(f"target {e}") from None
         return cls(d["kind"], threads, d.get("arch", ""), d.get("cpu", ""),
                    tuple(d.get("isa", ())))
 

@@ -91,58 +91,53 @@ class Executor:
         self._n_slots = len(slot)
         self._input_slots = [(v.name, slot[v.name]) for v in graph.inputs]
         self._outputs = [(v.name, slot.get(v.name), v.data) for v in graph.outputs]
-        self._at = 0   # the step running (named in a RunError)
 
     def run(self, feeds: dict[str, np.ndarray],
             step_times: list[float] | None = None) -> dict[str, np.ndarray]:
         """Run once; with `step_times` (one slot per step) each step's seconds are added. A
         step whose kernel raises (a library engine refusing what the model gives it) is one
         RunError line naming the step."""
-        try:
-            return self._run(feeds, step_times)
-        except WoodpeckerError:
-            raise
-        except Exception as e:
-            label = self._steps[self._at].label if self._at < len(self._steps) else "the end"
-            first = (str(e).strip().splitlines() or [""])[0]
-            raise RunError(f"running {label} failed: {type(e).__name__}: {first}") from e
-
-    def _run(self, feeds: dict[str, np.ndarray],
-             step_times: list[float] | None) -> dict[str, np.ndarray]:
         env: list = [None] * self._n_slots
         for name, s in self._input_slots:
             env[s] = feeds[name]
         clock = time.perf_counter
         chains = self._chains if step_times is None else {}
         chained_until = 0
-        for i, step in enumerate(self._steps):
-            self._at = i
-            t0 = clock() if step_times is not None else 0.0
-            views = step.views
-            if i < chained_until:
-                results = views
-            elif i in chains:
-                call, chained_until = chains[i]
-                call()
-                results = views
-            elif step.bound is not None:
-                step.bound.call()
-                results = views
-            elif step.into is not None and views is not None:
-                step.into(views, *[env[s] for s in step.ins])
-                results = views
-            else:
-                results = step.kernel.run(*[env[s] for s in step.ins])
-                if views is not None:
-                    for view, r in zip(views, results):
-                        np.copyto(view, r)
+        i = 0
+        try:
+            for i, step in enumerate(self._steps):
+                t0 = clock() if step_times is not None else 0.0
+                views = step.views
+                if i < chained_until:
                     results = views
-            if step_times is not None:
-                step_times[i] += clock() - t0
-            for s, r in zip(step.outs, results):
-                env[s] = r
-            for s in step.free:
-                env[s] = None
+                elif i in chains:
+                    call, chained_until = chains[i]
+                    call()
+                    results = views
+                elif step.bound is not None:
+                    step.bound.call()
+                    results = views
+                elif step.into is not None and views is not None:
+                    step.into(views, *[env[s] for s in step.ins])
+                    results = views
+                else:
+                    results = step.kernel.run(*[env[s] for s in step.ins])
+                    if views is not None:
+                        for view, r in zip(views, results):
+                            np.copyto(view, r)
+                        results = views
+                if step_times is not None:
+                    step_times[i] += clock() - t0
+                for s, r in zip(step.outs, results):
+                    env[s] = r
+                for s in step.free:
+                    env[s] = None
+        except WoodpeckerError:
+            raise
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise RunError(f"running {self._steps[i].label} failed: "
+                           f"{type(e).__name__}: {first}") from e
         copy = self.arena is not None
         return {name: (data if data is not None else np.array(env[s]) if copy else env[s])
                 for name, s, data in self._outputs}

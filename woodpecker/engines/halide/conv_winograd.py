@@ -216,6 +216,8 @@ def _direct_fallback(hl, task: ConvTask, io: ConvInputs, out, args, a: int, tile
     k = hl.RDom([(0, task.c), (0, 3), (0, 3)], "k")
     direct = io.bias(co) + hl.sum(io.w[co % tile, k.x, a + k.y, k.z, co / tile] *
                                   io.padded[k.x, x + k.y - left, y + k.z - top, n])
+    # one pass over the output, taken only where the flag is set (an RDom's bounds may not
+    # read a Func, its predicate may); `0 · once.x` ties the update to that RDom
     once = hl.RDom([(0, 1)], "once")
     once.where(flag[()] > 0)
     out[co, x, y, n] = epilogue_expr(hl, direct + hl.f32(0.0) * once.x, task.epilogue,

@@ -29,14 +29,22 @@ from __future__ import annotations
 EXP_HI, EXP_LO = 89.0, -104.0
 
 
+INF_BITS = 0x7F800000   # float32 +inf: exponent all ones, mantissa zero
+
+
+def _magnitude(hl, x):
+    """x's bits without the sign."""
+    return hl.reinterpret(hl.UInt(32), x) & 0x7FFFFFFF
+
+
 def is_nan(hl, x):
     """x is NaN, tested on its bits: exponent all ones, mantissa not zero."""
-    return (hl.reinterpret(hl.UInt(32), x) & 0x7FFFFFFF) > 0x7F800000
+    return _magnitude(hl, x) > INF_BITS
 
 
 def is_nonfinite(hl, x):
     """x is NaN or ±inf, tested on its bits: exponent all ones."""
-    return (hl.reinterpret(hl.UInt(32), x) & 0x7FFFFFFF) >= 0x7F800000
+    return _magnitude(hl, x) >= INF_BITS
 
 
 def keep_nan(hl, x, e):
