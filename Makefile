@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@command -v cc >/dev/null || (apt-get update -qq && apt-get install -y -qq gcc)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[engines,zoo,bench,plot,test]'
+	$(BIN)/python -m pip install --quiet -e '.[engines,zoo,bench,plot,tune,test]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 setup: $(STAMP)

@@ -16,7 +16,7 @@ from woodpecker import config
 from woodpecker.errors import WoodpeckerError
 from woodpecker.target import check_threads
 
-SEARCHES = ("ga", "random")   # the searchers of tune/searchers (checked there too)
+SEARCHES = ("ga", "random", "xgb", "ppo", "chameleon", "glimpse")   # tune/searchers (checked there)
 SCHEDULES = ("file", "memory")
 
 

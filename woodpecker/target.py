@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from woodpecker.errors import WoodpeckerError
 
-_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile")
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile")
 
 
 def cpu_info() -> tuple[str, list[str]]:
@@ -23,7 +23,7 @@ def cpu_info() -> tuple[str, list[str]]:
                     break
     except OSError:
         pass
-    return name, [f for f in _ISA_FLAGS if f in flags]
+    return name, [f for f in ISA_FLAGS if f in flags]
 
 
 def default_threads() -> int:

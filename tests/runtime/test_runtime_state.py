@@ -15,7 +15,7 @@ import woodpecker
 from tests.helpers import conv_bn_relu_residual, make_model, ort_run, rand, seed_tuning_log
 from woodpecker.errors import PlanError
 from woodpecker.runtime.plan import PLAN_FILE
-from woodpecker.target import _ISA_FLAGS, Target
+from woodpecker.target import ISA_FLAGS, Target
 
 
 def _edit(plan_dir, fn):
@@ -110,7 +110,7 @@ def test_torch_models_run_interleaved_on_their_own_thread_counts():
 
 def _lacking_flag() -> str:
     host = Target.parse("cpu").isa
-    return next((f for f in _ISA_FLAGS if f not in host), "avx10_2")
+    return next((f for f in ISA_FLAGS if f not in host), "avx10_2")
 
 
 def test_plan_for_an_isa_the_host_lacks_is_refused(halide_models, tmp_path):

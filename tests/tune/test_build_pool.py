@@ -10,6 +10,7 @@ import json
 import pytest
 
 from woodpecker.tune.build_pool import BuildPool
+from woodpecker.tune.context import TuningContext
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import make_searcher
@@ -51,7 +52,7 @@ def test_halide_builds_land_in_the_kernel_cache(tmp_path, monkeypatch):
 def test_tuning_with_the_pool_records_build_errors_without_measuring(tmp_path):
     log = TuningLog(tmp_path / "log.jsonl")
     space = __import__(FAULTY, fromlist=["space"]).space(TASK)
-    searcher = make_searcher("random", space, 0)
+    searcher = make_searcher("random", TuningContext(TASK, FAULTY, space, seed=0))
     with Measurer(threads=1, timeout_s=3, repeats=2) as m, BuildPool(2, timeout_s=3) as pool:
         tune_task(TASK, FAULTY, space, searcher, m, log, searcher_name="random", seed=0,
                   builder=pool)

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
+from woodpecker.tune.context import TuningContext
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import make_searcher
 from woodpecker.tune.tuner import tune_task
@@ -17,13 +18,17 @@ SPACE = KnobSpace([Knob(f"k{i}", tuple(range(8))) for i in range(4)],
                   [Constraint("k0+k1 <= 12", lambda c: c["k0"] + c["k1"] <= 12)])
 
 
+def searcher(name, space, seed):
+    return make_searcher(name, TuningContext(FakeTask(), "t", space, seed=seed))
+
+
 def cost(c) -> float:
     """Minimum 1.0 at (5, 2, 7, 3)."""
     return 1.0 + sum((c[f"k{i}"] - t) ** 2 for i, t in enumerate((5, 2, 7, 3)))
 
 
 def _run(name, seed, max_trials=400):
-    s = make_searcher(name, SPACE, seed)
+    s = searcher(name, SPACE, seed)
     seen = []
     while len(seen) < max_trials:
         configs = s.ask()
@@ -48,14 +53,14 @@ def test_genetic_search_measures_the_valid_seeds_first():
     good, broken = {"k0": 5, "k1": 2, "k2": 7, "k3": 3}, {"k0": 7, "k1": 7, "k2": 0, "k3": 0}
     space = KnobSpace(SPACE.knobs, SPACE.constraints, seeds=(good, broken))
     assert space.seeds == [good]                  # k0 + k1 > 12: invalid, dropped
-    first = make_searcher("ga", space, 0).ask()
+    first = searcher("ga", space, 0).ask()
     assert first[0] == good and len(first) == 12 and all(space.is_valid(c) for c in first)
     with pytest.raises(ValueError, match="outside"):
         KnobSpace(SPACE.knobs, seeds=({"k0": 9, "k1": 0, "k2": 0, "k3": 0},))
 
 
 def test_random_search_never_repeats():
-    s = make_searcher("random", SPACE, 0)
+    s = searcher("random", SPACE, 0)
     keys = []
     for _ in range(10):
         keys += [KnobSpace.key(c) for c in s.ask()]
@@ -83,7 +88,7 @@ def test_log_resume_and_torn_lines(tmp_path):
     path = tmp_path / "log.jsonl"
     log = TuningLog(path)
     m1 = FakeMeasurer()
-    tune_task(FakeTask(), "t", SPACE, make_searcher("ga", SPACE, 1), m1, log,
+    tune_task(FakeTask(), "t", SPACE, searcher("ga", SPACE, 1), m1, log,
               searcher_name="ga", seed=1, max_trials=30)
     assert len(m1.calls) == 30 == len(TuningLog(path).records)
     with open(path, "ab") as f:
@@ -91,7 +96,7 @@ def test_log_resume_and_torn_lines(tmp_path):
     log2 = TuningLog(path)
     assert len(log2.records) == 30 and log2.skipped_lines == 1
     m2 = FakeMeasurer()
-    best = tune_task(FakeTask(), "t", SPACE, make_searcher("ga", SPACE, 1), m2, log2,
+    best = tune_task(FakeTask(), "t", SPACE, searcher("ga", SPACE, 1), m2, log2,
                      searcher_name="ga", seed=1, max_trials=30)
     assert not set(m2.calls) & set(m1.calls)                 # nothing re-measured
     log3 = TuningLog(path)
@@ -115,7 +120,7 @@ def test_paired_costs_share_one_scale_while_the_machine_speed_moves(tmp_path):
             return Measurement(own, None, 0.0, ratio)
 
     log = TuningLog(tmp_path / "log.jsonl")
-    tune_task(FakeTask(), "t", SPACE, make_searcher("random", SPACE, 0), DriftingMachine(), log,
+    tune_task(FakeTask(), "t", SPACE, searcher("random", SPACE, 0), DriftingMachine(), log,
               searcher_name="random", seed=0, max_trials=40)
     first, *rest = log.records
     assert "vs_best" not in first and all(r["vs_best"] > 0 for r in rest)

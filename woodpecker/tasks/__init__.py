@@ -128,3 +128,12 @@ def spec_kind(spec: dict) -> type:
 def spec_task(spec: dict) -> Task:
     """The task of a kernel spec's JSON (engines/choice.KernelSpec)."""
     return spec_kind(spec).from_json(spec["task"])
+
+
+def task_from_key(key: str) -> Task:
+    """The task whose `key` this is (tuning records name their task by key)."""
+    kind, _, text = key.partition(":")
+    kinds = task_kinds()
+    if kind not in kinds:
+        raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(kinds)}")
+    return kinds[kind].from_json(json.loads(text))

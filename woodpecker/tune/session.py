@@ -109,7 +109,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
             rec = tune_templates(g.task, g.templates, measurer, log, search=options.search,
                                  seed=options.seed + i, vector_registers=regs,
                                  deadline=now + share, max_trials=options.max_trials,
-                                 progress=progress, builder=builder)
+                                 progress=progress, builder=builder, target=target)
             got = f"{rec['gflops']:.1f} GFLOP/s" if rec else "no valid configuration"
             print(f"\rtask {i + 1}/{len(groups)} {g.task.describe()}: best {got}".ljust(100),
                   file=out, flush=True)

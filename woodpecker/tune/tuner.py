@@ -19,9 +19,11 @@ import time
 from collections.abc import Callable
 
 from woodpecker.engines.halide.templates import template_module
+from woodpecker.target import Target
 from woodpecker.tasks import Task
 from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.build_pool import BuildPool, Built
+from woodpecker.tune.context import TuningContext
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import make_searcher
@@ -121,7 +123,8 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                    log: TuningLog, *, search: str, seed: int, vector_registers: int,
                    deadline: float | None = None, max_trials: int | None = None,
                    progress: Callable[[dict], None] | None = None,
-                   builder: BuildPool | None = None) -> dict | None:
+                   builder: BuildPool | None = None,
+                   target: Target | None = None) -> dict | None:
     """Tune `task` with each template in turn; returns the best record over all of them.
 
     Budget split (WPK leaves it open): each template gets the remaining time, and the
@@ -135,7 +138,9 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
         trials = None if max_trials is None else \
             -(-(max_trials - (len(log.records) - n0)) // left)
         space = template_module(template).space(task, vector_registers)
-        tune_task(task, template, space, make_searcher(search, space, seed), measurer, log,
+        ctx = TuningContext(task, template, space, seed=seed, log=log, target=target,
+                            vector_registers=vector_registers)
+        tune_task(task, template, space, make_searcher(search, ctx), measurer, log,
                   searcher_name=search, seed=seed, deadline=end, max_trials=trials,
                   progress=progress, builder=builder)
     return log.best(task.key)

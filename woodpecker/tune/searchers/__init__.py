@@ -1,19 +1,41 @@
-"""Searchers over a `KnobSpace`, all with the same ask/tell interface: `ask()` proposes
-configurations to measure (empty when done), `tell(configs, costs)` reports their measured
-costs in seconds (None for invalid candidates)."""
+"""Searchers over a `KnobSpace`, each built from a `TuningContext` and speaking the `Searcher`
+protocol (tune/searchers/base.py).
+
+- `random`, `ga` (Woodpecker-DL §2.3): no model, every candidate measured;
+- `xgb` (AutoTVM): an XGBoost ranking cost model, simulated annealing over it, ε-greedy,
+  transfer from the log's other tasks;
+- `ppo` (Woodpecker-DL §2.4): a PPO agent changing one knob per action, rewarded by Eq. 4;
+- `chameleon` (thesis ch. 2): RL exploration of the cost model, adaptive sampling (k-means),
+  sample synthesis;
+- `glimpse` (thesis ch. 4): the CPU's blueprint, priors from similar tasks' fast configs, a
+  validity predictor dropping predicted-invalid candidates.
+
+The learned searchers import xgboost, scikit-learn and torch only when built.
+"""
 
 from __future__ import annotations
 
-import random
+import importlib
 
-from woodpecker.tasks.space import KnobSpace
-from woodpecker.tune.searchers.genetic import GeneticSearch
-from woodpecker.tune.searchers.random_search import RandomSearch
+from woodpecker.tune.context import TuningContext
+from woodpecker.tune.searchers.base import Searcher
 
-SEARCHERS = {"random": RandomSearch, "ga": GeneticSearch}
+# name -> "module:factory"; every factory takes a TuningContext
+SEARCHERS = {
+    "random": "woodpecker.tune.searchers.random_search:RandomSearch.from_context",
+    "ga": "woodpecker.tune.searchers.genetic:GeneticSearch.from_context",
+    "xgb": "woodpecker.tune.searchers.xgb:XGBSearch",
+    "ppo": "woodpecker.tune.searchers.ppo:PPOSearch",
+    "chameleon": "woodpecker.tune.searchers.chameleon:ChameleonSearch",
+    "glimpse": "woodpecker.tune.searchers.glimpse:GlimpseSearch",
+}
 
 
-def make_searcher(name: str, space: KnobSpace, seed: int):
+def make_searcher(name: str, ctx: TuningContext) -> Searcher:
     if name not in SEARCHERS:
         raise ValueError(f"unknown searcher {name!r}; choose from {', '.join(SEARCHERS)}")
-    return SEARCHERS[name](space, random.Random(seed))
+    module, attr = SEARCHERS[name].split(":")
+    factory = importlib.import_module(module)
+    for part in attr.split("."):
+        factory = getattr(factory, part)
+    return factory(ctx)

@@ -22,6 +22,7 @@ import itertools
 import random
 
 from woodpecker.tasks.space import Config, KnobSpace
+from woodpecker.tune.context import TuningContext
 
 
 class GeneticSearch:
@@ -37,6 +38,10 @@ class GeneticSearch:
         self.generation: list[Config] = []
         self.generations = 0
         self.done = False
+
+    @classmethod
+    def from_context(cls, ctx: TuningContext) -> "GeneticSearch":
+        return cls(ctx.space, ctx.rng)
 
     def ask(self) -> list[Config]:
         if self.done or self.generations >= self.max_generations:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from woodpecker.tasks.space import Config, KnobSpace
+from woodpecker.tune.context import TuningContext
 
 
 class RandomSearch:
@@ -12,6 +13,10 @@ class RandomSearch:
         self.space, self.rng, self.batch = space, rng, batch
         self.seen: set[str] = set()
         self.params = {"batch": batch}
+
+    @classmethod
+    def from_context(cls, ctx: TuningContext) -> "RandomSearch":
+        return cls(ctx.space, ctx.rng)
 
     def ask(self) -> list[Config]:
         out: list[Config] = []

@@ -1,0 +1,104 @@
+"""Cost models: learn from tuning records, predict which candidates are fast, so a searcher
+measures only the promising ones (AutoTVM's statistical cost model; the model every learned
+searcher here explores).
+
+Contract (`CostModel`): `fit(records)` learns from tuning-log records (any tasks, templates;
+invalid ones — no `cost_s` — included), `predict(task, template, configs)` returns one score
+per config, higher meaning predicted faster, comparable among candidates of one task. Scores of
+different tasks are not comparable (the model ranks within a task).
+
+`XGBCostModel` is AutoTVM's: gradient-boosted trees (PyPI `xgboost`) with the pairwise ranking
+objective, one ranking group per task, the label of a record its task's best cost over its own
+(1 for the best, 0 for an invalid one), so records of every task — transfer — train one model
+whatever their tasks' time scales. Features: tune/features.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from woodpecker.tasks import Task, task_from_key
+from woodpecker.tasks.space import Config, KnobSpace
+from woodpecker.tune.features import Features, Vectorizer, features
+
+
+class CostModel(Protocol):
+    def fit(self, records: Sequence[dict]) -> None: ...
+
+    def predict(self, task: Task, template: str, configs: list[Config]) -> np.ndarray: ...
+
+
+class FeatureCache:
+    """Feature dicts by (task key, template, config key): records are featurized once."""
+
+    def __init__(self, extra: Features | None = None) -> None:
+        self.extra = extra
+        self._tasks: dict[str, Task] = {}
+        self._rows: dict[tuple, Features] = {}
+
+    def task(self, key: str) -> Task:
+        if key not in self._tasks:
+            self._tasks[key] = task_from_key(key)
+        return self._tasks[key]
+
+    def row(self, task: Task, template: str, config: Config) -> Features:
+        k = (task.key, template, KnobSpace.key(config))
+        row = self._rows.get(k)
+        if row is None:
+            row = self._rows[k] = features(task, template, config, self.extra)
+        return row
+
+    def record_row(self, rec: dict) -> Features:
+        return self.row(self.task(rec["task"]), rec["template"], rec["config"])
+
+
+def ranking_labels(records: Sequence[dict]) -> tuple[list[dict], np.ndarray, np.ndarray]:
+    """Records grouped by task (sorted, as a ranker needs), each labelled its task's best cost
+    over its own (0 when invalid); returns (records, labels, group ids). Tasks with no valid
+    record are left out: nothing to rank."""
+    best: dict[str, float] = {}
+    for r in records:
+        c = r.get("cost_s")
+        if c and c < best.get(r["task"], float("inf")):
+            best[r["task"]] = c
+    keep = sorted((r for r in records if r["task"] in best), key=lambda r: r["task"])
+    labels = np.array([best[r["task"]] / r["cost_s"] if r.get("cost_s") else 0.0
+                       for r in keep], dtype=np.float32)
+    ids = {t: i for i, t in enumerate(sorted(best))}
+    return keep, labels, np.array([ids[r["task"]] for r in keep], dtype=np.int64)
+
+
+class XGBCostModel:
+    def __init__(self, seed: int = 0, threads: int = 1, trees: int = 120, depth: int = 6,
+                 cache: FeatureCache | None = None) -> None:
+        self.seed, self.threads, self.trees, self.depth = seed, threads, trees, depth
+        self.cache = cache or FeatureCache()
+        self.vectorizer = Vectorizer()
+        self.booster = None
+        self.fitted_on = 0
+
+    def fit(self, records: Sequence[dict]) -> None:
+        import xgboost
+
+        keep, labels, groups = ranking_labels(records)
+        self.fitted_on = len(keep)
+        if len(keep) < 2:
+            self.booster = None
+            return
+        rows = [self.cache.record_row(r) for r in keep]
+        x = self.vectorizer.fit(rows).transform(rows)
+        model = xgboost.XGBRanker(objective="rank:pairwise", n_estimators=self.trees,
+                                  max_depth=self.depth, learning_rate=0.15, subsample=0.9,
+                                  min_child_weight=1, random_state=self.seed,
+                                  n_jobs=self.threads, tree_method="hist")
+        model.fit(x, labels, qid=groups)
+        self.booster = model
+
+    def predict(self, task: Task, template: str, configs: list[Config]) -> np.ndarray:
+        if self.booster is None or not configs:
+            return np.zeros(len(configs))
+        rows = [self.cache.row(task, template, c) for c in configs]
+        return self.booster.predict(self.vectorizer.transform(rows))

@@ -1,0 +1,146 @@
+"""The loop shared by the searchers that measure what a cost model predicts fast (`xgb`,
+`chameleon`, `glimpse`): AutoTVM's model-based tuner.
+
+Each `ask` refits the cost model on every record it knows (this task's measurements and, with
+transfer, the log's records of other tasks) when new ones have arrived, explores the model for
+candidates (`explore`: simulated annealing here; RL in `chameleon`), picks the batch to measure
+from them (`pick`: the best predicted here; adaptive sampling in `chameleon`) and, with
+probability ε per slot, a random unmeasured configuration instead (ε-greedy). Before the model
+has anything to learn from (no valid record of any task) it measures the template's seeds, then
+random configurations. It is done when no unmeasured valid configuration can be found.
+
+Transfer (AutoTVM §5): the model starts from the log's records of other tasks — at most
+`config.TRANSFER_RECORDS`, those of the same template first, then a seeded sample of the rest.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+
+from woodpecker.config import TRANSFER_RECORDS
+from woodpecker.tasks.space import Config, KnobSpace
+from woodpecker.tune.annealing import anneal
+from woodpecker.tune.context import TuningContext
+from woodpecker.tune.cost_model import FeatureCache, XGBCostModel
+from woodpecker.tune.features import Features
+
+
+def transfer_records(ctx: TuningContext, limit: int = TRANSFER_RECORDS) -> list[dict]:
+    """The log's records of other tasks the model starts from: the same template's first."""
+    others = ctx.other_records()
+    same = [r for r in others if r["template"] == ctx.template]
+    rest = [r for r in others if r["template"] != ctx.template]
+    rng = random.Random(ctx.seed)
+    if len(same) > limit:
+        return rng.sample(same, limit)
+    return same + (rng.sample(rest, limit - len(same)) if len(rest) > limit - len(same)
+                   else rest)
+
+
+class ModelSearch:
+    name = "model"
+
+    def __init__(self, ctx: TuningContext, batch: int = 8, epsilon: float = 0.05,
+                 transfer: bool = True, chains: int = 64, steps: int = 150) -> None:
+        self.ctx, self.space, self.rng = ctx, ctx.space, ctx.rng
+        self.batch, self.epsilon, self.transfer = batch, epsilon, transfer
+        self.chains, self.steps = chains, steps
+        self.params = {"batch": batch, "epsilon": epsilon, "transfer": transfer,
+                       "chains": chains, "steps": steps}
+        self.cache = FeatureCache(self.hardware_features())
+        self.model = XGBCostModel(seed=ctx.seed, cache=self.cache)
+        self.prior = transfer_records(ctx) if transfer else []
+        self.own: list[dict] = [dict(r) for r in ctx.own_records()]
+        self.costs: dict[str, float | None] = {KnobSpace.key(r["config"]): r.get("cost_s")
+                                               for r in self.own}
+        self._fitted_at = -1
+        self.model_s = 0.0          # seconds spent fitting and exploring the model
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def hardware_features(self) -> Features | None:
+        return None
+
+    def explore(self, n: int) -> list[tuple[float, Config]]:
+        """Candidates from the model, best predicted first (never an already-measured one)."""
+        measured = sorted((c for c in self._own_valid()), key=lambda r: r["cost_s"])
+        starts = [r["config"] for r in measured[: self.chains // 2]]
+        while len(starts) < self.chains:
+            starts.append(self.space.sample(self.rng))
+        return anneal(self.space, self.score, self.rng, starts, steps=self.steps,
+                      keep=max(n, self.batch * 4), exclude=set(self.costs))
+
+    def pick(self, candidates: list[tuple[float, Config]], n: int) -> list[Config]:
+        return [c for _, c in candidates[:n]]
+
+    def admissible(self, configs: list[Config]) -> list[bool]:
+        """Whether each config may be measured (glimpse: its validity predictor)."""
+        return [True] * len(configs)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def score(self, configs: list[Config]) -> np.ndarray:
+        return self.model.predict(self.ctx.task, self.ctx.template, configs)
+
+    def _own_valid(self) -> list[dict]:
+        return [r for r in self.own if r.get("cost_s")]
+
+    def records(self) -> list[dict]:
+        return self.prior + self.own
+
+    def ask(self) -> list[Config]:
+        t0 = time.perf_counter()
+        try:
+            if not any(r.get("cost_s") for r in self.records()):
+                return self._first()
+            if self._fitted_at != len(self.own):
+                self.model.fit(self.records())
+                self._fitted_at = len(self.own)
+            picked = self.pick(self.explore(self.batch), self.batch)
+            out: list[Config] = []
+            for c in picked:
+                if self.rng.random() < self.epsilon:
+                    c = self._random()
+                if c is not None and KnobSpace.key(c) not in self.costs and \
+                        all(KnobSpace.key(c) != KnobSpace.key(o) for o in out):
+                    out.append(c)
+            while len(out) < self.batch:
+                c = self._random({KnobSpace.key(o) for o in out})
+                if c is None:
+                    break
+                out.append(c)
+            return out
+        finally:
+            self.model_s += time.perf_counter() - t0
+
+    def _first(self) -> list[Config]:
+        out = [c for c in self.space.seeds if KnobSpace.key(c) not in self.costs]
+        taken = {KnobSpace.key(c) for c in out}
+        while len(out) < self.batch:
+            c = self._random(taken)
+            if c is None:
+                break
+            taken.add(KnobSpace.key(c))
+            out.append(c)
+        return out[: max(self.batch, len(self.space.seeds))]
+
+    def _random(self, taken: set[str] = frozenset(), tries: int = 200) -> Config | None:
+        for _ in range(tries):
+            try:
+                c = self.space.sample(self.rng, tries=1000)
+            except ValueError:
+                return None
+            k = KnobSpace.key(c)
+            if k not in self.costs and k not in taken and self.admissible([c])[0]:
+                return c
+        return None
+
+    def tell(self, configs: list[Config], costs: list[float | None]) -> None:
+        for c, cost in zip(configs, costs):
+            key = KnobSpace.key(c)
+            if key in self.costs and self.costs[key] == cost:
+                continue
+            self.costs[key] = cost
+            self.own.append({"task": self.ctx.task.key, "template": self.ctx.template,
+                             "config": c, "cost_s": cost})
