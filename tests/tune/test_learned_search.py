@@ -213,7 +213,8 @@ def test_glimpse_priors_follow_similar_tasks_and_its_predictor_drops_learned_fai
 
     valid = sorted((r for r in log.records if r["cost_s"]), key=lambda r: r["cost_s"])
     top = Counter(r["config"]["x_block"] for r in valid[: len(valid) // 10]).most_common()
-    assert values[int(np.argmax(x_prior))] in [v for v, n in top if n == top[0][1]]   # the fast configs' value
+    # the prior's favourite is the fast configs' value
+    assert values[int(np.argmax(x_prior))] in [v for v, n in top if n == top[0][1]]
     assert (tmp_path / next(p.name for p in tmp_path.glob("blueprint-*.json"))).exists()
     sevens = [c for c in (SPACE.sample(random.Random(1000 + i)) for i in range(400))
               if c["x_block"] == 7][:20]

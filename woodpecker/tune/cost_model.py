@@ -74,6 +74,8 @@ def ranking_labels(records: Sequence[dict]) -> tuple[list[dict], np.ndarray, np.
 class XGBCostModel:
     def __init__(self, seed: int = 0, threads: int = 1, trees: int = 120, depth: int = 6,
                  cache: FeatureCache | None = None) -> None:
+        import xgboost  # noqa: F401  (missing: an ImportError now, not mid-search)
+
         self.seed, self.threads, self.trees, self.depth = seed, threads, trees, depth
         self.cache = cache or FeatureCache()
         self.vectorizer = Vectorizer()

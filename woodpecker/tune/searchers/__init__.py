@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 
+from woodpecker.errors import WoodpeckerError
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.searchers.base import Searcher
 
@@ -38,4 +39,8 @@ def make_searcher(name: str, ctx: TuningContext) -> Searcher:
     factory = importlib.import_module(module)
     for part in attr.split("."):
         factory = getattr(factory, part)
-    return factory(ctx)
+    try:
+        return factory(ctx)
+    except ImportError as e:
+        raise WoodpeckerError(f"searcher {name!r} needs {e.name or e}: pip install "
+                              "'woodpecker[tune,engines]'") from None

@@ -62,6 +62,7 @@ class ChameleonSearch(ModelSearch):
 
     def __init__(self, ctx: TuningContext, envs: int = 32, steps: int = 24, pool: int = 128,
                  threshold: float = 2.5, lr: float = 1e-3, **kw) -> None:
+        import sklearn.cluster  # noqa: F401
         import torch
 
         from woodpecker.tune.rl import ActorCritic, seeded

@@ -50,6 +50,8 @@ class GlimpseSearch(ModelSearch):
     def __init__(self, ctx: TuningContext, prior_weight: float = 0.2,
                  prior_horizon: int = 64, min_invalid: int = 3, vote: float = 0.0,
                  **kw) -> None:
+        import sklearn.tree  # noqa: F401
+
         self.bp = blueprint(ctx.target)
         super().__init__(ctx, **kw)
         self.prior_weight, self.prior_horizon = prior_weight, prior_horizon

@@ -7,7 +7,8 @@ candidates (`explore`: simulated annealing here; RL in `chameleon`), picks the b
 from them (`pick`: the best predicted here; adaptive sampling in `chameleon`) and, with
 probability ε per slot, a random unmeasured configuration instead (ε-greedy). Before the model
 has anything to learn from (no valid record of any task) it measures the template's seeds, then
-random configurations. It is done when no unmeasured valid configuration can be found.
+random configurations; with transfer, its first batch is the seeds and the model's picks. It
+is done when no unmeasured valid configuration can be found.
 
 Transfer (AutoTVM §5): the model starts from the log's records of other tasks — at most
 `config.TRANSFER_RECORDS`, those of the same template first, then a seeded sample of the rest.
@@ -99,7 +100,9 @@ class ModelSearch:
                 self._fitted_at = len(self.own)
             picked = self.pick(self.explore(self.batch), self.batch)
             out: list[Config] = []
-            for c in picked:
+            if not self.own:       # with transfer: the hand schedules first all the same
+                out = [c for c in self.space.seeds if self.admissible([c])[0]]
+            for c in picked[: max(0, self.batch - len(out))]:
                 if self.rng.random() < self.epsilon:
                     c = self._random()
                 if c is not None and KnobSpace.key(c) not in self.costs and \
