@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from woodpecker.options import SEARCHES
+
 
 # -- runtimes, built inside their own processes ---------------------------------------------------
 def halide_runtime(template: str, task: dict, config: dict, threads: int):
@@ -84,7 +86,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="resnet18")
     p.add_argument("--budget-per-layer", default="60s")
-    p.add_argument("--search", default="ga", choices=["ga", "random"])
+    p.add_argument("--search", default="ga", choices=SEARCHES)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--block", type=int, default=5,

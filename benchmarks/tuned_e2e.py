@@ -35,7 +35,7 @@ from woodpecker.bench.compare import (
 )
 from woodpecker.bench.runners import OPENVINO
 from woodpecker.engines.names import HALIDE, ONNXRUNTIME, TORCH
-from woodpecker.options import TuneOptions
+from woodpecker.options import SEARCHES, TuneOptions
 from woodpecker.tune.records import TuningLog
 
 
@@ -44,7 +44,7 @@ def main() -> int:
     p.add_argument("--models", default=",".join(zoo.MODELS))
     p.add_argument("--budget", default="15m", help="compile budget per model (tuning and "
                    "selection)")
-    p.add_argument("--search", default="ga", choices=["ga", "random"])
+    p.add_argument("--search", default="ga", choices=SEARCHES)
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--block", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)

@@ -227,3 +227,34 @@ def test_glimpse_priors_follow_similar_tasks_and_its_predictor_drops_learned_fai
     s2 = GlimpseSearch(TuningContext(TASK, DIRECT, SPACE, seed=0, log=log))
     assert not any(s2.admissible(sevens))
     assert sum(s2.admissible([SPACE.sample(random.Random(i)) for i in range(100)])) > 50
+
+
+@pytest.mark.parametrize("name", ["xgb", "ppo", "chameleon", "glimpse"])
+def test_learned_searchers_survive_real_crashes_hangs_and_wrong_results(tmp_path, name):
+    """Through the real build pool and measuring worker: candidates that crash, hang, raise or
+    compute a wrong answer are recorded invalid and the search goes on; `--resume` measures
+    nothing twice."""
+    from woodpecker.tasks.space import Knob
+    from woodpecker.tune.build_pool import BuildPool
+    from woodpecker.tune.measure import Measurer
+
+    from .test_measure import FAULTY
+    from .test_measure import TASK as SMALL
+
+    modes = __import__(FAULTY, fromlist=["space"]).space(SMALL).knobs[0]
+    space = KnobSpace([modes, Knob("copy", (1, 2, 3))])
+    path = tmp_path / "log.jsonl"
+    for _ in range(2):
+        log = TuningLog(path)
+        with Measurer(threads=1, timeout_s=2, repeats=2) as m, BuildPool(2, timeout_s=2) as pool:
+            ctx = TuningContext(SMALL, FAULTY, space, seed=0, log=log)
+            tune_task(SMALL, FAULTY, space, make_searcher(name, ctx), m, log,
+                      searcher_name=name, seed=0, max_trials=10, builder=pool)
+    recs = TuningLog(path).records
+    keys = [KnobSpace.key(r["config"]) for r in recs]
+    assert len(keys) == len(set(keys)) > 10       # resumed: something new, nothing twice
+    if name != "glimpse":                          # (glimpse skips predicted failures)
+        assert len(keys) == 20
+    errors = {r["config"]["mode"]: r["error"] for r in recs if r["error"]}
+    assert errors and all(r["cost_s"] > 0 for r in recs if r["config"]["mode"] == "ok")
+    assert all(mode != "ok" for mode in errors)

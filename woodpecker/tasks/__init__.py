@@ -18,6 +18,7 @@ handle them alike:
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from typing import ClassVar
 
 from woodpecker.ir.graph import Node
@@ -48,8 +49,10 @@ class Task:
     def from_json(cls, d: dict) -> "Task":
         return cls(**{k: _tupled(v) for k, v in d.items()})
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """Computed once per task (a frozen dataclass: it cannot change); cost models look
+        it up per candidate."""
         return f"{self.kind}:" + json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
 
 

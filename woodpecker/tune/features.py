@@ -110,10 +110,8 @@ class Vectorizer:
         return self
 
     def transform(self, rows: list[Features]) -> np.ndarray:
-        x = np.zeros((len(rows), len(self.columns)), dtype=np.float32)
+        x = np.zeros((len(rows), len(self.columns) + 1), dtype=np.float32)
+        last, get = len(self.columns), self.columns.get
         for i, r in enumerate(rows):
-            for k, v in r.items():
-                j = self.columns.get(k)
-                if j is not None:
-                    x[i, j] = v
-        return x
+            x[i, [get(k, last) for k in r]] = list(r.values())
+        return x[:, :last]       # the extra column took the names not fitted

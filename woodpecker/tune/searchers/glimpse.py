@@ -17,8 +17,10 @@ made hardware-aware three ways.
    predictors — one depth-3 decision tree per knob, over that knob's features, the implied
    loop-nest features, the task's and the blueprint's — trained on the records of this
    template (this and other tasks) that failed to build, crashed, timed out or computed a
-   wrong result against the valid ones; a candidate more than `vote` of them (a share; 0: any
-   one) vote invalid is dropped before it is compiled. Any one: a constraint of one knob is
+   wrong result against the valid ones. A predictor votes invalid where its leaf (of at least
+   two records) holds at least `sure` (90 %) invalid ones — a threshold, so a predictor that
+   knows nothing (one leaf at the base rate of failures) abstains — and a candidate more than
+   `vote` of them (a share; 0: any one) vote invalid is dropped before it is compiled. Any one: a constraint of one knob is
    seen by that knob's predictor alone, the others vote valid (measured on a synthetic space
    where one knob value fails, a majority vote let 6 of 7 such candidates through). It is
    trained once at least `min_invalid` invalid records are known (until then nothing is
@@ -49,15 +51,15 @@ class GlimpseSearch(ModelSearch):
 
     def __init__(self, ctx: TuningContext, prior_weight: float = 0.2,
                  prior_horizon: int = 64, min_invalid: int = 3, vote: float = 0.0,
-                 **kw) -> None:
+                 sure: float = 0.9, **kw) -> None:
         import sklearn.tree  # noqa: F401
 
         self.bp = blueprint(ctx.target)
         super().__init__(ctx, **kw)
         self.prior_weight, self.prior_horizon = prior_weight, prior_horizon
-        self.min_invalid, self.vote = min_invalid, vote
+        self.min_invalid, self.vote, self.sure = min_invalid, vote, sure
         self.params.update(prior_weight=prior_weight, prior_horizon=prior_horizon,
-                           min_invalid=min_invalid, vote=vote)
+                           min_invalid=min_invalid, vote=vote, sure=sure)
         self.priors = self._priors()
         self._validity = None
         self._validity_at = -1
@@ -158,8 +160,8 @@ class GlimpseSearch(ModelSearch):
         for k in self.space.knobs:
             cols = shared + [j for n, j in vec.columns.items()
                              if n == f"k.{k.name}" or n.startswith(f"k.{k.name}=")]
-            tree = DecisionTreeClassifier(max_depth=3, random_state=self.ctx.seed
-                                          ).fit(x[:, cols], y)
+            tree = DecisionTreeClassifier(max_depth=3, min_samples_leaf=2,
+                                          random_state=self.ctx.seed).fit(x[:, cols], y)
             trees.append((cols, tree))
         self._validity = (vec, trees)
 
@@ -172,5 +174,5 @@ class GlimpseSearch(ModelSearch):
         vec, trees = self._validity
         x = vec.transform([self.cache.row(self.ctx.task, self.ctx.template, c)
                            for c in configs])
-        votes = sum(tree.predict(x[:, cols]) for cols, tree in trees)
+        votes = sum(tree.predict_proba(x[:, cols])[:, -1] >= self.sure for cols, tree in trees)
         return list(votes <= self.vote * len(trees))

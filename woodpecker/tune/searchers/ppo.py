@@ -115,9 +115,11 @@ class PPOSearch:
     def ask(self) -> list[Config]:
         import torch
 
-        if not self.states:
+        if not self.states:     # episode starts; all measured already (resume): step on
             self.states = [self._start(e) for e in range(self.batch)]
-            return self._fresh([(e, None, 0, 0.0, 0.0, c) for e, c in enumerate(self.states)])
+            fresh = self._fresh([(e, None, 0, 0.0, 0.0, c) for e, c in enumerate(self.states)])
+            if fresh:
+                return fresh
         for _ in range(4 * self.horizon):
             obs = np.stack([self._obs(e) for e in range(self.batch)])
             masks = [np.stack([self._mask(e) for e in range(self.batch)])]
