@@ -20,11 +20,11 @@ made hardware-aware three ways.
    wrong result against the valid ones. A predictor votes invalid where its leaf (of at least
    two records) holds at least `sure` (90 %) invalid ones — a threshold, so a predictor that
    knows nothing (one leaf at the base rate of failures) abstains — and a candidate more than
-   `vote` of them (a share; 0: any one) vote invalid is dropped before it is compiled. Any one: a constraint of one knob is
-   seen by that knob's predictor alone, the others vote valid (measured on a synthetic space
-   where one knob value fails, a majority vote let 6 of 7 such candidates through). It is
-   trained once at least `min_invalid` invalid records are known (until then nothing is
-   dropped).
+   `vote` of them (a share; 0: any one) vote invalid is dropped before it is compiled. Any
+   one: a constraint of one knob is seen by that knob's predictor alone, the others vote valid
+   (on a synthetic space where one knob value fails, a majority vote let 6 of 7 such
+   candidates through). It is trained once at least `min_invalid` invalid records are known
+   (until then nothing is dropped).
 
 Choices: the thesis's prior generator and acquisition are networks meta-trained on a large
 GPU dataset (and its blueprint a PCA over many GPUs' data sheets); with one machine and the
