@@ -131,6 +131,8 @@ class Memo:
 
 def transfer_log(paths: list[str], exclude: set[str], target: Target, tmp: Path) -> TuningLog:
     """One log of the given logs' records for `target`, minus the benchmark's own tasks."""
+    if any(Path(p).resolve() == tmp.resolve() for p in paths):
+        raise SystemExit(f"{tmp} is where the merged transfer log is written; pass a copy")
     tmp.parent.mkdir(parents=True, exist_ok=True)
     with open(tmp, "w") as out:
         for p in paths:

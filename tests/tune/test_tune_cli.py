@@ -98,6 +98,19 @@ def test_compile_tune_then_inspect(conv_model, tmp_path, capsys):
                  str(log)]) == 1
 
 
+def test_tune_with_a_learned_searcher_records_it(conv_model, tmp_path, capsys):
+    """`--search chameleon` from the command line: its records carry its name, seed and
+    hyper-parameters."""
+    pytest.importorskip("xgboost")
+    log = tmp_path / "t.jsonl"
+    assert main(["tune", str(conv_model), "--budget", "120s", "--search", "chameleon",
+                 "--max-trials", "10", "--tuning-log", str(log), "--threads", "2"]) == 0
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(recs) == 10 and all(r["searcher"] == "chameleon" for r in recs)
+    assert recs[0]["params"]["threshold"] == 2.5 and recs[0]["seed"] == 0
+    assert any(r["cost_s"] for r in recs)
+
+
 def test_budget_follows_the_work_with_a_floor():
     from woodpecker.tasks.dense import DenseTask
     from woodpecker.tasks.pool import PoolTask
