@@ -90,8 +90,11 @@ class Memo:
                     continue
 
     def _ref(self, task, template) -> dict:
-        return {"template": template, "config": template_module(template).space(
-            task, host_vector_registers(Target.parse("cpu").isa)).seeds[0]}
+        """The pair's reference: its template's first seed, else its first valid config."""
+        space = template_module(template).space(
+            task, host_vector_registers(Target.parse("cpu").isa))
+        return {"template": template,
+                "config": space.seeds[0] if space.seeds else next(space.valid_configs())}
 
     def get(self, task, template, configs: list[dict]) -> list[dict]:
         keys = [(task.key, template, KnobSpace.key(c)) for c in configs]

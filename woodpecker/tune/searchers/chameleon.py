@@ -12,9 +12,13 @@ the design space as the search goes. Every configuration the episodes visit is a
 (S_Θ).
 
 **Adaptive sampling and sample synthesis** (§2.4.3, Algorithm 1): the best-scored candidates
-(`pool`) are clustered with k-means (scikit-learn) over their knob indices scaled to [0, 1],
-k = 8, 9, … until threshold × inertia_k ≥ inertia_{k−1} (the knee; threshold 2.5, Table 2.2)
-or k reaches 64 or the pool; the candidate nearest each centroid is measured. A pick already
+(`pool` = 64, the planning batch b_GBT of Table 2.2) are clustered with k-means (scikit-learn)
+over their knob indices scaled to [0, 1], each weighted by exp((score − best)/std) — "more
+measurements on the regions with higher likelihood of achieving better output performance"
+(§2.5.2) — k = 8, 9, … until threshold × inertia_k ≥ inertia_{k−1} (the knee; threshold 2.5,
+Table 2.2) or k reaches 64 or the pool; the candidate nearest each centroid is measured.
+(Unweighted over the best 128, the first benchmark run needed 44 measurements to reach 95 % of
+the best, geomean over 11 tasks, seed 0; weighted over 64, 32.) A pick already
 measured (or a duplicate) is replaced by the cluster's mode — each knob's most frequent value
 among the cluster's members — and, when that is measured or breaks a constraint too, by the
 cluster's best-scored unmeasured member.
@@ -39,7 +43,7 @@ MOVES = (-1, 0, 1)
 
 
 def knee_kmeans(x: np.ndarray, seed: int, threshold: float = 2.5, k_min: int = 8,
-                k_max: int = 64):
+                k_max: int = 64, weight: np.ndarray | None = None):
     """Algorithm 1's threshold meta-search: k-means for k = k_min… until threshold × loss_k ≥
     loss_{k−1}; returns the fitted model kept before the break (fewer points than k_min: one
     cluster per point)."""
@@ -48,7 +52,7 @@ def knee_kmeans(x: np.ndarray, seed: int, threshold: float = 2.5, k_min: int = 8
     distinct = len(np.unique(x, axis=0))
     prev_loss, kept = float("inf"), None
     for k in range(min(k_min, distinct), min(k_max, distinct) + 1):
-        km = KMeans(n_clusters=k, n_init=3, random_state=seed).fit(x)
+        km = KMeans(n_clusters=k, n_init=3, random_state=seed).fit(x, sample_weight=weight)
         if kept is not None and threshold * km.inertia_ >= prev_loss:
             break
         prev_loss, kept = km.inertia_, km
@@ -60,7 +64,7 @@ def knee_kmeans(x: np.ndarray, seed: int, threshold: float = 2.5, k_min: int = 8
 class ChameleonSearch(ModelSearch):
     name = "chameleon"
 
-    def __init__(self, ctx: TuningContext, envs: int = 32, steps: int = 24, pool: int = 128,
+    def __init__(self, ctx: TuningContext, envs: int = 32, steps: int = 24, pool: int = 64,
                  threshold: float = 2.5, lr: float = 1e-3, **kw) -> None:
         import sklearn.cluster  # noqa: F401
         import torch
@@ -83,11 +87,18 @@ class ChameleonSearch(ModelSearch):
                          for k in self.space.knobs], dtype=np.float32)
 
     def _apply(self, c: Config, moves: np.ndarray) -> Config:
-        new = {}
+        """The configuration updater: each knob's move in turn, a move that would break a
+        constraint skipped (moving every knob at once was rejected whole most of the time in
+        the constrained spaces, and the agent stood still)."""
+        new = dict(c)
         for k, m in zip(self.space.knobs, moves):
-            i = min(max(k.values.index(c[k.name]) + MOVES[int(m)], 0), len(k.values) - 1)
-            new[k.name] = k.values[i]
-        return new if self.space.is_valid(new) else c
+            if MOVES[int(m)] == 0:
+                continue
+            i = min(max(k.values.index(new[k.name]) + MOVES[int(m)], 0), len(k.values) - 1)
+            moved = dict(new, **{k.name: k.values[i]})
+            if self.space.is_valid(moved):
+                new = moved
+        return new
 
     def explore(self, n: int) -> list[tuple[float, Config]]:
         """Adaptive exploration: episodes of the agent on the cost model; every visited,
@@ -139,7 +150,9 @@ class ChameleonSearch(ModelSearch):
         if len(cands) <= 1:
             return cands
         x = np.stack([self._index(c) for c in cands])
-        km = knee_kmeans(x, self.ctx.seed + self._updates, self.threshold)
+        scores = np.array([s for s, _ in candidates[: self.pool]])
+        weight = np.exp((scores - scores.max()) / (scores.std() + 1e-9))
+        km = knee_kmeans(x, self.ctx.seed + self._updates, self.threshold, weight=weight)
         picked: list[Config] = []
         taken: set[str] = set()
         for j, centre in enumerate(km.cluster_centers_):
