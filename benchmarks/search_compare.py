@@ -205,6 +205,16 @@ def summarize(runs: list[dict], budget: int) -> tuple[dict, dict]:
         t["n"] += len(r["costs"])
         if reach:
             t["wall"].append(r["wall_s"][reach - 1])
+    ga = {(r["scenario"], r["pair"], r["seed"]): r["costs"] for r in runs
+          if r["searcher"] == "ga"}
+    for r in runs:           # at equal measurements (as many as both made): ends as fast as ga?
+        other = ga.get((r["scenario"], r["pair"], r["seed"]))
+        if other is None or not r["costs"]:
+            continue
+        n = min(len(other), len(r["costs"]))
+        mine, theirs = best_so_far(r["costs"][:n])[-1], best_so_far(other[:n])[-1]
+        t = table[(r["scenario"], r["searcher"])]
+        t.setdefault("vs_ga", []).append(mine <= theirs * 1.005)
     out = {}
     for (scenario, searcher), t in sorted(table.items()):
         out.setdefault(scenario, {})[searcher] = {
@@ -213,6 +223,8 @@ def summarize(runs: list[dict], budget: int) -> tuple[dict, dict]:
             "final_quality_geomean": float(np.exp(np.mean(np.log(np.maximum(t["final"],
                                                                              1e-9))))),
             "invalid_share": t["invalid"] / max(1, t["n"]),
+            "ends_at_least_as_fast_as_ga": float(np.mean(t["vs_ga"])) if t.get("vs_ga")
+            else None,
             "wall_s_to_95pct_median": float(np.median(t["wall"])) if t["wall"] else None}
     return out, best_any
 
@@ -230,8 +242,8 @@ def plot(runs: list[dict], best_any: dict, path: Path, budget: int) -> None:
         for searcher in sorted({r["searcher"] for r in runs}):
             mine = [r for r in runs if r["scenario"] == scenario and r["searcher"] == searcher]
             q = np.full((len(mine), budget), np.nan)
-            grid = np.linspace(0, max((r["wall_s"][-1] for r in runs if r["wall_s"]),
-                                      default=1), 200)
+            grid = np.geomspace(0.5, max((r["wall_s"][-1] for r in runs if r["wall_s"]),
+                                         default=1), 200)
             qw = np.full((len(mine), len(grid)), np.nan)
             for i, r in enumerate(mine):
                 curve = [best_any[r["pair"]] / b if b < math.inf else 0.0
@@ -245,7 +257,7 @@ def plot(runs: list[dict], best_any: dict, path: Path, budget: int) -> None:
         row[0].set(xlabel="measurements", ylabel="best found / best any run found",
                    title=f"{scenario}: quality against measurements")
         row[1].set(xlabel="wall seconds (simulated)", ylabel="best found / best any run",
-                   title=f"{scenario}: quality against time")
+                   title=f"{scenario}: quality against time", xscale="log")
         for ax in row:
             ax.set_ylim(0.5, 1.01)
             ax.grid(alpha=0.3)
@@ -267,6 +279,9 @@ def main() -> int:
     p.add_argument("--memo", default="benchmarks/results/search_memo.jsonl")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default="benchmarks/results/search_compare.json")
+    p.add_argument("--report-only", action="store_true",
+                   help="summarize the runs finished so far (`<json>.runs.jsonl`), measure "
+                   "nothing")
     args = p.parse_args()
     target = Target.parse("cpu", args.threads)
     regs = host_vector_registers(target.isa)
@@ -285,6 +300,8 @@ def main() -> int:
         if done_path.exists() else []
     done = {(r["scenario"], r["pair"], r["searcher"], r["seed"]) for r in runs}
     workers = min(2, args.threads)
+    if args.report_only:
+        scenarios = {}
     with Measurer(threads=args.threads) as measurer, BuildPool(workers) as pool:
         memo = Memo(Path(args.memo), measurer, pool, workers)
         for seed in range(args.seeds):
@@ -308,16 +325,21 @@ def main() -> int:
             and r["searcher"] in searchers]
     summary, best_any = summarize(runs, args.budget)
     print(f"\n{'scenario':<9} {'searcher':<10} {'meas to 95%':>11} {'not reached':>11} "
-          f"{'final':>6} {'invalid':>8} {'wall s to 95%':>13}")
+          f"{'final':>6} {'invalid':>8} {'wall s to 95%':>13} {'>= ga':>6}")
     for scenario, rows in summary.items():
         for name, s in rows.items():
             w = s["wall_s_to_95pct_median"]
             print(f"{scenario:<9} {name:<10} {s['measurements_to_95pct_geomean']:>11.1f} "
                   f"{s['runs_not_reaching_95pct']:>5}/{s['runs']:<5} "
                   f"{s['final_quality_geomean']:>6.3f} {s['invalid_share']:>8.3f} "
-                  f"{'' if w is None else f'{w:.0f}':>13}")
+                  f"{'' if w is None else f'{w:.0f}':>13} "
+                  f"{s['ends_at_least_as_fast_as_ga'] or 0:>6.2f}")
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r["searcher"]] = counts.get(r["searcher"], 0) + 1
     doc = {"machine": {"cpu": target.cpu, "isa": list(target.isa), "threads": args.threads},
            "versions": versions(), "budget": args.budget, "seeds": args.seeds,
+           "runs_per_searcher": counts,
            "pairs": [{"name": x["name"], "task": x["task"].key, "template": x["template"]}
                      for x in pairs],
            "transfer_logs": args.transfer_log, "reach": REACH, "summary": summary,
