@@ -107,10 +107,7 @@ class ChameleonSearch(ModelSearch):
 
         from woodpecker.tune.rl import gae, ppo_update, seeded
 
-        measured = sorted(self._own_valid(), key=lambda r: r["cost_s"])
-        states = [r["config"] for r in measured[: self.envs // 2]]
-        while len(states) < self.envs:
-            states.append(self.space.sample(self.rng))
+        states = self.starts(self.envs)
         scores = self.score(states)
         visited: dict[str, tuple[float, Config]] = {}
         obs_l, act_l, logp_l, val_l, rew_l = [], [], [], [], []

@@ -39,7 +39,6 @@ import math
 import numpy as np
 
 from woodpecker.tasks.space import Config, KnobSpace
-from woodpecker.tune.annealing import anneal
 from woodpecker.tune.blueprint import blueprint
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.features import Features, Vectorizer, task_features
@@ -63,7 +62,6 @@ class GlimpseSearch(ModelSearch):
         self.priors = self._priors()
         self._validity = None
         self._validity_at = -1
-        self.dropped = 0
 
     def hardware_features(self) -> Features | None:
         return self.bp.vector()
@@ -131,16 +129,8 @@ class GlimpseSearch(ModelSearch):
         lam = self.prior_weight * max(0.0, 1 - len(self.own) / self.prior_horizon)
         return base + lam * self.log_prior(configs) if lam else base
 
-    def explore(self, n: int) -> list[tuple[float, Config]]:
-        measured = sorted(self._own_valid(), key=lambda r: r["cost_s"])
-        starts = [r["config"] for r in measured[: self.chains // 2]]
-        while len(starts) < self.chains:
-            starts.append(self._prior_sample() or self.space.sample(self.rng))
-        cands = anneal(self.space, self.score, self.rng, starts, steps=self.steps,
-                       keep=max(n, self.batch * 4), exclude=set(self.costs))
-        ok = self.admissible([c for _, c in cands])
-        self.dropped += ok.count(False)
-        return [sc for sc, good in zip(cands, ok) if good]
+    def fresh_start(self) -> Config:
+        return self._prior_sample() or self.space.sample(self.rng)
 
     # -- validity ------------------------------------------------------------------------------
     def _train_validity(self) -> None:

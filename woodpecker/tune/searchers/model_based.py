@@ -59,19 +59,32 @@ class ModelSearch:
                                                for r in self.own}
         self._fitted_at = -1
         self.model_s = 0.0          # seconds spent fitting and exploring the model
+        self.dropped = 0            # explored candidates `admissible` rejected
 
     # -- hooks ---------------------------------------------------------------------------------
     def hardware_features(self) -> Features | None:
         return None
 
+    def fresh_start(self) -> Config:
+        """A new starting point for exploration (glimpse: a sample of its priors)."""
+        return self.space.sample(self.rng)
+
+    def starts(self, n: int) -> list[Config]:
+        """`n` starting points: the best measured configs (half at most), then fresh ones."""
+        measured = sorted(self._own_valid(), key=lambda r: r["cost_s"])
+        out = [r["config"] for r in measured[: n // 2]]
+        while len(out) < n:
+            out.append(self.fresh_start())
+        return out
+
     def explore(self, n: int) -> list[tuple[float, Config]]:
-        """Candidates from the model, best predicted first (never an already-measured one)."""
-        measured = sorted((c for c in self._own_valid()), key=lambda r: r["cost_s"])
-        starts = [r["config"] for r in measured[: self.chains // 2]]
-        while len(starts) < self.chains:
-            starts.append(self.space.sample(self.rng))
-        return anneal(self.space, self.score, self.rng, starts, steps=self.steps,
-                      keep=max(n, self.batch * 4), exclude=set(self.costs))
+        """Candidates from the model, best predicted first (never an already-measured one, nor
+        one `admissible` rejects)."""
+        cands = anneal(self.space, self.score, self.rng, self.starts(self.chains),
+                       steps=self.steps, keep=max(n, self.batch * 4), exclude=set(self.costs))
+        ok = self.admissible([c for _, c in cands])
+        self.dropped += ok.count(False)
+        return [sc for sc, good in zip(cands, ok) if good]
 
     def pick(self, candidates: list[tuple[float, Config]], n: int) -> list[Config]:
         return [c for _, c in candidates[:n]]

@@ -27,6 +27,8 @@ one. A step onto a configuration already measured is rewarded from the log witho
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from woodpecker.tasks.space import Config, KnobSpace
@@ -88,7 +90,6 @@ class PPOSearch:
     def _start(self, env: int) -> Config:
         valid = sorted((k for k, c in self.costs.items() if c), key=lambda k: self.costs[k])
         if valid and env < self.batch // 2:
-            import json
             return json.loads(valid[min(env, len(valid) - 1)])
         seeds = self.space.seeds
         if not valid and env < len(seeds):
