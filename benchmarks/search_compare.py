@@ -1,7 +1,10 @@
 """Searchers compared on the same tasks at the same measurement budget (issue: sample-efficient
 tuning): best cost against measurements and against wall seconds, measurements to reach 95 %
 of the best any run found, and the share of invalid candidates measured — for every searcher ×
-seed, from an empty log and from a log holding other models' records (transfer).
+seed, from an empty log, from a log holding other models' records (transfer) and, for the
+searchers named by `--hidden`, with the templates' constraints hidden from the searcher (hidden:
+a candidate breaking one is refused, measured invalid — the invalid configurations AutoTVM-style
+spaces are full of, which the knob spaces here exclude by construction).
 
 Tasks: (task, template) pairs, each the heaviest task of its model computed by that template
 (direct, GEMM and Winograd convs, depthwise, separable, dense, rows, pool, element-wise) over
@@ -17,7 +20,12 @@ recorded compile seconds over the build workers plus its timing seconds, plus th
 own time (model fitting, exploration), measured live.
 
     python benchmarks/search_compare.py --budget 150 --seeds 3 \
-        --transfer-log /path/other_models.jsonl --json benchmarks/results/search_compare.json
+        --transfer-log /path/other_models.jsonl --hidden ga,random,xgb,glimpse \
+        --json benchmarks/results/search_compare.json
+
+The committed Zen 3 run resumes with `--memo benchmarks/results/search_memo_zen3.jsonl --json
+benchmarks/results/search_compare_zen3.json --transfer-log
+benchmarks/results/search_transfer_zen3.jsonl` (its runs: `<json>.runs.jsonl`).
 """
 
 from __future__ import annotations
@@ -145,11 +153,23 @@ def transfer_log(paths: list[str], exclude: set[str], target: Target, tmp: Path)
     return TuningLog(tmp, target.record_key)
 
 
+def refused(space: KnobSpace, config: dict) -> dict | None:
+    """The row of a candidate that breaks one of the template's constraints (the hidden
+    scenario): refused before it is compiled, at no cost."""
+    broken = space.violations(config)
+    return {"cost_s": None, "error": f"breaks {', '.join(broken)}", "compile_s": 0.0,
+            "time_s": 0.0} if broken else None
+
+
 def run_one(pair, searcher: str, seed: int, log: TuningLog | None, budget: int, memo: Memo,
-            regs: int, target: Target) -> dict:
+            regs: int, target: Target, hidden: bool = False) -> dict:
+    """One searcher's run on one pair. `hidden`: the searcher sees the knobs without the
+    template's constraints (the raw Cartesian product, as AutoTVM's spaces are), and a
+    candidate breaking one is measured invalid — where a validity predictor earns its keep."""
     task, template = pair["task"], pair["template"]
     space = template_module(template).space(task, regs)
-    ctx = TuningContext(task, template, space, seed=seed, log=log, target=target,
+    seen = KnobSpace(space.knobs, [], tuple(space.seeds)) if hidden else space
+    ctx = TuningContext(task, template, seen, seed=seed, log=log, target=target,
                         vector_registers=regs)
     t0 = time.perf_counter()
     s = make_searcher(searcher, ctx)
@@ -161,7 +181,9 @@ def run_one(pair, searcher: str, seed: int, log: TuningLog | None, budget: int, 
         own_step = time.perf_counter() - t0
         if not configs:
             break
-        rows = memo.get(task, template, configs)
+        bad = [refused(space, c) for c in configs]
+        ok = iter(memo.get(task, template, [c for c, b in zip(configs, bad) if b is None]))
+        rows = [b or next(ok) for b in bad]
         t0 = time.perf_counter()
         s.tell(configs, [r["cost_s"] for r in rows])
         own_step += time.perf_counter() - t0
@@ -241,6 +263,8 @@ def plot(runs: list[dict], best_any: dict, path: Path, budget: int) -> None:
     for row, scenario in zip(axes, scenarios):
         for searcher in sorted({r["searcher"] for r in runs}):
             mine = [r for r in runs if r["scenario"] == scenario and r["searcher"] == searcher]
+            if not mine:
+                continue
             q = np.full((len(mine), budget), np.nan)
             grid = np.geomspace(0.5, max((r["wall_s"][-1] for r in runs if r["wall_s"]),
                                          default=1), 200)
@@ -276,6 +300,9 @@ def main() -> int:
                    "(default: all)")
     p.add_argument("--transfer-log", action="append", default=[],
                    help="logs of other models (repeatable): adds the transfer scenario")
+    p.add_argument("--hidden", default="",
+                   help="comma-separated searchers to run also with the constraints hidden "
+                   "(the hidden scenario: invalid candidates possible)")
     p.add_argument("--memo", default="benchmarks/results/search_memo.jsonl")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default="benchmarks/results/search_compare.json")
@@ -290,11 +317,14 @@ def main() -> int:
         want = set(args.pairs.split(","))
         pairs = [x for x in pairs if x["name"] in want]
     searchers = args.searchers.split(",")
-    scenarios = {"empty": None}
+    scenarios: dict[str, TuningLog | None] = {"empty": None}
     if args.transfer_log:
         scenarios["transfer"] = transfer_log(
             args.transfer_log, {x["task"].key for x in pairs}, target,
             Path(args.memo).with_suffix(".transfer.jsonl"))
+    if args.hidden:
+        scenarios["hidden"] = None
+    hidden = set(args.hidden.split(",")) - {""}
     done_path = Path(args.json).with_suffix(".runs.jsonl")
     runs = [json.loads(line) for line in done_path.read_text().splitlines()] \
         if done_path.exists() else []
@@ -308,10 +338,12 @@ def main() -> int:
             for pair in pairs:
                 for scenario, log in scenarios.items():
                     for searcher in searchers:
-                        if (scenario, pair["name"], searcher, seed) in done:
+                        if (scenario, pair["name"], searcher, seed) in done or \
+                                scenario == "hidden" and searcher not in hidden:
                             continue
                         t0 = time.time()
-                        r = run_one(pair, searcher, seed, log, args.budget, memo, regs, target)
+                        r = run_one(pair, searcher, seed, log, args.budget, memo, regs, target,
+                                    hidden=scenario == "hidden")
                         r["scenario"] = scenario
                         runs.append(r)
                         with open(done_path, "a") as f:

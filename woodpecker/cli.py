@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from woodpecker.config import CANDIDATE_TIMEOUT_S
+from woodpecker.config import CANDIDATE_TIMEOUT_S, DEFAULT_SEARCH
 from woodpecker.engines import names
 from woodpecker.errors import WoodpeckerError
 from woodpecker.files import distinct_stems, read_npy
@@ -341,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def tune_opts(q, whole: str):
         q.add_argument("--budget", default="15m", help=f"time for {whole}, e.g. 90s, 15m")
-        q.add_argument("--search", default="ga", choices=SEARCHES)
+        q.add_argument("--search", default=DEFAULT_SEARCH, choices=SEARCHES,
+                       help=f"searcher (default {DEFAULT_SEARCH}: README, Searchers)")
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--max-trials", type=int, help="measurements per task at most")
         q.add_argument("--timeout", type=float, default=CANDIDATE_TIMEOUT_S,

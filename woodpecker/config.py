@@ -139,3 +139,9 @@ SHORT_AXIS = 8
 # against ~4 s of building and timing them); more records bought no better ranking on the
 # zoo logs here.
 TRANSFER_RECORDS = 4000
+
+# The searcher `--search` defaults to (tune/searchers): the one that reached 95 % of the best
+# configuration with the fewest measurements and the least wall time from an empty log in
+# benchmarks/search_compare.py (11 tasks of five zoo models, 150 measurements, 3 seeds, Zen 3),
+# and whose 3-minute plans came within 3 % of 15-minute `ga` plans. Numbers: README, "Searchers".
+DEFAULT_SEARCH = "glimpse"

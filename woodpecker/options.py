@@ -45,7 +45,7 @@ class TuneOptions:
     every core this process may use; 1: each candidate compiles in the measuring worker)."""
 
     budget: "str | float" = "15m"
-    search: str = "ga"
+    search: str = config.DEFAULT_SEARCH
     seed: int = 0
     max_trials: int | None = None
     timeout_s: float = config.CANDIDATE_TIMEOUT_S
