@@ -141,7 +141,8 @@ SHORT_AXIS = 8
 TRANSFER_RECORDS = 4000
 
 # The searcher `--search` defaults to (tune/searchers): the one that reached 95 % of the best
-# configuration with the fewest measurements and the least wall time from an empty log in
-# benchmarks/search_compare.py (11 tasks of five zoo models, 150 measurements, 3 seeds, Zen 3),
-# and whose 3-minute plans came within 3 % of 15-minute `ga` plans. Numbers: README, "Searchers".
+# configuration in the least wall time from an empty log in benchmarks/search_compare.py (11
+# tasks of five zoo models, 150 measurements, 3 seeds, Zen 3: median 7 s; xgb 8 s, ga 8 s) with
+# 24.6 measurements (xgb 23.7, ga 34.9), and whose 3-minute plans came within 3 % of 15-minute
+# `ga` plans on mobilenet_v2 and shufflenet_v2_x1_0. Numbers: README, "Searchers".
 DEFAULT_SEARCH = "glimpse"
