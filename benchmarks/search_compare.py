@@ -322,9 +322,9 @@ def main() -> int:
         scenarios["transfer"] = transfer_log(
             args.transfer_log, {x["task"].key for x in pairs}, target,
             Path(args.memo).with_suffix(".transfer.jsonl"))
-    if args.hidden:
-        scenarios["hidden"] = None
     hidden = set(args.hidden.split(",")) - {""}
+    if hidden:
+        scenarios["hidden"] = None
     done_path = Path(args.json).with_suffix(".runs.jsonl")
     runs = [json.loads(line) for line in done_path.read_text().splitlines()] \
         if done_path.exists() else []
