@@ -15,6 +15,11 @@ from __future__ import annotations
 # classifier does not take a convolution's time yet still gets a search.
 MIN_SHARE = 0.02
 
+# Each template's least weight in a task's budget split (tune/tuner.py, `template_weights`), as a
+# share of the votes other tasks cast for the template that won them: enough that a template
+# the log's similar tasks never chose still gets a search. TEMPLATE_FLOOR_MEASUREMENT
+TEMPLATE_FLOOR = 0.15
+
 # The budget split's roofline: a task's work is max(FLOPs, FLOPS_PER_BYTE × bytes moved).
 # Roughly where this class of machine turns memory-bound: 2 cores at ~150 GFLOP/s over
 # ~20 GB/s from L3. Fitted to ONNX Runtime's per-node times on MnasNet (depthwise 3×3 at 112²,
@@ -134,11 +139,12 @@ OPENMP_SPIN_S = 0.02
 SHORT_AXIS = 8
 
 # Transfer in the model-based searchers (tune/searchers/model_based.py): at most this many of
-# the log's records of other tasks train the cost model. Fitting the XGBoost ranker on 4000
-# records takes about 0.4 s on one Zen 3 core (it is refitted once per batch of 8 candidates,
-# against ~4 s of building and timing them); more records bought no better ranking on the
-# zoo logs here.
-TRANSFER_RECORDS = 4000
+# the log's records of other tasks train the cost model with the task's own (refitted once per
+# batch of 8 candidates). In benchmarks/search_compare.py's transfer scenario (11 tasks, xgb,
+# seeds 1-2) 1500 took 11.1 measurements to 95 % of the best (geomean) against 15.2 with 4000
+# and 19.3 with 800; one refit and exploration costs ~0.85 s per batch with 1500 (records'
+# features computed once per log), against 2.7 s with 4000 and features per searcher.
+TRANSFER_RECORDS = 1500
 
 # The searcher `--search` defaults to (tune/searchers): the one that reached 95 % of the best
 # configuration in the least wall time from an empty log in benchmarks/search_compare.py (11

@@ -133,6 +133,21 @@ def test_the_cost_model_ranks_and_transfers_to_an_unseen_task():
     assert _tau(scores, [cost(c) for c in probe]) > 0.5
 
 
+def test_searchers_of_one_log_featurize_its_records_once_and_stay_reproducible(tmp_path):
+    log = TuningLog(tmp_path / "log.jsonl")
+    for i, t in enumerate([conv(32, 56, 32), conv(128, 14, 128)]):
+        for r in _records(t, 60, i):
+            log.append(r)
+    first = run("xgb", 3, n=24, log=log)
+    shared = [v for k, v in log.derived.items() if k[0] == "record features"]
+    assert len(shared) == 1
+    rows = len(shared[0]._rows)
+    assert rows >= 100                       # the other tasks' records, featurized there
+    assert run("xgb", 3, n=24, log=log) == first
+    assert len(shared[0]._rows) == rows      # the second searcher computed none again
+    assert run("xgb", 3, n=24, log=TuningLog(tmp_path / "log.jsonl")) == first
+
+
 def test_annealing_returns_only_valid_unmeasured_configs_best_first():
     from woodpecker.tune.annealing import anneal
 

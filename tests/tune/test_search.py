@@ -158,3 +158,42 @@ def test_templates_share_the_trials_and_the_best_wins(tmp_path):
     assert m.calls.count(templates[0]) == 5 and m.calls.count(templates[1]) == 4
     assert best["template"] == templates[1]
     assert best["cost_s"] == min(r["cost_s"] for r in log.records)
+
+
+def test_similar_tasks_winning_template_gets_the_larger_share_and_goes_first(tmp_path):
+    """Transfer of the template choice: other tasks of the kind, measured with every template,
+    vote for their winner (weighted by similarity); the floor keeps the loser searched; the
+    winner is tuned first with most trials. Without such tasks: equal shares, given order."""
+    from woodpecker.config import TEMPLATE_FLOOR
+    from woodpecker.tasks.conv import ConvTask
+    from woodpecker.tune.measure import Measurement
+    from woodpecker.tune.tuner import template_weights, tune_templates
+
+    def conv(c, hw):
+        return ConvTask(1, c, hw, hw, c, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, ())
+
+    templates = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_gemm")
+    task, log = conv(16, 8), TuningLog(tmp_path / "log.jsonl")
+    assert template_weights(task, templates, log) == [1.0, 1.0]
+    for c, hw in ((32, 8), (64, 8), (16, 16)):
+        for tmpl, cost in zip(templates, (2e-3, 1e-3)):
+            log.append({"task": conv(c, hw).key, "template": tmpl, "config": {"vec": 8},
+                        "cost_s": cost})
+    log.append({"task": conv(8, 4).key, "template": templates[0], "config": {"vec": 8},
+                "cost_s": 1e-6})                     # one template only: no vote
+    w = template_weights(task, templates, log)
+    assert w[1] > w[0] > 0
+    assert w[0] == pytest.approx(TEMPLATE_FLOOR * (w[1] - w[0]))   # floor: share of the votes
+
+    class Recorder:
+        calls: list[str] = []
+
+        def measure(self, template, task, config, reference=None):
+            self.calls.append(template)
+            return Measurement(1e-3 / config["vec"], None, 0.0)
+
+    m = Recorder()
+    tune_templates(task, templates, m, log, search="random", seed=0, vector_registers=16,
+                   max_trials=12)
+    assert m.calls[0] == templates[1]
+    assert m.calls.count(templates[1]) > m.calls.count(templates[0]) >= 1

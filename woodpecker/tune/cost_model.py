@@ -34,8 +34,13 @@ class CostModel(Protocol):
 class FeatureCache:
     """Feature dicts by (task key, template, config key): records are featurized once."""
 
-    def __init__(self, extra: Features | None = None) -> None:
+    def __init__(self, extra: Features | None = None,
+                 records: "FeatureCache | None" = None) -> None:
+        """`records`: where the rows of log records are kept instead, so that searchers of one
+        compile featurize the log's records once (candidates' rows stay here, with the
+        searcher)."""
         self.extra = extra
+        self.records = records
         self._tasks: dict[str, Task] = {}
         self._rows: dict[tuple, Features] = {}
 
@@ -52,6 +57,8 @@ class FeatureCache:
         return row
 
     def record_row(self, rec: dict) -> Features:
+        if self.records is not None:
+            return self.records.record_row(rec)
         return self.row(self.task(rec["task"]), rec["template"], rec["config"])
 
 

@@ -15,15 +15,20 @@ against 0.161 ms from the first tuning, and the whole plan ran 6 % slower.
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import time
 from collections.abc import Callable
 
+import numpy as np
+
+from woodpecker.config import TEMPLATE_FLOOR
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.target import Target
-from woodpecker.tasks import Task
+from woodpecker.tasks import Task, task_from_key
 from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.build_pool import BuildPool, Built
 from woodpecker.tune.context import TuningContext
+from woodpecker.tune.features import Vectorizer, task_features
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import make_searcher
@@ -119,6 +124,40 @@ def _measured(task: Task, template: str, config: dict, measurer: Measurer,
     return fields
 
 
+def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> list[float]:
+    """How much of a task's time each template gets, from the log's other tasks (transfer):
+    each task of the same kind that has valid records of every one of these templates votes
+    for the template of its fastest record, its vote weighted by its similarity to `task`
+    (Gaussian in task-feature distance, the median distance as width — glimpse's priors do the
+    same for knob values); each template also gets `TEMPLATE_FLOOR` of the votes cast, so none
+    goes unsearched. Without such tasks, equal weights."""
+    best: dict[str, dict[str, float]] = {}
+    for r in log.records:
+        c = r.get("cost_s")
+        if c and r["task"] != task.key and r["template"] in templates and \
+                r["task"].startswith(f"{task.kind}:"):
+            t = best.setdefault(r["task"], {})
+            t[r["template"]] = min(c, t.get(r["template"], c))
+    voters, rows = {}, [task_features(task)]
+    for k, v in best.items():
+        if len(v) == len(templates) > 1:
+            try:
+                rows.append(task_features(task_from_key(k)))
+            except (ValueError, KeyError, TypeError):   # a key of an older task format
+                continue
+            voters[k] = min(v, key=v.get)
+    if not voters:
+        return [1.0] * len(templates)
+    x = Vectorizer().fit(rows).transform(rows)
+    d2 = ((x[1:] - x[0]) ** 2).sum(1)
+    sim = np.exp(-d2 / (2 * max(float(np.median(d2)), 1e-6)))
+    votes = {t: 0.0 for t in templates}
+    for w, winner in zip(sim, voters.values()):
+        votes[winner] += float(w)
+    floor = TEMPLATE_FLOOR * sum(votes.values())
+    return [floor + votes[t] for t in templates]
+
+
 def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                    log: TuningLog, *, search: str, seed: int, vector_registers: int,
                    deadline: float | None = None, max_trials: int | None = None,
@@ -127,16 +166,21 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                    target: Target | None = None) -> dict | None:
     """Tune `task` with each template in turn; returns the best record over all of them.
 
-    Budget split (WPK leaves it open): each template gets the remaining time, and the
-    remaining `max_trials`, divided by the templates left, so what a converged search leaves
-    goes to the next template. Each template's searcher is seeded with `seed`."""
+    Budget split (WPK leaves it open): the templates go in order of `template_weights` (equal
+    without other tasks to learn from: the given order), each getting the remaining time, and
+    the remaining `max_trials`, times its weight over the weights of the templates left, so
+    what a converged search leaves goes to the next template. Each template's searcher is
+    seeded with `seed`."""
     n0 = len(log.records)
-    for j, template in enumerate(templates):
-        left = len(templates) - j
+    weights = template_weights(task, templates, log)
+    order = sorted(range(len(templates)), key=lambda j: -weights[j])
+    for n, j in enumerate(order):
+        template = templates[j]
+        part = weights[j] / sum(weights[k] for k in order[n:])
         end = None if deadline is None else \
-            time.monotonic() + max(0.0, deadline - time.monotonic()) / left
+            time.monotonic() + max(0.0, deadline - time.monotonic()) * part
         trials = None if max_trials is None else \
-            -(-(max_trials - (len(log.records) - n0)) // left)
+            math.ceil((max_trials - (len(log.records) - n0)) * part)
         space = template_module(template).space(task, vector_registers)
         ctx = TuningContext(task, template, space, seed=seed, log=log, target=target,
                             vector_registers=vector_registers)

@@ -12,6 +12,8 @@ is done when no unmeasured valid configuration can be found.
 
 Transfer (AutoTVM §5): the model starts from the log's records of other tasks — at most
 `config.TRANSFER_RECORDS`, those of the same template first, then a seeded sample of the rest.
+The records' features are computed once per log (`TuningLog.derived`), shared by the searchers
+of a compile.
 """
 
 from __future__ import annotations
@@ -51,7 +53,10 @@ class ModelSearch:
         self.chains, self.steps = chains, steps
         self.params = {"batch": batch, "epsilon": epsilon, "transfer": transfer,
                        "chains": chains, "steps": steps}
-        self.cache = FeatureCache(self.hardware_features())
+        extra = self.hardware_features()
+        shared = ctx.log.derived if ctx.log is not None else {}
+        key = ("record features", tuple(sorted((extra or {}).items())))
+        self.cache = FeatureCache(extra, records=shared.setdefault(key, FeatureCache(extra)))
         self.model = XGBCostModel(seed=ctx.seed, cache=self.cache)
         self.prior = transfer_records(ctx) if transfer else []
         self.own: list[dict] = [dict(r) for r in ctx.own_records()]
