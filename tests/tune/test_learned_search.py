@@ -209,6 +209,35 @@ def test_adaptive_sampling_stops_at_the_knee_and_synthesizes_from_the_mode():
     assert got["x_block"] == 2 and KnobSpace.key(got) not in s.costs
 
 
+def test_glimpse_predictor_cannot_end_the_search_alone(monkeypatch):
+    """When the predictor drops every candidate, one batch is measured without it; the search
+    goes on if any of it was valid and ends only when all of it was invalid."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    from woodpecker.tune.features import Vectorizer
+    from woodpecker.tune.searchers.glimpse import GlimpseSearch
+
+    s = GlimpseSearch(TuningContext(TASK, DIRECT, SPACE, seed=0))
+    first = s.ask()
+    s.tell(first, [cost(c) for c in first])
+
+    def sure_all_fail(self):                 # a predictor voting every candidate invalid
+        rows = [self.cache.record_row(r) for r in self.own]
+        vec = Vectorizer().fit(rows)
+        tree = DecisionTreeClassifier().fit(vec.transform(rows), [1] * len(rows))
+        self._validity = (vec, [(list(range(len(vec.columns))), tree)])
+
+    monkeypatch.setattr(GlimpseSearch, "_train_validity", sure_all_fail)
+    assert not any(s.admissible([SPACE.sample(random.Random(i)) for i in range(20)]))
+    probe = s.ask()
+    assert probe and not {KnobSpace.key(c) for c in probe} & {KnobSpace.key(c) for c in first}
+    s.tell(probe, [cost(c) for c in probe])  # some valid: the predictor was wrong, go on
+    again = s.ask()
+    assert again
+    s.tell(again, [None] * len(again))       # all invalid: it was right, done
+    assert s.ask() == []
+
+
 def test_glimpse_priors_follow_similar_tasks_and_its_predictor_drops_learned_failures(
         tmp_path, monkeypatch):
     from woodpecker.tune.searchers.glimpse import GlimpseSearch

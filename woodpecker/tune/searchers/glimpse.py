@@ -62,6 +62,9 @@ class GlimpseSearch(ModelSearch):
         self.priors = self._priors()
         self._validity = None
         self._validity_at = -1
+        self._bypass = False        # this ask measures without the predictor
+        self._probe: set[str] = set()   # config keys of such a batch, until told
+        self._done = False          # a batch measured without the predictor was all invalid
 
     def hardware_features(self) -> Features | None:
         return self.bp.vector()
@@ -132,6 +135,27 @@ class GlimpseSearch(ModelSearch):
     def fresh_start(self) -> Config:
         return self._prior_sample() or self.space.sample(self.rng)
 
+    # -- the loop: the predictor may not end the search alone ------------------------------------
+    def ask(self) -> list[Config]:
+        if self._done:
+            return []
+        out = super().ask()
+        if not out and self._validity is not None:
+            self._bypass = True
+            try:
+                out = super().ask()
+            finally:
+                self._bypass = False
+            self._probe = {KnobSpace.key(c) for c in out}
+        return out
+
+    def tell(self, configs: list[Config], costs: list[float | None]) -> None:
+        super().tell(configs, costs)
+        if self._probe:
+            probed = [c for cfg, c in zip(configs, costs) if KnobSpace.key(cfg) in self._probe]
+            self._done = bool(probed) and not any(probed)
+            self._probe = set()
+
     # -- validity ------------------------------------------------------------------------------
     def _train_validity(self) -> None:
         from sklearn.tree import DecisionTreeClassifier
@@ -156,6 +180,8 @@ class GlimpseSearch(ModelSearch):
         self._validity = (vec, trees)
 
     def admissible(self, configs: list[Config]) -> list[bool]:
+        if self._bypass:
+            return [True] * len(configs)
         if self._validity_at != len(self.own):
             self._train_validity()
             self._validity_at = len(self.own)
