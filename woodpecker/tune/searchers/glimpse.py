@@ -15,7 +15,8 @@ made hardware-aware three ways.
    prior first, the model's own knowledge later).
 3. **Validity predictor** (§4.4.2, "hardware-aware sampling"): an ensemble of light-weight
    predictors — one depth-3 decision tree per knob, over that knob's features, the implied
-   loop-nest features, the task's and the blueprint's — trained on the records of this
+   loop-nest features, the task's and the blueprint's, and one tree of depth `joint_depth`
+   (4) over all of them, for constraints between knobs — trained on the records of this
    template (this and other tasks) that failed to build, crashed, timed out or computed a
    wrong result against the valid ones. A predictor votes invalid where its leaf (of at least
    two records) holds at least `sure` (90 %) invalid ones — a threshold, so a predictor that
@@ -50,15 +51,17 @@ class GlimpseSearch(ModelSearch):
 
     def __init__(self, ctx: TuningContext, prior_weight: float = 0.2,
                  prior_horizon: int = 64, min_invalid: int = 3, vote: float = 0.0,
-                 sure: float = 0.9, **kw) -> None:
+                 sure: float = 0.9, joint_depth: int = 4, **kw) -> None:
         import sklearn.tree  # noqa: F401
 
         self.bp = blueprint(ctx.target)
         super().__init__(ctx, **kw)
         self.prior_weight, self.prior_horizon = prior_weight, prior_horizon
         self.min_invalid, self.vote, self.sure = min_invalid, vote, sure
+        self.joint_depth = joint_depth
         self.params.update(prior_weight=prior_weight, prior_horizon=prior_horizon,
-                           min_invalid=min_invalid, vote=vote, sure=sure)
+                           min_invalid=min_invalid, vote=vote, sure=sure,
+                           joint_depth=joint_depth)
         self.priors = self._priors()
         self._validity = None
         self._validity_at = -1
@@ -177,6 +180,11 @@ class GlimpseSearch(ModelSearch):
             tree = DecisionTreeClassifier(max_depth=3, min_samples_leaf=2,
                                           random_state=self.ctx.seed).fit(x[:, cols], y)
             trees.append((cols, tree))
+        if self.joint_depth:          # constraints between knobs: one tree over everything
+            every = list(range(len(vec.columns)))
+            tree = DecisionTreeClassifier(max_depth=self.joint_depth, min_samples_leaf=2,
+                                          random_state=self.ctx.seed).fit(x, y)
+            trees.append((every, tree))
         self._validity = (vec, trees)
 
     def admissible(self, configs: list[Config]) -> list[bool]:
