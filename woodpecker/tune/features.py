@@ -54,6 +54,16 @@ def task_features(task: Task) -> Features:
     return out
 
 
+def similarity(task: Task, others: list[Task]) -> np.ndarray:
+    """How alike each of `others` is to `task`: exp(−d²/2σ²) over the task features, σ² the
+    median d² (what transfer weighs other tasks' evidence by: glimpse's priors, the template
+    split)."""
+    rows = [task_features(task)] + [task_features(t) for t in others]
+    x = Vectorizer().fit(rows).transform(rows)
+    d2 = ((x[1:] - x[0]) ** 2).sum(1)
+    return np.exp(-d2 / (2 * max(float(np.median(d2)), 1e-6)))
+
+
 def implied(task: Task, config: Config) -> Features:
     """What the knobs imply for the output's loop nest (NHWC-like: channels innermost, then
     columns): lanes and register-tile columns doing useful work, tile size, tile count."""

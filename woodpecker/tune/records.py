@@ -32,8 +32,8 @@ class TuningLog:
         self.records: list[dict] = []
         self._best: dict[str, dict] = {}   # task key -> its fastest valid record (first on ties)
         self.skipped_lines = 0
-        # Models fitted from these records and shared by the searchers that read them (e.g. a
-        # cost model's transfer prior), by their owner's key; they go with the log.
+        # What searchers compute from these records and share within a compile (the records'
+        # feature rows), by their owner's key; it goes with the log.
         self.derived: dict = {}
         if self.path.exists():
             self._read()

@@ -19,8 +19,6 @@ import math
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from woodpecker.config import TEMPLATE_FLOOR
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.target import Target
@@ -28,7 +26,7 @@ from woodpecker.tasks import Task, task_from_key
 from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.build_pool import BuildPool, Built
 from woodpecker.tune.context import TuningContext
-from woodpecker.tune.features import Vectorizer, task_features
+from woodpecker.tune.features import similarity
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import make_searcher
@@ -138,21 +136,19 @@ def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> 
                 r["task"].startswith(f"{task.kind}:"):
             t = best.setdefault(r["task"], {})
             t[r["template"]] = min(c, t.get(r["template"], c))
-    voters, rows = {}, [task_features(task)]
+    voters: dict[str, str] = {}
+    tasks: list[Task] = []
     for k, v in best.items():
         if len(v) == len(templates) > 1:
             try:
-                rows.append(task_features(task_from_key(k)))
+                tasks.append(task_from_key(k))
             except (ValueError, KeyError, TypeError):   # a key of an older task format
                 continue
             voters[k] = min(v, key=v.get)
     if not voters:
         return [1.0] * len(templates)
-    x = Vectorizer().fit(rows).transform(rows)
-    d2 = ((x[1:] - x[0]) ** 2).sum(1)
-    sim = np.exp(-d2 / (2 * max(float(np.median(d2)), 1e-6)))
     votes = {t: 0.0 for t in templates}
-    for w, winner in zip(sim, voters.values()):
+    for w, winner in zip(similarity(task, tasks), voters.values()):
         votes[winner] += float(w)
     floor = TEMPLATE_FLOOR * sum(votes.values())
     return [floor + votes[t] for t in templates]

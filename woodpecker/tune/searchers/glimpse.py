@@ -42,7 +42,7 @@ import numpy as np
 from woodpecker.tasks.space import Config, KnobSpace
 from woodpecker.tune.blueprint import blueprint
 from woodpecker.tune.context import TuningContext
-from woodpecker.tune.features import Features, Vectorizer, task_features
+from woodpecker.tune.features import Features, Vectorizer, similarity
 from woodpecker.tune.searchers.model_based import ModelSearch
 
 
@@ -86,13 +86,9 @@ class GlimpseSearch(ModelSearch):
                     self.space.in_domain(r["config"]):
                 by_task.setdefault(r["task"], []).append(r)
         if by_task:
-            me = task_features(self.ctx.task)
-            vec = Vectorizer().fit([me] + [task_features(self.cache.task(t)) for t in by_task])
-            x = vec.transform([me] + [task_features(self.cache.task(t)) for t in by_task])
-            d2 = ((x[1:] - x[0]) ** 2).sum(1)
-            sigma2 = max(float(np.median(d2)), 1e-6)
             counts = [np.zeros(len(k.values)) for k in knobs]
-            for w, recs in zip(np.exp(-d2 / (2 * sigma2)), by_task.values()):
+            sim = similarity(self.ctx.task, [self.cache.task(t) for t in by_task])
+            for w, recs in zip(sim, by_task.values()):
                 recs = sorted(recs, key=lambda r: r["cost_s"])[: max(1, len(recs) // 10)]
                 for r in recs:
                     for c, k in zip(counts, knobs):
