@@ -197,3 +197,30 @@ def test_similar_tasks_winning_template_gets_the_larger_share_and_goes_first(tmp
                    max_trials=12)
     assert m.calls[0] == templates[1]
     assert m.calls.count(templates[1]) > m.calls.count(templates[0]) >= 1
+
+
+def test_a_task_with_nothing_valid_overruns_its_share_by_one_measurement_only(tmp_path):
+    """A share already spent measures nothing, unless the session's end is later: then the
+    task measures until one candidate is measured (here the first is invalid: k3 = 0 crashes,
+    so exactly one), and a task that already has a valid record measures nothing."""
+    import time
+
+    crash = {"k0": 1, "k1": 1, "k2": 1, "k3": 0}
+    space = KnobSpace(SPACE.knobs, SPACE.constraints, seeds=(crash,))
+    log = TuningLog(tmp_path / "log.jsonl")
+    past, later = time.monotonic() - 1, time.monotonic() + 60
+
+    def run(hard):
+        m = FakeMeasurer()
+        tune_task(FakeTask(), "t", space, searcher("ga", space, 0), m, log, searcher_name="ga",
+                  seed=0, deadline=past, hard_deadline=hard)
+        return m.calls
+
+    assert run(None) == []
+    assert run(past) == []
+    assert run(later) == [KnobSpace.key(crash)]
+    assert log.best("synthetic") is None
+    assert len(run(later)) == 1                  # still nothing valid: one more
+    log.append({"task": "synthetic", "template": "t", "config": dict(crash, k3=3),
+                "cost_s": 1e-3})
+    assert run(later) == []

@@ -5,7 +5,8 @@ Budget split (WPK leaves it open): each task gets the remaining time in proporti
 (its expected run time times the layers that share it) among the tasks left, but never less
 than `MIN_SHARE` of the total work, so a pool or a classifier does not take a convolution's time
 yet still gets a search. Time a task does not use (its search converged, or every config is
-already in the log) goes to the tasks after it.
+already in the log) goes to the tasks after it; a task that has nothing valid when its share
+ends goes on until one candidate is measured (tune/tuner.py), and the tasks after it get less.
 
 New candidates are compiled in parallel, one per core, then timed one by one
 (tune/build_pool.py).
@@ -35,7 +36,7 @@ from woodpecker.tune.build_pool import BuildPool
 from woodpecker.tune.extract import TaskGroup, extract_tasks
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
-from woodpecker.tune.searchers import SEARCHERS
+from woodpecker.tune.searchers import SEARCHERS, prepare
 from woodpecker.tune.tuner import tune_templates
 
 
@@ -80,6 +81,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
         raise WoodpeckerError(f"unknown search {options.search!r}; choose from "
                               f"{', '.join(SEARCHERS)}")
     deadline = deadline or Deadline.after(options.budget_s)
+    prepare(options.search)          # its imports, before the budget is split among tasks
     budget = deadline.left()
     regs = host_vector_registers(target.isa)
     groups = extract_tasks(graph)
@@ -109,7 +111,8 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
             rec = tune_templates(g.task, g.templates, measurer, log, search=options.search,
                                  seed=options.seed + i, vector_registers=regs,
                                  deadline=now + share, max_trials=options.max_trials,
-                                 progress=progress, builder=builder, target=target)
+                                 progress=progress, builder=builder, target=target,
+                                 hard_deadline=end)
             got = f"{rec['gflops']:.1f} GFLOP/s" if rec else "no valid configuration"
             print(f"\rtask {i + 1}/{len(groups)} {g.task.describe()}: best {got}".ljust(100),
                   file=out, flush=True)

@@ -46,19 +46,33 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
               log: TuningLog, *, searcher_name: str, seed: int, deadline: float | None = None,
               max_trials: int | None = None,
               progress: Callable[[dict], None] | None = None,
-              builder: BuildPool | None = None) -> dict | None:
+              builder: BuildPool | None = None,
+              hard_deadline: float | None = None) -> dict | None:
     """Returns the best valid record for the task (from this run or earlier ones). With a
     `builder`, new candidates are compiled in parallel, one per build worker, before they are
     timed (tune/build_pool.py); one that does not build is recorded invalid without being
-    sent to the measurer."""
+    sent to the measurer.
+
+    `deadline` is this template's share; `hard_deadline` (the session's end), when given, lets
+    a task with no valid record yet overrun its share until one candidate is measured: a share
+    shorter than one model fit and build (a small task of a short budget, a template with
+    little weight) otherwise left the task with nothing, to the library. The overrun comes out
+    of the later tasks' shares."""
     known = log.measured(task.key, template)
     trials = 0
     stamp = {"searcher": searcher_name, "seed": seed, "params": searcher.params,
              "versions": versions()}
+    first = log.best(task.key) is None
 
     def out_of_budget() -> bool:
-        return (deadline is not None and time.monotonic() >= deadline) or \
-            (max_trials is not None and trials >= max_trials)
+        if max_trials is not None and trials >= max_trials:
+            return True
+        if deadline is None:
+            return False
+        now = time.monotonic()
+        if now < deadline:
+            return False
+        return not (first and trials == 0 and hard_deadline is not None and now < hard_deadline)
 
     while not out_of_budget():
         configs = searcher.ask()
@@ -159,14 +173,15 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                    deadline: float | None = None, max_trials: int | None = None,
                    progress: Callable[[dict], None] | None = None,
                    builder: BuildPool | None = None,
-                   target: Target | None = None) -> dict | None:
+                   target: Target | None = None,
+                   hard_deadline: float | None = None) -> dict | None:
     """Tune `task` with each template in turn; returns the best record over all of them.
 
     Budget split (WPK leaves it open): the templates go in order of `template_weights` (equal
     without other tasks to learn from: the given order), each getting the remaining time, and
     the remaining `max_trials`, times its weight over the weights of the templates left, so
     what a converged search leaves goes to the next template. Each template's searcher is
-    seeded with `seed`."""
+    seeded with `seed`. `hard_deadline`: see `tune_task`."""
     n0 = len(log.records)
     weights = template_weights(task, templates, log)
     order = sorted(range(len(templates)), key=lambda j: -weights[j])
@@ -182,5 +197,5 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                             vector_registers=vector_registers)
         tune_task(task, template, space, make_searcher(search, ctx), measurer, log,
                   searcher_name=search, seed=seed, deadline=end, max_trials=trials,
-                  progress=progress, builder=builder)
+                  progress=progress, builder=builder, hard_deadline=hard_deadline)
     return log.best(task.key)
