@@ -71,3 +71,21 @@ def test_each_task_keeps_its_fastest_finalist_in_the_plan(tmp_path, capsys):
     shown = [line for line in capsys.readouterr().out.splitlines()
              if "finalists in the plan" in line]
     assert len(shown) == 4 and all(line.endswith(r["chosen"]) for line, r in zip(shown, report))
+
+
+def test_past_its_deadline_only_the_first_finalists_plan_is_built(tmp_path, monkeypatch):
+    from woodpecker.deadline import Deadline
+    from woodpecker.selection import in_plan
+
+    model, log = _two_families_log(tmp_path / "log.jsonl")
+    real = in_plan.choose_in_plan
+    monkeypatch.setattr(in_plan, "choose_in_plan", lambda *a, **kw: real(
+        *a, **dict(kw, deadline=Deadline.after(0))))
+    compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=log, threads=2)
+    report = compiled.plan.meta["in_plan"]
+    assert len(report) == 4
+    for r in report:
+        assert len(r["finalists_ms"]) == 1 and not r["changed"]
+    x = rand(1, 8, 10, 10, seed=9)
+    want = ort_run(model, {"x": x})[0]
+    assert np.max(np.abs(compiled(x) - want)) <= 1e-4 * np.max(np.abs(want))
