@@ -156,3 +156,21 @@ TRANSFER_RECORDS = 1500
 # `ga` plans on resnet18, mobilenet_v2 and shufflenet_v2_x1_0 (0.996x, 0.980x, 0.992x). Numbers:
 # README, "Searchers".
 DEFAULT_SEARCH = "glimpse"
+
+# AGO Eq. (1)'s slope and bias (partition/weights.py): an operator's weight, in measurements of
+# tuning effort, is WEIGHT_SLOPE × Π log(loop extents) + WEIGHT_BIAS. Fitted by least squares
+# (benchmarks/partition_weights.py, results/partition_weights_zen3.json) to 480 (task, template)
+# pairs of the 15-minute `ga` logs of 11 zoo models (Zen 3): the measurements until the best came
+# within 5 % of its final best. The fit is poor — R² -0.06, Spearman 0.12 between Π log s and
+# the effort: here the effort follows the template (median 2 for Winograd, 26 im2col GEMM, 33
+# direct, 100 dense) far more than the loop nest — so the weight is mostly the bias, a count of
+# operators (a 3×3 conv at 56² × 64 → 64 weighs 46, an element-wise op at 56² × 64 27).
+WEIGHT_SLOPE = 0.0698
+WEIGHT_BIAS = 22.2
+
+# AGO Algorithm 1's threshold Td (partition/ago.py): a subgraph of several operators weighs less.
+# AGO gives no value. 150 measurements: the per-task budget of benchmarks/search_compare.py, by
+# which the model-based searchers reached 95 % of the best on 30 of 33 runs — a heavier subgraph
+# would not be tuned to stability in one task's budget. It admits MobileNetV2's whole inverted
+# residual block (1×1 → depthwise → 1×1 at 56² × 24 → 144 → 24 weighs 109), not two.
+PARTITION_THRESHOLD = 150.0

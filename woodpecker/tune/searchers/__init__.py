@@ -36,8 +36,8 @@ SEARCHERS = {
 # the third-party modules each learned searcher imports when built
 REQUIRES = {
     "xgb": ("xgboost",),
-    "ppo": ("torch",),
-    "chameleon": ("xgboost", "sklearn.cluster", "torch"),
+    "ppo": ("torch.nn",),
+    "chameleon": ("xgboost", "sklearn.cluster", "torch.nn"),
     "glimpse": ("xgboost", "sklearn.tree"),
 }
 
