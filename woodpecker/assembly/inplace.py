@@ -12,13 +12,13 @@ import numpy as np
 
 from woodpecker.engines.registry import get_engine
 from woodpecker.ir.graph import Graph, Value
-from woodpecker.ops import separable
+from woodpecker.ops import chain, separable
 from woodpecker.ops.shape import RESHAPES
 from woodpecker.schedule.aliases import VIEW, Alias, slice_code
 
 # Generated kernels reading their activation (input 0) through its strides, and those reading
 # every input so (engines/halide/elementwise.py)
-STRIDED_READERS = frozenset({"Conv", "FusedConv", separable.OP})
+STRIDED_READERS = frozenset({"Conv", "FusedConv", separable.OP, chain.OP})
 STRIDED_ALL_INPUTS = frozenset({"FusedElementwise"})
 
 

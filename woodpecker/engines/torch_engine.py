@@ -19,7 +19,7 @@ from woodpecker.engines.base import BuildContext, Capabilities, Engine, Kernel, 
 from woodpecker.engines.choice import KernelSpec
 from woodpecker.ir.graph import Node
 from woodpecker.ir.pattern import const_inputs
-from woodpecker.ops import separable
+from woodpecker.ops import chain, separable
 from woodpecker.ops.fused import (
     ACTIVATIONS,
     BASE_INPUTS,
@@ -37,7 +37,8 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 
 Builder = Callable[[Node, list], Callable]
 _BUILDERS: dict[str, Builder] = {}
-_COMPUTE = {"Conv", "FusedConv", separable.OP, "Gemm", "FusedGemm", "MatMul", "FusedMatMul",
+_COMPUTE = {"Conv", "FusedConv", separable.OP, chain.OP, "Gemm", "FusedGemm", "MatMul",
+            "FusedMatMul",
             "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Erf", "Sigmoid", "Tanh", "Gelu",
             "HardSigmoid", "HardSwish", "Clip", "Relu", "BatchNormalization", "MaxPool",
             "AveragePool", "GlobalAveragePool", "Softmax", "LayerNormalization", "ReduceMean"}
@@ -229,6 +230,22 @@ def _separable(node: Node, consts: list):
     return lambda x, *residuals: second(first(x), *residuals)
 
 
+@builder(chain.OP)
+def _chain(node: Node, consts: list):
+    """Each conv on the one before's result (ops/chain.py)."""
+    parts = chain.parts(node)
+    m = len(parts)
+    convs = [_conv(p, [consts[0] if i == 0 else None] + consts[1 + 2 * i:3 + 2 * i]
+                   + (consts[1 + 2 * m:] if i == m - 1 else []))
+             for i, p in enumerate(parts)]
+
+    def run(x, *residuals):
+        for f in convs[:-1]:
+            x = f(x)
+        return convs[-1](x, *residuals)
+    return run
+
+
 @builder("Gemm", "FusedGemm")
 def _gemm(node: Node, consts: list):
     torch = _torch()
@@ -416,6 +433,7 @@ def _accept_conv(node: Node) -> bool:
 _ACCEPTS: dict[str, Callable[[Node], bool]] = {
     "Conv": _accept_conv, "FusedConv": _accept_conv,
     separable.OP: lambda n: all(_accept_conv(p) for p in separable.parts(n)),
+    chain.OP: lambda n: all(_accept_conv(p) for p in chain.parts(n)),
     "FusedGemm": _accept_epilogue, "FusedMatMul": _accept_epilogue,
     "MaxPool": _accept_pool, "AveragePool": _accept_pool,
     "Clip": lambda n: const_inputs(n, 1, 2),

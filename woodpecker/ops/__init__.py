@@ -1,6 +1,6 @@
 """Op definitions: importing this package registers every op in `registry.OPS`."""
 
-from woodpecker.ops import conv, elementwise, fused, matmul, norm, pool, separable, shape  # noqa: F401
+from woodpecker.ops import chain, conv, elementwise, fused, matmul, norm, pool, separable, shape  # noqa: F401
 from woodpecker.ops.registry import OPS, OpDef, run_reference
 
 SUPPORTED = sorted(name for name in OPS if not name.startswith("Fused"))

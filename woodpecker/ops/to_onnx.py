@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ir.types import to_onnx_type
-from woodpecker.ops import separable
+from woodpecker.ops import chain, separable
 from woodpecker.ops.fused import BASE_INPUTS, runtime_count, split_operands
 
 
@@ -42,9 +42,9 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
     name = lambda v: "" if v is None else v.name  # noqa: E731
     if node.op == "FusedElementwise":
         return _elementwise_protos(node, fresh, opset)
-    if node.op == separable.OP:
+    if node.op in (separable.OP, chain.OP):
         protos, inits = [], []
-        for part in separable.parts(node):
+        for part in (separable if node.op == separable.OP else chain).parts(node):
             ps, extra = node_protos(part, fresh, opset)
             protos += ps
             inits += extra

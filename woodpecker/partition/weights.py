@@ -12,8 +12,8 @@ and c, b (`config.WEIGHT_SLOPE`, `config.WEIGHT_BIAS`) fitted by least squares t
 effort measured on this machine (benchmarks/partition_weights.py: per task and template of the
 15-minute `ga` logs, the measurements until the best came within 5 % of its final best — AGO's
 "budget to obtain stable performance"). The weight is thus in measurements. A subgraph weighs
-the sum of its operators' weights (AGO's second observation); a `FusedSeparableConv` is its two
-convs.
+the sum of its operators' weights (AGO's second observation); a `FusedSeparableConv` or a
+`FusedConvChain` is its convs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from woodpecker.ir.graph import Node
 CONVS = frozenset({"Conv", "FusedConv"})
 PRODUCTS = frozenset({"MatMul", "FusedMatMul", "Gemm", "FusedGemm"})
 # operators AGO calls complex: a reduction over a weight tensor, what tuning is mostly for
-COMPLEX = CONVS | PRODUCTS | {"FusedSeparableConv"}
+COMPOSITE = frozenset({"FusedSeparableConv", "FusedConvChain"})   # several convs in one node
+COMPLEX = CONVS | PRODUCTS | COMPOSITE
 
 
 def _reduction(node: Node) -> tuple[int, ...]:
@@ -52,8 +53,8 @@ def _reduction(node: Node) -> tuple[int, ...]:
 
 def loop_extents(node: Node) -> tuple[int, ...]:
     """The extents (> 1) of the loops of `node`'s kernel: output dimensions, then reductions."""
-    if node.op == "FusedSeparableConv":
-        raise ValueError("a FusedSeparableConv is two loop nests: weigh its parts")
+    if node.op in COMPOSITE:
+        raise ValueError(f"a {node.op} is several loop nests: weigh its parts")
     out = node.outputs[0].shape or ()
     return tuple(int(s) for s in (*out, *_reduction(node)) if s and s > 1)
 
@@ -65,12 +66,17 @@ def complexity(node: Node) -> float:
 
 
 def op_weight(node: Node, slope: float = WEIGHT_SLOPE, bias: float = WEIGHT_BIAS) -> float:
-    """Eq. (1) for one graph node, in measurements; a separable conv weighs its two parts."""
-    if node.op == "FusedSeparableConv":
-        from woodpecker.ops.separable import parts
-
-        return sum(op_weight(p, slope, bias) for p in parts(node))
+    """Eq. (1) for one graph node, in measurements; a node of several convs weighs its parts."""
+    if node.op in COMPOSITE:
+        return sum(op_weight(p, slope, bias) for p in conv_parts(node))
     return slope * complexity(node) + bias
+
+
+def conv_parts(node: Node) -> list[Node]:
+    """The convs a composite node stands for."""
+    from woodpecker.ops import chain, separable
+
+    return list((separable if node.op == separable.OP else chain).parts(node))
 
 
 def is_complex(node: Node) -> bool:

@@ -9,6 +9,7 @@ from woodpecker.passes.constant_fold import fold_constants
 from woodpecker.passes.dce import eliminate_dead_code
 from woodpecker.passes.expose_epilogues import expose_epilogues
 from woodpecker.passes.fold_batchnorm import fold_batchnorm
+from woodpecker.passes.fuse_chain import fuse_chains
 from woodpecker.passes.fuse_elementwise import fuse_elementwise
 from woodpecker.passes.fuse_epilogue import fuse_epilogues
 from woodpecker.passes.fuse_prologue import fuse_prologues
@@ -31,10 +32,13 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "fuse_elementwise": fuse_elementwise,
     "fuse_prologues": fuse_prologues,
     "split_copied_concats": split_copied_concats,
+    "fuse_chains": fuse_chains,
     "fuse_separable": fuse_separable,
     "dce": eliminate_dead_code,
 }
-DEFAULT = tuple(PASSES)
+# AGO's intensive fusion of conv chains (passes/fuse_chain.py), before the separable pairs.
+AGO = tuple(PASSES)
+DEFAULT = tuple(p for p in AGO if p != "fuse_chains")
 # The memory schedule's pipeline: its identity rewriting (passes/split_concat.py) splits
 # depthwise convs along their input Concats, which a separable conv would hide.
 MEMORY = tuple(p for p in DEFAULT if p != "fuse_separable")

@@ -1,0 +1,74 @@
+"""Conv-chain fusion (AGO's intensive fusion, passes/fuse_chain.py) on random DAGs of 1×1,
+depthwise and 3×3 convs, ReLUs and Adds: the fused graph computes what ONNX Runtime does, no
+chain is left to fuse, and an inverted residual block becomes one node."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from onnx import helper
+
+import woodpecker
+from tests.helpers import make_model, ort_run, rand
+from woodpecker.passes import AGO
+from woodpecker.passes.fuse_chain import fuse_chains
+
+C, HW = 8, 5
+SHAPE = [1, C, HW, HW]
+OPS = ("dw", "pw", "conv", "relu", "add")
+
+
+def _model(steps: list[tuple[str, int, int]]):
+    """Each step (op, a, b) reads value a (and b for an Add) among x and the earlier steps'
+    results; every result no step reads is a graph output."""
+    values, nodes, inits, read = ["x"], [], {}, set()
+    for i, (kind, a, b) in enumerate(steps):
+        x, y = values[a % len(values)], f"v{i}"
+        read.add(x)
+        if kind == "dw":
+            inits[f"w{i}"] = rand(C, 1, 3, 3, seed=i)
+            nodes.append(helper.make_node("Conv", [x, f"w{i}"], [y], pads=[1, 1, 1, 1],
+                                          group=C))
+        elif kind in ("pw", "conv"):
+            k = 1 if kind == "pw" else 3
+            inits[f"w{i}"] = rand(C, C, k, k, seed=i) * (0.4 if k == 1 else 0.15)
+            inits[f"b{i}"] = rand(C, seed=i)
+            nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [y],
+                                          pads=[k // 2] * 4))
+        elif kind == "relu":
+            nodes.append(helper.make_node("Relu", [x], [y]))
+        else:
+            other = values[b % len(values)]
+            read.add(other)
+            nodes.append(helper.make_node("Add", [x, other], [y]))
+        values.append(y)
+    outputs = [(v, SHAPE) for v in values[1:] if v not in read]
+    return make_model(nodes, [("x", SHAPE)], outputs, inits)
+
+
+BLOCK = [("pw", 0, 0), ("relu", 1, 0), ("dw", 2, 0), ("relu", 3, 0), ("pw", 4, 0),
+         ("add", 5, 0)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 50), st.integers(0, 50)),
+                min_size=1, max_size=8))
+@example(BLOCK)
+@example([("conv", 0, 0), ("relu", 1, 0), ("pw", 2, 0), ("pw", 0, 0), ("dw", 4, 0)])
+def test_fusion_keeps_outputs_and_leaves_no_chain(steps):
+    model = _model(steps)
+    fused = woodpecker.compile(model, engines="numpy", threads=1, passes=AGO)
+    x = rand(*SHAPE, seed=7)
+    got, ref = fused.run({"x": x}), ort_run(model, {"x": x})
+    for name, r in zip([o.name for o in model.graph.output], ref):
+        np.testing.assert_allclose(got[name], r, rtol=1e-4, atol=1e-4)
+    assert fuse_chains(fused.graph) == 0
+
+
+def test_an_inverted_residual_block_becomes_one_node():
+    model = _model(BLOCK)
+    fused = woodpecker.compile(model, engines="numpy", threads=1, passes=AGO)
+    (node,) = [n for n in fused.graph.nodes if n.op == "FusedConvChain"]
+    assert len(node.attrs["convs"]) == 3 and len(fused.graph.nodes) == 1
+    assert [s["op"] for s in node.attrs["convs"][-1]["epilogue"]] == ["Add"]

@@ -1,0 +1,60 @@
+"""FusedConvChain: convolutions each reading only the one before, as one node — AGO's
+intensive fusion of complex operators (AGO §III; passes/fuse_chain.py makes them), so that a
+generated kernel can compute the earlier convs a strip of rows at a time, in cache, right where
+the later ones read them (engines/halide/conv_chain.py). MobileNet's inverted residual block is
+the 1×1 expansion, the depthwise conv and the 1×1 projection; its first half is the expansion
+and the depthwise conv.
+
+Inputs: x, then each conv's weights and bias (None where a conv has no bias), then one residual
+per `Add` step of the last conv's epilogue. `attrs["convs"]` holds each conv's own FusedConv
+attributes (geometry, epilogue; the first may have a prologue of no run-time vectors). Library
+engines and the ONNX export run the node as those convs (`parts`).
+"""
+
+from __future__ import annotations
+
+from woodpecker.ir.graph import Node, Value
+from woodpecker.ops.registry import OPS, DataOf, op
+
+OP = "FusedConvChain"
+
+
+def parts(node: Node) -> list[Node]:
+    """The FusedConv nodes `node` stands for, in order; the value between convs i and i + 1 is
+    `node`'s name + f"/{i}", its shape inferred."""
+    convs = node.attrs["convs"]
+    x, y = node.inputs[0], node.outputs[0]
+    residuals = node.inputs[1 + 2 * len(convs):]
+    out: list[Node] = []
+    for i, attrs in enumerate(convs):
+        w, b = node.inputs[1 + 2 * i], node.inputs[2 + 2 * i]
+        last = i == len(convs) - 1
+        ins = [x, w, b] + (list(residuals) if last else [])
+        mid = y if last else Value(f"{node.name}/{i}", None, x.dtype)
+        part = Node("FusedConv", f"{node.name}/c{i}", ins, [mid], dict(attrs))
+        if not last:
+            (shape, dtype), = OPS["FusedConv"].infer(part, lambda v: None)
+            mid.shape, mid.dtype, mid.producer = shape, dtype, part
+        out.append(part)
+        x = mid
+    return out
+
+
+def _infer(node: Node, data_of: DataOf):
+    return OPS["FusedConv"].infer(parts(node)[-1], data_of)
+
+
+def _flops(node: Node) -> int:
+    return sum(OPS[p.op].flops(p) for p in parts(node))
+
+
+@op(OP, _infer, _flops)
+def conv_chain(attrs, x, *rest):
+    convs = attrs["convs"]
+    n = 2 * len(convs)
+    weights, residuals = rest[:n], rest[n:]
+    for i, a in enumerate(convs):
+        last = i == len(convs) - 1
+        x = OPS["FusedConv"].reference(a, x, weights[2 * i], weights[2 * i + 1],
+                                       *(residuals if last else ()))
+    return x
