@@ -83,6 +83,16 @@ def cmd_zoo(args) -> None:
     print(f"exported {args.name} to {out}")
 
 
+def _passes(args) -> tuple[str, ...] | None:
+    """The graph passes `--fusion` asks for (None: the default for the schedule)."""
+    if getattr(args, "fusion", "default") != "ago":
+        return None
+    from woodpecker.passes import AGO, MEMORY
+
+    return AGO if args.schedule != "memory" else tuple(p for p in AGO if p in MEMORY or
+                                                        p == "fuse_chains")
+
+
 def cmd_compile(args) -> None:
     import time
 
@@ -97,7 +107,8 @@ def cmd_compile(args) -> None:
                                force_threads=args.force_threads,
                                tuning_log=args.tuning_log, tune=tune, resume=args.resume,
                                schedule=args.schedule, memory_budget=budget,
-                               library_regions=False if args.no_regions else None)
+                               library_regions=False if args.no_regions else None,
+                               passes=_passes(args))
     digest = model.save(args.output, force=args.force)
     engines = {}
     for e in model.plan.engines:
@@ -368,6 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-regions", action="store_true",
                    help="one ONNX Runtime session per node instead of one per run of "
                         "consecutive ONNX Runtime nodes")
+    c.add_argument("--fusion", choices=["default", "ago"], default="default",
+                   help="ago: also fuse chains of convs within AGO's partition (1x1 -> "
+                        "depthwise -> 1x1, conv -> 1x1) into one generated kernel each")
     tune_opts(c, "the whole compile with --tune (tuning, kernel selection, plan checks)")
     c.set_defaults(fn=cmd_compile)
 

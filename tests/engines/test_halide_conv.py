@@ -10,11 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from woodpecker.tasks.chain import ChainTask
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.separable import SeparableTask
 
 pytest.importorskip("halide")
 from woodpecker.engines.halide import (  # noqa: E402
+    conv_chain,
     conv_depthwise,
     conv_direct,
     conv_gemm,
@@ -102,11 +104,36 @@ GROUPED = [
     ConvTask(1, 48, 6, 6, 48, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 3, True, (),
              prologue=SE_SCALE),
 ]
+
+
+def _after(t: ConvTask, k: int, kh: int = 1, stride: int = 1, groups: int = 1,
+           bias: bool = True, epilogue: tuple = (("Relu",),), pad: int = 0) -> ConvTask:
+    """A conv reading `t`'s output (k output channels; depthwise when groups = k)."""
+    return ConvTask(t.n, t.k, t.out_h, t.out_w, k, kh, kh, (stride, stride), (pad,) * 4,
+                    (1, 1), groups, bias, epilogue)
+
+
+_EXPAND = ConvTask(1, 8, 9, 10, 24, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True,
+                   (("Clip", 0.0, 6.0),))
+# AGO's intensive fusion (conv_chain): MobileNet's whole inverted residual block (residual),
+# its strided expansion half, a 3x3 conv then a 1x1 (a batch of two, no biases), a 5x5 window
+CHAINS = [
+    ChainTask((_EXPAND, _after(_EXPAND, 24, 3, groups=24, pad=1),
+               _after(_after(_EXPAND, 24, 3, groups=24, pad=1), 8, epilogue=(("Add",),)))),
+    ChainTask((_EXPAND, _after(_EXPAND, 24, 3, stride=2, groups=24, pad=1))),
+    ChainTask((ConvTask(2, 8, 7, 6, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, False,
+                        (("Relu",),)),
+               _after(ConvTask(2, 8, 7, 6, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, False,
+                               ()), 12, bias=False, epilogue=()))),
+    ChainTask((_EXPAND, _after(_EXPAND, 24, 5, groups=24, pad=2, bias=False),
+               _after(_after(_EXPAND, 24, 5, groups=24, pad=2), 16, epilogue=()))),
+]
 CASES = [(conv_direct, t) for t in TASKS + GROUPED] + \
     [(conv_depthwise, t) for t in DEPTHWISE] + \
     [(conv_gemm, t) for t in TASKS if conv_gemm.supports(t)] + \
     [(conv_winograd, t) for t in TASKS if conv_winograd.supports(t)] + \
-    [(conv_separable, t) for t in SEPARABLE]
+    [(conv_separable, t) for t in SEPARABLE] + \
+    [(conv_chain, t) for t in CHAINS]
 
 
 @settings(max_examples=30, deadline=None)
@@ -125,6 +152,19 @@ def test_random_valid_config_is_correct(which, seed):
         # output's scale (F(4x4, 3x3) measures 2e-6 to 3e-5 of it).
         assert relative_error(got, ref) <= TOLERANCE, config
     else:
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=str(config))
+    assert task.from_json(task.to_json()) == task
+
+
+@pytest.mark.parametrize("task", CHAINS, ids=lambda t: t.describe())
+def test_chain_seeds_and_random_configs_are_correct(task):
+    space = conv_chain.space(task)
+    assert conv_chain.supports(task) and space.seeds
+    rng = random.Random(1)
+    inputs = task.random_inputs(3)
+    ref = task.reference(inputs)
+    for config in list(space.seeds[:3]) + [space.sample(rng) for _ in range(2)]:
+        got = conv_chain.build(task, config)(*inputs)
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=str(config))
     assert task.from_json(task.to_json()) == task
 

@@ -72,3 +72,28 @@ def test_an_inverted_residual_block_becomes_one_node():
     (node,) = [n for n in fused.graph.nodes if n.op == "FusedConvChain"]
     assert len(node.attrs["convs"]) == 3 and len(fused.graph.nodes) == 1
     assert [s["op"] for s in node.attrs["convs"][-1]["epilogue"]] == ["Add"]
+
+
+def test_a_fused_block_runs_as_one_generated_kernel_and_matches_onnx_runtime(tmp_path):
+    """The whole compile: the chain task is extracted, its seed schedule is in the log, the
+    plan runs it on Halide (no library allowed), and the output matches ONNX Runtime."""
+    import pytest
+
+    pytest.importorskip("halide")
+    from tests.helpers import seed_tuning_log
+    from woodpecker.frontend.onnx_import import import_onnx
+    from woodpecker.passes import optimize
+
+    model = _model(BLOCK)
+    graph = import_onnx(model)
+    optimize(graph, AGO)
+    log = seed_tuning_log(graph, tmp_path / "log.jsonl")
+    compiled = woodpecker.compile(model, engines="halide,numpy", threads=2, passes=AGO,
+                                  tuning_log=str(log.path))
+    (node,) = [n for n in compiled.graph.nodes if n.op != "Transpose"]   # layout conversions
+    assert node.op == "FusedConvChain"
+    assert compiled.plan.choices[node.name].engine == "halide"
+    assert compiled.plan.choices[node.name].kernel.template.endswith("conv_chain")
+    x = rand(*SHAPE, seed=3)
+    want = ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(compiled(x), want, rtol=1e-4, atol=1e-4)

@@ -14,6 +14,7 @@ engines and the ONNX export run the node as those convs (`parts`).
 from __future__ import annotations
 
 from woodpecker.ir.graph import Node, Value
+from woodpecker.ops import window
 from woodpecker.ops.registry import OPS, DataOf, op
 
 OP = "FusedConvChain"
@@ -21,20 +22,24 @@ OP = "FusedConvChain"
 
 def parts(node: Node) -> list[Node]:
     """The FusedConv nodes `node` stands for, in order; the value between convs i and i + 1 is
-    `node`'s name + f"/{i}", its shape inferred."""
+    `node`'s name + f"/{i}", of the conv's output shape in the model's layout (None once a
+    layout pass has given `node`'s input another)."""
     convs = node.attrs["convs"]
     x, y = node.inputs[0], node.outputs[0]
     residuals = node.inputs[1 + 2 * len(convs):]
+    shape = tuple(x.shape) if x.shape is not None and not x.layout else None
     out: list[Node] = []
     for i, attrs in enumerate(convs):
         w, b = node.inputs[1 + 2 * i], node.inputs[2 + 2 * i]
         last = i == len(convs) - 1
         ins = [x, w, b] + (list(residuals) if last else [])
-        mid = y if last else Value(f"{node.name}/{i}", None, x.dtype)
+        if not last and shape is not None:
+            shape = (shape[0], w.shape[0]) + window.out_shape(shape[2:], tuple(w.shape[2:]),
+                                                              attrs)
+        mid = y if last else Value(f"{node.name}/{i}", shape, x.dtype)
         part = Node("FusedConv", f"{node.name}/c{i}", ins, [mid], dict(attrs))
         if not last:
-            (shape, dtype), = OPS["FusedConv"].infer(part, lambda v: None)
-            mid.shape, mid.dtype, mid.producer = shape, dtype, part
+            mid.producer = part
         out.append(part)
         x = mid
     return out

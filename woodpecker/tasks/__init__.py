@@ -96,6 +96,7 @@ def steps_text(steps: tuple[tuple, ...]) -> str:
 
 
 def task_kinds() -> dict[str, type]:
+    from woodpecker.tasks.chain import ChainTask
     from woodpecker.tasks.conv import ConvTask
     from woodpecker.tasks.dense import DenseTask
     from woodpecker.tasks.elementwise import ElementwiseTask
@@ -104,7 +105,7 @@ def task_kinds() -> dict[str, type]:
     from woodpecker.tasks.separable import SeparableTask
 
     return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask, ElementwiseTask,
-                                SeparableTask)}
+                                SeparableTask, ChainTask)}
 
 
 def task_from_node(node: Node) -> Task | None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 
 TEMPLATES = tuple(f"woodpecker.engines.halide.{name}" for name in (
-    "conv_direct", "conv_gemm", "conv_winograd", "conv_depthwise", "conv_separable", "dense",
-    "pool", "rows", "elementwise"))
+    "conv_direct", "conv_gemm", "conv_winograd", "conv_depthwise", "conv_separable",
+    "conv_chain", "dense", "pool", "rows", "elementwise"))
 
 
 def template_module(name: str):

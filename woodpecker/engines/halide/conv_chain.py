@@ -1,0 +1,190 @@
+"""Conv chain (ops/chain.py: convs each reading only the one before) as one kernel, NHWC, each
+conv's epilogue fused — AGO's intensive fusion (AGO §III) for 1×1 → depthwise (→ 1×1) and
+conv → 1×1 chains.
+
+Algorithm: stage i computes conv i on stage i − 1's result (the input for stage 0), zero-padded
+where conv i pads: a dense conv as a reduction over input channels and window into an
+accumulator, a depthwise conv as its window's taps written out; each stage's epilogue applies
+as the next stage reads it (the last's, with the residuals, on the output).
+
+Schedule: the output (the last conv) is tiled like conv_direct's — `vec` lanes × `co_block`
+vectors of channels by `x_block` pixels (a depthwise last stage: `vec` lanes by `x_block`
+pixels), `co_outer` putting channel tiles outside the pixel tiles — in strips of `rows` output
+rows, each strip a parallel task. Each earlier stage i is computed, by its knob `s{i}_at`,
+either per strip (`strip`: just the rows the strip's later stages read — with a window of k
+rows, k − 1 rows more than the strip, recomputed by the neighbouring strip: the price of
+keeping the intermediate in cache, which `rows` trades off) or whole before the output
+(`root`: rows in parallel; separate kernels' memory traffic, less the calls). A stage is
+vectorised over channels by `s{i}_vec` lanes with `s{i}_x` pixels unrolled (a dense stage's
+accumulator tile). Computing a stage inline in its reader — AGO's third place — is not offered:
+every reader here is a conv reading each value k² or C times, so inlining would recompute
+it as often.
+"""
+
+from __future__ import annotations
+
+from woodpecker.engines.halide.aot import AotKernel, halide_module
+from woodpecker.engines.halide.conv_common import (
+    EPILOGUE_OPS,
+    ConvInputs,
+    epilogue_expr,
+    fits_registers,
+    own_shapes,
+)
+from woodpecker.engines.halide.schedule import compiled
+from woodpecker.tasks.chain import ChainTask
+from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.space import Constraint, Knob, KnobSpace
+
+KIND = "convchain"
+
+
+def _depthwise(t: ConvTask) -> bool:
+    return t.groups == t.c == t.k > 1
+
+
+def supports(task: ChainTask) -> bool:
+    convs = task.convs
+    return task.dtype == "float32" and len(convs) >= 2 \
+        and all(c.groups == 1 or _depthwise(c) for c in convs) \
+        and all(s[0] in EPILOGUE_OPS for c in convs for s in c.epilogue) \
+        and all(s[0] != "Add" for c in convs[:-1] for s in c.epilogue) \
+        and not any(c.prologue for c in convs)
+
+
+def _seeds(task: ChainTask) -> tuple[dict, ...]:
+    """Register tiles of 16 or 24 channels by 4-6 pixels, strips of 2 or 4 rows, earlier
+    stages per strip with 16 (or 8) lanes; 8 channels by 4 pixels for narrow outputs; then
+    every earlier stage at the root (what separate kernels would do)."""
+    earlier = range(len(task.convs) - 1)
+    out = []
+    for vec, cb, xb, rows, lanes, at in ((16, 1, 6, 2, 16, "strip"), (8, 2, 6, 2, 16, "strip"),
+                                         (8, 3, 4, 4, 16, "strip"), (8, 2, 4, 4, 8, "strip"),
+                                         (8, 1, 4, 2, 8, "strip"), (16, 1, 6, 1, 16, "root")):
+        seed = {"vec": vec, "co_block": cb, "x_block": xb, "co_outer": False, "rows": rows}
+        for i in earlier:
+            seed.update({f"s{i}_at": at, f"s{i}_vec": lanes, f"s{i}_x": 4})
+        out.append(seed)
+    return tuple(out)
+
+
+def space(task: ChainTask, vector_registers: int = 16) -> KnobSpace:
+    last = task.convs[-1]
+    knobs = [Knob("vec", (4, 8, 16)), Knob("co_block", (1, 2, 3, 4)),
+             Knob("x_block", (1, 2, 3, 4, 5, 6, 7, 8)), Knob("co_outer", (False, True)),
+             Knob("rows", (1, 2, 4, 8, 16))]
+    constraints = [
+        fits_registers(vector_registers, "co_block", 1),
+        Constraint("channel tile within the output channels",
+                   lambda c: c["vec"] * c["co_block"] <= last.k),
+        Constraint("pixel tile within the output row", lambda c: c["x_block"] <= last.out_w),
+        Constraint("strip within the output rows", lambda c: c["rows"] <= last.out_h),
+    ]
+    if _depthwise(last):
+        constraints.append(Constraint("a depthwise output tile is one vector of channels",
+                                      lambda c: c["co_block"] == 1))
+    for i, t in enumerate(task.convs[:-1]):
+        knobs += [Knob(f"s{i}_at", ("strip", "root")), Knob(f"s{i}_vec", (4, 8, 16)),
+                  Knob(f"s{i}_x", (1, 2, 4, 8))]
+        constraints += [
+            Constraint(f"stage {i}'s lanes within its channels",
+                       lambda c, i=i, t=t: c[f"s{i}_vec"] <= t.k),
+            Constraint(f"stage {i}'s pixels within its row",
+                       lambda c, i=i, t=t: c[f"s{i}_x"] <= t.out_w),
+        ]
+    n = len(task.convs) - 1
+    constraints.append(Constraint(
+        "strips of one row when every earlier stage is at the root",
+        lambda c: any(c[f"s{i}_at"] == "strip" for i in range(n)) or
+        (c["rows"] == 1 and not c["co_outer"])))
+    return KnobSpace(knobs, constraints, _seeds(task))
+
+
+views = own_shapes
+
+
+def _stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, last: bool):
+    """Stage Funcs for conv `t` reading Func `inp` (zero-padded as needed): returns (the Func
+    the next stage reads, the accumulator to schedule or None, the RDom vars or ())."""
+    c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
+    (sy, sx), (dy, dx) = t.stride, t.dilation
+    top, left = t.pads[0], t.pads[1]
+    if _depthwise(t):
+        e = io.bias(c)
+        for ky in range(t.kh):
+            for kx in range(t.kw):
+                e = e + io.w[c, 0, kx, ky] * inp[c, x * sx + kx * dx - left,
+                                                  y * sy + ky * dy - top, n]
+        if last:
+            return io.output(e, (c, x, y, n)), None, ()
+        f = hl.Func(name)
+        f[c, x, y, n] = epilogue_expr(hl, e, t.epilogue, [], (c, x, y, n))
+        return f, f, ()
+    r = hl.RDom([(0, t.c), (0, t.kw), (0, t.kh)])
+    acc = hl.Func(name + "_acc")
+    acc[c, x, y, n] = io.bias(c)
+    acc[c, x, y, n] += io.w[c, r.x, r.y, r.z] * inp[r.x, x * sx + r.y * dx - left,
+                                                     y * sy + r.z * dy - top, n]
+    if last:
+        return io.output(acc[c, x, y, n], (c, x, y, n)), acc, (r.x, r.y, r.z)
+    f = hl.Func(name)
+    f[c, x, y, n] = epilogue_expr(hl, acc[c, x, y, n], t.epilogue, [], (c, x, y, n))
+    return f, acc, (r.x, r.y, r.z)
+
+
+def build(task: ChainTask, config: dict, threads: int = 2) -> AotKernel:
+    """Compile `task` with `config`; run(*arrays) takes `ChainTask.random_inputs`' order."""
+    hl = halide_module()
+    convs = task.convs
+    ios = [ConvInputs(hl, t, prefix=f"s{i}") for i, t in enumerate(convs)]
+    params = list(ios[0].params)
+    for io in ios[1:]:
+        params += io.params[1:]
+    inp, stages = ios[0].padded, []
+    for i, (t, io) in enumerate(zip(convs, ios)):
+        last = i == len(convs) - 1
+        f, acc, rvars = _stage(hl, t, io, inp, f"s{i}", last)
+        stages.append((f, acc, rvars))
+        if not last:
+            prev = f
+            inp = hl.BoundaryConditions.constant_exterior(
+                prev, 0.0, [(0, t.k), (0, t.out_w), (0, t.out_h)]) \
+                if any(convs[i + 1].pads) else prev
+    _schedule(hl, task, stages, config)
+    return compiled(__name__, task, config, threads, stages[-1][0], params)
+
+
+def _schedule(hl, task: ChainTask, stages, config: dict) -> None:
+    out, acc, rvars = stages[-1]
+    c, x, y, n = out.args()
+    vec, cb = config["vec"], config["co_block"]
+    tail = hl.TailStrategy.ShiftInwards
+    co, ci, xo, xi, yo, yi = (hl.Var(v) for v in ("co", "ci", "xo", "xi", "yo", "yi"))
+    out.split(c, co, ci, vec * cb, tail).split(x, xo, xi, config["x_block"], tail)
+    out.split(y, yo, yi, config["rows"], tail)
+    out.vectorize(ci, vec).unroll(ci).unroll(xi)
+    if config["co_outer"]:
+        out.reorder(ci, xi, xo, co, yi, yo, n)
+        at = xo
+    else:
+        out.reorder(ci, xi, co, xo, yi, yo, n)
+        at = co
+    out.fuse(yo, n, yo).parallel(yo)
+    if acc is not None:
+        ac, ax = acc.args()[0], acc.args()[1]
+        acc.compute_at(out, at).vectorize(ac, vec).unroll(ac).unroll(ax)
+        acc.update().reorder(ac, ax, *rvars).vectorize(ac, vec).unroll(ac).unroll(ax)
+    for i, (f, facc, frv) in enumerate(stages[:-1]):
+        lanes, px = config[f"s{i}_vec"], config[f"s{i}_x"]
+        sc, sx, sy = f.args()[0], f.args()[1], f.args()[2]
+        if config[f"s{i}_at"] == "root":
+            f.compute_root().parallel(sy)
+        else:
+            f.compute_at(out, yo)
+        dc, dci, dxo, dxi = (hl.Var(v) for v in (f"s{i}c", f"s{i}ci", f"s{i}xo", f"s{i}xi"))
+        f.split(sc, dc, dci, lanes, tail).split(sx, dxo, dxi, px, tail)
+        f.reorder(dci, dxi, dc, dxo, sy, f.args()[3]).vectorize(dci).unroll(dxi)
+        if facc is not None and facc is not f:
+            fc, fx = facc.args()[0], facc.args()[1]
+            facc.compute_at(f, dc).vectorize(fc, lanes).unroll(fx)
+            facc.update().reorder(fc, fx, *frv).vectorize(fc, lanes).unroll(fx)
