@@ -162,19 +162,21 @@ def refused(space: KnobSpace, config: dict) -> dict | None:
 
 
 def run_one(pair, searcher: str, seed: int, log: TuningLog | None, budget: int, memo: Memo,
-            regs: int, target: Target, hidden: bool = False) -> dict:
+            regs: int, target: Target, hidden: bool = False,
+            space: KnobSpace | None = None) -> dict:
     """One searcher's run on one pair. `hidden`: the searcher sees the knobs without the
     template's constraints (the raw Cartesian product, as AutoTVM's spaces are), and a
-    candidate breaking one is measured invalid — where a validity predictor earns its keep."""
+    candidate breaking one is measured invalid — where a validity predictor earns its keep.
+    `space`: the template's space with other seeds (default: the template's own)."""
     task, template = pair["task"], pair["template"]
-    space = template_module(template).space(task, regs)
+    space = space or template_module(template).space(task, regs)
     seen = KnobSpace(space.knobs, [], tuple(space.seeds)) if hidden else space
     ctx = TuningContext(task, template, seen, seed=seed, log=log, target=target,
                         vector_registers=regs)
     t0 = time.perf_counter()
     s = make_searcher(searcher, ctx)
     own = time.perf_counter() - t0
-    costs, walls, wall = [], [], 0.0
+    costs, walls, measured, wall = [], [], [], 0.0
     while len(costs) < budget:
         t0 = time.perf_counter()
         configs = s.ask()[: budget - len(costs)]
@@ -193,8 +195,9 @@ def run_one(pair, searcher: str, seed: int, log: TuningLog | None, budget: int, 
             wall += r["compile_s"] / memo.workers + r["time_s"]
             costs.append(r["cost_s"])
             walls.append(round(wall, 3))
+        measured += configs
     return {"pair": pair["name"], "searcher": searcher, "seed": seed, "costs": costs,
-            "wall_s": walls, "params": s.params}
+            "wall_s": walls, "params": s.params, "configs": measured}
 
 
 def best_so_far(costs: list) -> list[float]:
@@ -346,6 +349,7 @@ def main() -> int:
                                     hidden=scenario == "hidden")
                         r["scenario"] = scenario
                         runs.append(r)
+                        r.pop("configs")
                         with open(done_path, "a") as f:
                             f.write(json.dumps(r) + "\n")
                         b = min((c for c in r["costs"] if c), default=None)

@@ -174,3 +174,9 @@ WEIGHT_BIAS = 22.2
 # would not be tuned to stability in one task's budget. It admits MobileNetV2's whole inverted
 # residual block (1×1 → depthwise → 1×1 at 56² × 24 → 144 → 24 weighs 109), not two.
 PARTITION_THRESHOLD = 150.0
+
+# AGO's reformer (tune/reformer.py): the share of a conv chain's tuning time and trials its
+# parts (mini-subgraphs) get first when the log has nothing for them; the joined chain then
+# starts from their composed schedules. A choice (AGO gives none): enough for the parts'
+# searches to pass their hand seeds, leaving the chain most of its time.
+SPLIT_SHARE = 0.4

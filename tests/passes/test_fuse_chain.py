@@ -97,3 +97,22 @@ def test_a_fused_block_runs_as_one_generated_kernel_and_matches_onnx_runtime(tmp
     x = rand(*SHAPE, seed=3)
     want = ort_run(model, {"x": x})[0]
     np.testing.assert_allclose(compiled(x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_compile_fusion_ago_on_the_command_line(tmp_path, capsys):
+    import json
+
+    import onnx
+
+    from woodpecker.cli import main
+
+    path = tmp_path / "block.onnx"
+    onnx.save(_model(BLOCK), path)
+    plan = tmp_path / "plan"
+    assert main(["compile", str(path), "-o", str(plan), "--engines", "numpy",
+                 "--fusion", "ago"]) == 0
+    meta = json.loads((plan / "plan.json").read_text())
+    assert meta["model"]["passes"]["fuse_chains"] == 1
+    assert main(["compile", str(path), "-o", str(tmp_path / "p2"), "--engines", "numpy"]) == 0
+    assert "fuse_chains" not in json.loads((tmp_path / "p2" / "plan.json").read_text())[
+        "model"]["passes"]

@@ -19,16 +19,18 @@ import math
 import time
 from collections.abc import Callable
 
-from woodpecker.config import TEMPLATE_FLOOR
-from woodpecker.engines.halide.templates import template_module
+from woodpecker.config import SPLIT_SHARE, TEMPLATE_FLOOR
+from woodpecker.engines.halide.templates import template_module, templates_for
 from woodpecker.target import Target
 from woodpecker.tasks import Task, task_from_key
+from woodpecker.tasks.chain import ChainTask
 from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.build_pool import BuildPool, Built
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.features import similarity
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
+from woodpecker.tune.reformer import join_seeds, split
 from woodpecker.tune.searchers import make_searcher
 
 
@@ -168,6 +170,29 @@ def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> 
     return [floor + votes[t] for t in templates]
 
 
+def _split(task: Task, measurer: Measurer, log: TuningLog, *, deadline: float | None,
+           max_trials: int | None, **kw) -> list[dict | None]:
+    """AGO's Split for a conv chain (tune/reformer.py): its parts that have no valid record
+    yet are tuned first, with `SPLIT_SHARE` of the chain's time and trials shared among them;
+    returns the parts' best configs (None where a part has none), which Join composes. Other
+    tasks: []."""
+    if not isinstance(task, ChainTask):
+        return []
+    parts = split(task)
+    todo = [p for p in parts if log.best(p.key) is None]
+    start, n0 = time.monotonic(), len(log.records)
+    for j, part in enumerate(todo):
+        left = len(todo) - j
+        end = None if deadline is None else \
+            time.monotonic() + max(0.0, start + SPLIT_SHARE * (deadline - start)
+                                   - time.monotonic()) / left
+        trials = None if max_trials is None else \
+            max(1, math.ceil((SPLIT_SHARE * max_trials - (len(log.records) - n0)) / left))
+        tune_templates(part, templates_for(part), measurer, log, deadline=end,
+                       max_trials=trials, **kw)
+    return [(log.best(p.key) or {}).get("config") for p in parts]
+
+
 def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                    log: TuningLog, *, search: str, seed: int, vector_registers: int,
                    deadline: float | None = None, max_trials: int | None = None,
@@ -183,6 +208,10 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
     what a converged search leaves goes to the next template. Each template's searcher is
     seeded with `seed`. `hard_deadline`: see `tune_task`."""
     n0 = len(log.records)
+    joined = _split(task, measurer, log, search=search, seed=seed,
+                    vector_registers=vector_registers, deadline=deadline,
+                    max_trials=max_trials, progress=progress, builder=builder, target=target,
+                    hard_deadline=hard_deadline)
     weights = template_weights(task, templates, log)
     order = sorted(range(len(templates)), key=lambda j: -weights[j])
     for n, j in enumerate(order):
@@ -193,6 +222,9 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
         trials = None if max_trials is None else \
             math.ceil((max_trials - (len(log.records) - n0)) * part)
         space = template_module(template).space(task, vector_registers)
+        seeds = join_seeds(task, space, joined) if joined else []
+        if seeds:        # the joined subgraph starts from the parts' composed schedules
+            space = KnobSpace(space.knobs, space.constraints, tuple(seeds) + tuple(space.seeds))
         ctx = TuningContext(task, template, space, seed=seed, log=log, target=target,
                             vector_registers=vector_registers)
         tune_task(task, template, space, make_searcher(search, ctx), measurer, log,

@@ -17,9 +17,9 @@ keeping the intermediate in cache, which `rows` trades off) or whole before the 
 (`root`: rows in parallel; separate kernels' memory traffic, less the calls). A stage is
 vectorised over channels by `s{i}_vec` lanes with `s{i}_x` pixels unrolled; a dense stage
 accumulates `s{i}_cb` vectors × `s{i}_x` pixels in registers over its reduction (with one
-vector, the 1×1 expansion of a 64 → 384 block ran at ~30 GFLOP/s against ~130 alone). Computing a stage inline in its reader — AGO's third place — is not offered:
-every reader here is a conv reading each value k² or C times, so inlining would recompute
-it as often.
+vector, the 1×1 expansion of a 64 → 384 block ran at ~30 GFLOP/s against ~130 alone).
+Computing a stage inline in its reader — AGO's third place — is not offered: every reader here
+is a conv reading each value k² or C times, so inlining would recompute it as often.
 """
 
 from __future__ import annotations

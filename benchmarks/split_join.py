@@ -1,0 +1,132 @@
+"""AGO's reformer, measured (AGO §V): does a fused conv chain tuned from its parts' composed
+schedules (Split, then Join: tune/reformer.py) reach the quality of tuning it from scratch in
+fewer measurements?
+
+For each chosen conv-chain task of a zoo model (passes.AGO) and seed: **scratch** — `glimpse`
+on the chain's template from an empty log, `--budget` measurements; **joined** — each part
+(one conv) tuned with `glimpse` on each of its templates (`--part-budget` measurements per
+part, split among its templates), then `glimpse` on the chain from a space whose first seeds
+are join_seeds' compositions of the parts' best configs. Every distinct configuration is
+measured once and shared through a memo (as benchmarks/search_compare.py), so both runs see the
+same costs. Reported per task: scratch's best; the measurements the joined run needed on the
+chain to come within 5 % of it (and with the parts' measurements added); its best.
+
+    python benchmarks/split_join.py --model mobilenet_v2 --tasks 3 --budget 60 \\
+        --json benchmarks/results/split_join_zen3.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from search_compare import Memo, run_one
+
+from woodpecker import zoo
+from woodpecker.bench.compare import write_json
+from woodpecker.bench.runners import versions
+from woodpecker.engines.halide.runtime import host_vector_registers
+from woodpecker.engines.halide.templates import template_module, templates_for
+from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
+from woodpecker.passes import AGO, optimize
+from woodpecker.target import Target
+from woodpecker.tasks.space import KnobSpace
+from woodpecker.tune.build_pool import BuildPool
+from woodpecker.tune.extract import extract_tasks
+from woodpecker.tune.measure import Measurer
+from woodpecker.tune.reformer import join_seeds, split
+
+CHAIN = "woodpecker.engines.halide.conv_chain"
+REACH = 0.95
+
+
+def chain_tasks(model: str, n: int) -> list:
+    """The model's `n` conv-chain tasks with the most work (FLOPs × nodes)."""
+    g = import_onnx(load_model_proto(str(zoo.export(model))))
+    optimize(g, AGO)
+    groups = [x for x in extract_tasks(g) if x.task.kind == "convchain"]
+    groups.sort(key=lambda x: -x.task.flops * len(x.nodes))
+    return [x.task for x in groups[:n]]
+
+
+def first_within(costs: list, target: float) -> int | None:
+    best = float("inf")
+    for i, c in enumerate(costs):
+        if c:
+            best = min(best, c)
+        if best * REACH <= target:
+            return i + 1
+    return None
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", default="mobilenet_v2")
+    p.add_argument("--tasks", type=int, default=3)
+    p.add_argument("--budget", type=int, default=60, help="measurements on the chain")
+    p.add_argument("--part-budget", type=int, default=20, help="measurements per part")
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--memo", default="benchmarks/results/split_join_memo.jsonl")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default="benchmarks/results/split_join.json")
+    args = p.parse_args()
+    target = Target.parse("cpu", args.threads)
+    regs = host_vector_registers(target.isa)
+    rows = []
+    with Measurer(threads=target.threads, timeout_s=30) as measurer, \
+            BuildPool(2, 60) as pool:
+        memo = Memo(Path(args.memo), measurer, pool, 2)
+        for task in chain_tasks(args.model, args.tasks):
+            pair = {"task": task, "template": CHAIN, "name": task.describe()}
+            for seed in range(args.seeds):
+                scratch = run_one(pair, "glimpse", seed, None, args.budget, memo, regs, target)
+                part_configs, part_meas = [], 0
+                for part in split(task):
+                    best = None
+                    templates = templates_for(part)
+                    for t in templates:
+                        run = run_one({"task": part, "template": t, "name": "part"}, "glimpse",
+                                      seed, None, max(1, args.part_budget // len(templates)),
+                                      memo, regs, target)
+                        part_meas += len(run["costs"])
+                        for c, cfg in zip(run["costs"], run["configs"]):
+                            if c and (best is None or c < best[0]):
+                                best = (c, cfg)
+                    part_configs.append(best[1] if best else None)
+                space = template_module(CHAIN).space(task, regs)
+                seeds = join_seeds(task, space, part_configs)
+                joined_space = KnobSpace(space.knobs, space.constraints,
+                                         tuple(seeds) + tuple(space.seeds))
+                joined = run_one(pair, "glimpse", seed, None, args.budget, memo, regs, target,
+                                 space=joined_space)
+                target_cost = min(c for c in scratch["costs"] if c)
+                reach = first_within(joined["costs"], target_cost)
+                row = {"task": task.describe(), "seed": seed,
+                       "scratch_best_ms": target_cost * 1e3,
+                       "scratch_to_95": first_within(scratch["costs"], target_cost),
+                       "joined_best_ms": min(c for c in joined["costs"] if c) * 1e3,
+                       "joined_to_95": reach, "part_measurements": part_meas,
+                       "composed_seeds": len(seeds),
+                       "best_composed_ms": min((r["cost_s"] for r in memo.get(
+                           task, CHAIN, seeds) if r["cost_s"]), default=0.0) * 1e3}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print(f"{'task':<72} {'scratch':>8} {'→95%':>5} | {'joined':>8} {'→95%':>5} {'+parts':>6}")
+    for r in rows:
+        jt = r["joined_to_95"]
+        print(f"{r['task'][:72]:<72} {r['scratch_best_ms']:>8.4f} {r['scratch_to_95']:>5} | "
+              f"{r['joined_best_ms']:>8.4f} {jt if jt else '-':>5} "
+              f"{(jt + r['part_measurements']) if jt else '-':>6}")
+    t = Target.parse("cpu", args.threads)
+    write_json(args.json, {"machine": {"cpu": t.cpu, "isa": list(t.isa)},
+                           "versions": versions(), "model": args.model,
+                           "budget": args.budget, "part_budget": args.part_budget,
+                           "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""AGO's reformer (tune/reformer.py): a conv chain's parts are tuned first, then the chain
+starts from their composed schedules; compositions are valid chain configurations that carry
+the parts' tiles; a part already in the log is not tuned again."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.engines.test_halide_conv import CHAINS
+from woodpecker.engines.halide import conv_chain
+from woodpecker.engines.halide.templates import template_module, templates_for
+from woodpecker.tasks.space import KnobSpace
+from woodpecker.tune.measure import Measurement
+from woodpecker.tune.records import TuningLog
+from woodpecker.tune.reformer import join_seeds, split
+from woodpecker.tune.tuner import tune_templates
+
+
+class CountingMeasurer:
+    """Every candidate valid, its cost a hash of its config (no compiling)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def measure(self, template, task, config, reference=None):
+        self.calls.append((task.key, KnobSpace.key(config)))
+        return Measurement(1e-3 * (1 + hash(KnobSpace.key(config)) % 97 / 97), None, 0.0)
+
+
+@pytest.mark.parametrize("task", CHAINS, ids=lambda t: t.describe())
+def test_composed_seeds_are_valid_and_carry_the_parts_tiles(task):
+    space = conv_chain.space(task)
+    rng = random.Random(0)
+    parts = [template_module(templates_for(p)[0]).space(p).sample(rng) for p in split(task)]
+    seeds = join_seeds(task, space, parts)
+    assert seeds and all(space.is_valid(s) for s in seeds)
+    assert any(s["s0_at"] == "root" for s in seeds) and any(s["s0_at"] == "strip" for s in seeds)
+    assert join_seeds(task, space, parts[:-1] + [None]) == []
+
+
+def test_parts_are_tuned_first_and_the_chain_starts_from_their_composition(tmp_path):
+    task = CHAINS[0]
+    log = TuningLog(tmp_path / "log.jsonl")
+    m = CountingMeasurer()
+    tune_templates(task, templates_for(task), m, log, search="ga", seed=0,
+                   vector_registers=16, max_trials=40)
+    keys = [k for k, _ in m.calls]
+    parts = [p.key for p in split(task)]
+    first_chain = keys.index(task.key)
+    assert set(keys[:first_chain]) == set(parts)          # every part before the chain
+    assert first_chain <= 0.4 * 40 + len(parts)           # SPLIT_SHARE of the trials
+    composed = join_seeds(task, conv_chain.space(task),
+                          [log.best(p)["config"] for p in parts])
+    assert m.calls[first_chain][1] == KnobSpace.key(composed[0])
+    # the parts are in the log now: a second chain search measures none of them
+    m2 = CountingMeasurer()
+    tune_templates(task, templates_for(task), m2, log, search="ga", seed=1,
+                   vector_registers=16, max_trials=10)
+    assert {k for k, _ in m2.calls} == {task.key}
