@@ -92,3 +92,33 @@ def seed_tuning_log(graph, path):
         log.append({"task": g.task.key, "template": g.templates[0], "config": config,
                     "cost_s": 1e-4, "error": None})
     return log
+
+
+def conv_dag_model(steps: list[tuple[str, int, int]], c: int, hw: int) -> onnx.ModelProto:
+    """A random DAG of convs on (1, c, hw, hw): each step (op, a, b) reads value a (and b for
+    an Add) among x and the earlier steps' results — op "dw" (3x3 depthwise), "pw" (1x1),
+    "conv" (3x3), "relu" or "add"; every result no step reads is a graph output."""
+    shape = [1, c, hw, hw]
+    values, nodes, inits, read = ["x"], [], {}, set()
+    for i, (kind, a, b) in enumerate(steps):
+        x, y = values[a % len(values)], f"v{i}"
+        read.add(x)
+        if kind == "dw":
+            inits[f"w{i}"] = rand(c, 1, 3, 3, seed=i)
+            nodes.append(helper.make_node("Conv", [x, f"w{i}"], [y], pads=[1, 1, 1, 1],
+                                          group=c))
+        elif kind in ("pw", "conv"):
+            k = 1 if kind == "pw" else 3
+            inits[f"w{i}"] = rand(c, c, k, k, seed=i) * (0.4 if k == 1 else 0.15)
+            inits[f"b{i}"] = rand(c, seed=i)
+            nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [y],
+                                          pads=[k // 2] * 4))
+        elif kind == "relu":
+            nodes.append(helper.make_node("Relu", [x], [y]))
+        else:
+            other = values[b % len(values)]
+            read.add(other)
+            nodes.append(helper.make_node("Add", [x, other], [y]))
+        values.append(y)
+    outputs = [(v, shape) for v in values[1:] if v not in read]
+    return make_model(nodes, [("x", shape)], outputs, inits)

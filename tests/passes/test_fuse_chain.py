@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from onnx import helper
 
 import woodpecker
-from tests.helpers import make_model, ort_run, rand
+from tests.helpers import conv_dag_model, ort_run, rand
 from woodpecker.passes import AGO
 from woodpecker.passes.fuse_chain import fuse_chains
 
@@ -20,31 +19,7 @@ OPS = ("dw", "pw", "conv", "relu", "add")
 
 
 def _model(steps: list[tuple[str, int, int]]):
-    """Each step (op, a, b) reads value a (and b for an Add) among x and the earlier steps'
-    results; every result no step reads is a graph output."""
-    values, nodes, inits, read = ["x"], [], {}, set()
-    for i, (kind, a, b) in enumerate(steps):
-        x, y = values[a % len(values)], f"v{i}"
-        read.add(x)
-        if kind == "dw":
-            inits[f"w{i}"] = rand(C, 1, 3, 3, seed=i)
-            nodes.append(helper.make_node("Conv", [x, f"w{i}"], [y], pads=[1, 1, 1, 1],
-                                          group=C))
-        elif kind in ("pw", "conv"):
-            k = 1 if kind == "pw" else 3
-            inits[f"w{i}"] = rand(C, C, k, k, seed=i) * (0.4 if k == 1 else 0.15)
-            inits[f"b{i}"] = rand(C, seed=i)
-            nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [y],
-                                          pads=[k // 2] * 4))
-        elif kind == "relu":
-            nodes.append(helper.make_node("Relu", [x], [y]))
-        else:
-            other = values[b % len(values)]
-            read.add(other)
-            nodes.append(helper.make_node("Add", [x, other], [y]))
-        values.append(y)
-    outputs = [(v, SHAPE) for v in values[1:] if v not in read]
-    return make_model(nodes, [("x", SHAPE)], outputs, inits)
+    return conv_dag_model(steps, C, HW)
 
 
 BLOCK = [("pw", 0, 0), ("relu", 1, 0), ("dw", 2, 0), ("relu", 3, 0), ("pw", 4, 0),
