@@ -83,20 +83,11 @@ def cmd_zoo(args) -> None:
     print(f"exported {args.name} to {out}")
 
 
-def _passes(args) -> tuple[str, ...] | None:
-    """The graph passes `--fusion` asks for (None: the default for the schedule)."""
-    if getattr(args, "fusion", "default") != "ago":
-        return None
-    from woodpecker.passes import AGO, MEMORY
-
-    return AGO if args.schedule != "memory" else tuple(p for p in AGO if p in MEMORY or
-                                                        p == "fuse_chains")
-
-
 def cmd_compile(args) -> None:
     import time
 
     import woodpecker
+    from woodpecker.passes import pipeline
     from woodpecker.schedule.memory import format_bytes, parse_bytes
 
     t0 = time.perf_counter()
@@ -108,7 +99,7 @@ def cmd_compile(args) -> None:
                                tuning_log=args.tuning_log, tune=tune, resume=args.resume,
                                schedule=args.schedule, memory_budget=budget,
                                library_regions=False if args.no_regions else None,
-                               passes=_passes(args))
+                               passes=pipeline(args.fusion, args.schedule))
     digest = model.save(args.output, force=args.force)
     engines = {}
     for e in model.plan.engines:
@@ -244,7 +235,7 @@ def _inspect_memory(args) -> None:
     """Memory of the file's order, Kahn's, the DP's and DP + rewriting (schedule/report.py)."""
     from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
     from woodpecker.passes import MEMORY, optimize
-    from woodpecker.schedule.report import format_report, memory_report, plot_report
+    from woodpecker.schedule.report import show_report
 
     if _is_plan(args.model):
         import woodpecker
@@ -258,14 +249,7 @@ def _inspect_memory(args) -> None:
     else:
         graph = import_onnx(load_model_proto(args.model), _shapes(args.input_shape))
         optimize(graph, MEMORY)
-    doc = memory_report(graph)
-    print(format_report(doc))
-    plot = args.plot or f"{Path(args.model).name.removesuffix('.onnx')}_memory.png"
-    plot_report(doc, plot, f"{Path(args.model).name}: activation memory per order")
-    print(f"wrote {plot}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=1))
-        print(f"wrote {args.json}")
+    show_report(graph, Path(args.model).name, args.plot, args.json)
 
 
 def cmd_tune(args) -> None:

@@ -47,3 +47,12 @@ MEMORY = tuple(p for p in DEFAULT if p != "fuse_separable")
 def optimize(graph: Graph, passes: tuple[str, ...] = DEFAULT) -> dict[str, int]:
     """Run `passes` in order; returns how many rewrites each made."""
     return {name: PASSES[name](graph) for name in passes}
+
+
+def pipeline(fusion: str = "default", schedule: str = "file") -> tuple[str, ...] | None:
+    """The passes `compile --fusion F --schedule S` runs: None for the default (the compiler's
+    DEFAULT, or MEMORY for the memory schedule); with `ago`, those and fuse_chains."""
+    if fusion != "ago":
+        return None
+    base = MEMORY if schedule == "memory" else DEFAULT
+    return tuple(p for p in AGO if p in base or p == "fuse_chains")

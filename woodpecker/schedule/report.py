@@ -87,3 +87,20 @@ def plot_report(doc: dict, path: "str | os.PathLike", title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def show_report(graph: Graph, name: str, plot: str | None, json_path: str | None) -> dict:
+    """`inspect --memory`'s output: the table printed, the plot (default: <name>_memory.png)
+    and, with `json_path`, the report as JSON written; returns the report."""
+    import json
+    from pathlib import Path
+
+    doc = memory_report(graph)
+    print(format_report(doc))
+    plot = plot or f"{name.removesuffix('.onnx')}_memory.png"
+    plot_report(doc, plot, f"{name}: activation memory per order")
+    print(f"wrote {plot}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(doc, indent=1))
+        print(f"wrote {json_path}")
+    return doc
