@@ -11,6 +11,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
+import woodpecker
 from tests.helpers import conv_bn_relu_residual
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.partition.ago import (
@@ -106,3 +107,28 @@ def test_weights_follow_eq_1_on_a_real_graph():
     stats = partition_stats(p)
     assert stats.subgraphs <= one.subgraphs
     assert stats.mean_weight * stats.subgraphs == pytest.approx(one.mean_weight * one.subgraphs)
+
+
+def test_inspect_shows_the_partition(tmp_path, capsys):
+    import json
+
+    import onnx
+
+    from tests.helpers import conv_dag_model
+    from woodpecker.cli import main
+
+    steps = [("pw", 0, 0), ("relu", 1, 0), ("dw", 2, 0), ("pw", 3, 0), ("add", 4, 0),
+             ("conv", 5, 0), ("pw", 0, 0), ("add", 6, 7)]
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_dag_model(steps, 8, 5), path)
+    plan = tmp_path / "plan"
+    assert main(["compile", str(path), "-o", str(plan), "--engines", "numpy"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(plan), "--partition", "--runs", "1", "--json",
+                 str(tmp_path / "p.json"), "--plot", str(tmp_path / "p.png")]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "p.json").read_text())
+    names = [n for s in doc["subgraphs"] for n in s["nodes"]]
+    assert sorted(names) == sorted(n.name for n in woodpecker.load(plan).graph.nodes)
+    assert f"{len(doc['subgraphs'])} subgraphs" in out and "numpy" in out
+    assert (tmp_path / "p.png").stat().st_size > 0

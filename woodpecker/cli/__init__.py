@@ -1,73 +1,22 @@
-"""The `woodpecker` command. Errors a user can cause print one line and exit 1."""
+"""The `woodpecker` command. Errors a user can cause print one line and exit 1.
+
+One module per larger command (`inspect.py`); shared helpers in `common.py`."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from woodpecker.cli.common import _load_or_compile, _reference_onnx, _shapes
+from woodpecker.cli.inspect import cmd_inspect
 from woodpecker.config import CANDIDATE_TIMEOUT_S, DEFAULT_SEARCH
-from woodpecker.engines import names
 from woodpecker.errors import WoodpeckerError
 from woodpecker.files import distinct_stems, read_npy
 from woodpecker.options import SEARCHES
-
-
-def _shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
-    from woodpecker.ir.types import parse_shape
-
-    out = {}
-    for item in items or []:
-        name, sep, text = item.rpartition("=")
-        if not sep or not name:
-            raise WoodpeckerError(f"--input-shape {item!r}: expected NAME=1x3x224x224")
-        try:
-            out[name] = parse_shape(text)
-        except ValueError as e:
-            raise WoodpeckerError(f"--input-shape: {e}") from None
-    return out
-
-
-def _is_plan(path: str) -> bool:
-    return Path(path).is_dir()
-
-
-def _load_or_compile(args):
-    import woodpecker
-
-    if _is_plan(args.model):
-        return woodpecker.load(args.model, digest=getattr(args, "digest", None))
-    return woodpecker.compile(args.model, engines=getattr(args, "engines", None),
-                              input_shapes=_shapes(getattr(args, "input_shape", None)),
-                              threads=getattr(args, "threads", None),
-                              force_threads=getattr(args, "force_threads", False))
-
-
-def _reference_onnx(model, given: str | None, source: str) -> bytes:
-    """The ONNX model a plan was compiled from: given (checked to be an ONNX model), the
-    source file, or re-exported zoo."""
-    if given:
-        from woodpecker.frontend.onnx_import import load_model_proto
-
-        load_model_proto(given)
-        return Path(given).read_bytes()
-    if not _is_plan(source):
-        return Path(source).read_bytes()
-    meta = model.plan.meta.get("metadata", {})
-    if "woodpecker.zoo" in meta:
-        import hashlib
-
-        from woodpecker import zoo
-
-        data = zoo.export(meta["woodpecker.zoo"], seed=int(meta.get("woodpecker.zoo.seed", 0)))
-        data = Path(data).read_bytes()
-        if hashlib.sha256(data).hexdigest() == model.plan.meta.get("source_sha256"):
-            return data
-    raise WoodpeckerError("cannot find the ONNX model this plan came from; pass --onnx FILE")
 
 
 def cmd_zoo(args) -> None:
@@ -154,102 +103,6 @@ def cmd_bench(args) -> None:
     print(format_table(result))
     if args.json:
         print(f"wrote {write_json(args.json, result)}")
-
-
-def _fastest_first(ms: dict[str, float]) -> str:
-    """"name ms, …" for `inspect`, fastest first."""
-    return ", ".join(f"{name} {t:.3f}" for name, t in sorted(ms.items(), key=lambda kv: kv[1]))
-
-
-def cmd_inspect(args) -> None:
-    from woodpecker.bench.compare import random_feeds
-
-    if args.memory:
-        return _inspect_memory(args)
-    model = _load_or_compile(args)
-    rows = model.node_table()
-    steps = model.steps
-    ms = model.profile(random_feeds(model), args.runs) if args.runs > 0 else [0.0] * len(steps)
-    selection = {r["node"]: r for r in model.plan.meta.get("selection", [])}
-    in_plan = {name: r for r in model.plan.meta.get("in_plan", []) for name in r["nodes"]}
-    total = sum(r["flops"] for r in rows) or 1
-    total_ms = sum(ms) or 1.0
-    if _is_plan(args.model):
-        from woodpecker.runtime.plan import plan_digest
-
-        print(f"plan {args.model}, digest {plan_digest(args.model)}")
-    print(f"{'#':>3} {'node':<36} {'op':<18} {'engine':<12} {'output':<16} {'MFLOPs':>9} "
-          f"{'ms':>7}")
-    by_engine: dict[str, list[float]] = {}
-    for k, (step, t) in enumerate(zip(steps, ms)):
-        if len(step) > 1:
-            print(f"    region {k}: {len(step)} nodes in one {rows[step[0]]['engine']} session, "
-                  f"{t:.3f} ms")
-        acc = by_engine.setdefault(rows[step[0]]["engine"], [0, 0.0])
-        acc[1] += t
-        for i in step:
-            r = rows[i]
-            r["step"] = k
-            acc[0] += r["flops"]
-            if len(step) == 1:
-                r["ms"] = t
-            op = "+".join(r["program"]) if r["program"] else \
-                "+".join(r["prologue"] + [r["op"]] + r["epilogue"])
-            out = "x".join(map(str, r["outputs"][0]))
-            shown = f"{t:>7.3f}" if len(step) == 1 else f"{'(r' + str(k) + ')':>7}"
-            print(f"{i:>3} {r['name'][:36]:<36} {op[:18]:<18} {r['engine']:<12} {out[:16]:<16} "
-                  f"{r['flops'] / 1e6:>9.2f} {shown}")
-            if r["why"] and r["why"] != "library preference":
-                print(f"{'':>4} chosen by: {r['why']}")
-            sel = selection.get(r["name"])
-            if sel:
-                r["selection"] = sel
-                print(f"{'':>4} candidates (ms, conversions included): "
-                      f"{_fastest_first(sel['total_ms'])} -> {sel['winner']}")
-            fin = in_plan.get(r["name"])
-            if fin and r["engine"] == names.HALIDE:
-                r["in_plan"] = fin
-                print(f"{'':>4} finalists in the plan (ms, summed over {len(fin['nodes'])} "
-                      f"node(s)): {_fastest_first(fin['finalists_ms'])} -> {fin['chosen']}")
-    gen = by_engine.get(names.HALIDE, [0, 0.0])
-    doc = {"model": model.graph.name, "nodes": rows, "total_flops": total,
-           "flops_share": {e: f / total for e, (f, _) in by_engine.items()},
-           "time_share": {e: t / total_ms for e, (_, t) in by_engine.items()},
-           "profiled_ms": sum(ms), "steps": len(steps),
-           "generated_flops_share": gen[0] / total,
-           "generated_time_share": gen[1] / total_ms,
-           "layout_conversions": model.plan.meta.get("layout_conversions", 0)}
-    print(f"total {total / 1e9:.3f} GFLOPs, {sum(ms):.2f} ms per run (sum of {len(steps)} "
-          "steps); FLOPs: " +
-          ", ".join(f"{e} {v:.1%}" for e, v in doc["flops_share"].items()) + "; time: " +
-          ", ".join(f"{e} {v:.1%}" for e, v in doc["time_share"].items()))
-    print(f"generated kernels: {doc['generated_flops_share']:.1%} of FLOPs, "
-          f"{doc['generated_time_share']:.1%} of runtime; "
-          f"{doc['layout_conversions']} layout conversion(s)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=1))
-        print(f"wrote {args.json}")
-
-
-def _inspect_memory(args) -> None:
-    """Memory of the file's order, Kahn's, the DP's and DP + rewriting (schedule/report.py)."""
-    from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
-    from woodpecker.passes import MEMORY, optimize
-    from woodpecker.schedule.report import show_report
-
-    if _is_plan(args.model):
-        import woodpecker
-
-        model = woodpecker.load(args.model)
-        if model.plan.meta.get("schedule", {}).get("kind", "file") == "file":
-            graph = model.graph
-        else:   # the plan is reordered: start again from the model file
-            graph = import_onnx(load_model_proto(_reference_onnx(model, args.onnx, args.model)))
-            optimize(graph, MEMORY)
-    else:
-        graph = import_onnx(load_model_proto(args.model), _shapes(args.input_shape))
-        optimize(graph, MEMORY)
-    show_report(graph, Path(args.model).name, args.plot, args.json)
 
 
 def cmd_tune(args) -> None:
@@ -402,7 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--memory", action="store_true",
                    help="peak activation memory and arena size of the file's, Kahn's, the DP's "
                         "and the DP + rewriting order, with a plot")
-    i.add_argument("--plot", help="with --memory: the PNG to write (default MODEL_memory.png)")
+    i.add_argument("--partition", action="store_true",
+                   help="AGO's partition: subgraphs, operators, weight, kernels, time, a plot")
+    i.add_argument("--plot", help="with --memory or --partition: the PNG to write (default "
+                                  "MODEL_memory.png, MODEL_partition.png)")
     i.add_argument("--onnx", help="the ONNX model a plan came from (default: found)")
     model_opts(i)
     i.set_defaults(fn=cmd_inspect)
