@@ -72,6 +72,9 @@ def test_a_fused_block_runs_as_one_generated_kernel_and_matches_onnx_runtime(tmp
     x = rand(*SHAPE, seed=3)
     want = ort_run(model, {"x": x})[0]
     np.testing.assert_allclose(compiled(x), want, rtol=1e-4, atol=1e-4)
+    # the chain's parts keep their shapes in the NHWC plan: FLOPs, shares, inspect
+    assert compiled.generated_flops_share() > 0.99
+    assert sum(r["flops"] for r in compiled.node_table()) > 0
 
 
 def test_compile_fusion_ago_on_the_command_line(tmp_path, capsys):

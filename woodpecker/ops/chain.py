@@ -22,12 +22,14 @@ OP = "FusedConvChain"
 
 def parts(node: Node) -> list[Node]:
     """The FusedConv nodes `node` stands for, in order; the value between convs i and i + 1 is
-    `node`'s name + f"/{i}", of the conv's output shape in the model's layout (None once a
-    layout pass has given `node`'s input another)."""
+    `node`'s name + f"/{i}", of the conv's output shape, in the layout of `node`'s input (the
+    model's, or NHWC after the layout pass; None in another)."""
     convs = node.attrs["convs"]
     x, y = node.inputs[0], node.outputs[0]
     residuals = node.inputs[1 + 2 * len(convs):]
-    shape = tuple(x.shape) if x.shape is not None and not x.layout else None
+    nhwc = x.layout == "NHWC"          # the layout pass gave the chain NHWC values
+    shape = None if x.shape is None or x.layout not in ("", "NHWC") else \
+        (tuple(x.shape[i] for i in (0, 3, 1, 2)) if nhwc else tuple(x.shape))
     out: list[Node] = []
     for i, attrs in enumerate(convs):
         w, b = node.inputs[1 + 2 * i], node.inputs[2 + 2 * i]
@@ -36,7 +38,9 @@ def parts(node: Node) -> list[Node]:
         if not last and shape is not None:
             shape = (shape[0], w.shape[0]) + window.out_shape(shape[2:], tuple(w.shape[2:]),
                                                               attrs)
-        mid = y if last else Value(f"{node.name}/{i}", shape, x.dtype)
+        held = None if shape is None else \
+            (tuple(shape[i] for i in (0, 2, 3, 1)) if nhwc else shape)
+        mid = y if last else Value(f"{node.name}/{i}", held, x.dtype, x.layout)
         part = Node("FusedConv", f"{node.name}/c{i}", ins, [mid], dict(attrs))
         if not last:
             mid.producer = part
