@@ -26,7 +26,7 @@ import numpy as np
 from woodpecker import zoo
 from woodpecker.bench.compare import write_json
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
-from woodpecker.partition.weights import COMPOSITE, complexity, conv_parts
+from woodpecker.partition.weights import COMPOSITE, complexity, composite_parts
 from woodpecker.passes import DEFAULT, optimize
 from woodpecker.target import Target
 from woodpecker.tune.extract import extract_tasks
@@ -58,7 +58,7 @@ def efforts(log: Path) -> dict[tuple[str, str], tuple[int, int]]:
 def node_terms(node) -> tuple[float, int]:
     """(Σ Π log s over the node's loop nests, how many operators)."""
     if node.op in COMPOSITE:
-        parts = conv_parts(node)
+        parts = composite_parts(node)
         return sum(complexity(p) for p in parts), len(parts)
     return complexity(node), 1
 

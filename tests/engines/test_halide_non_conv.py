@@ -1,5 +1,6 @@
-"""Every valid configuration of the dense, pool, rows (softmax, layernorm) and element-wise
-templates computes the reference result (any knob setting may be slow, none may be wrong)."""
+"""Every valid configuration of the dense, pool, rows (softmax, layernorm), element-wise and
+attention templates computes the reference result (any knob setting may be slow, none may be
+wrong)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from woodpecker.tasks.attention import AttentionTask
 from woodpecker.tasks.dense import DenseTask
 from woodpecker.tasks.elementwise import ElementwiseTask
 from woodpecker.tasks.pool import PoolTask
 from woodpecker.tasks.rows import RowTask
 
 pytest.importorskip("halide")
-from woodpecker.engines.halide import dense, elementwise, pool, rows  # noqa: E402
+from woodpecker.engines.halide import attention, dense, elementwise, pool, rows  # noqa: E402
 from woodpecker.engines.halide.templates import kernel_arguments, templates_for  # noqa: E402
 
 DENSE = [
@@ -62,11 +64,23 @@ ELEMENTWISE = [
         ("Sigmoid", (("step", 2),), ()), ("Tanh", (("step", 3),), ()),
         ("Clip", (("step", 4), None, ("const", 0)), ()))),
 ]
+ATTENTION = [
+    # 2 heads of 8 split from a packed (11, 1, 3·16) projection; 11 rows: tails everywhere
+    AttentionTask(2, 11, 11, 8, 8, (528,) * 3, ((0, 8, 48, 1), (16, 8, 48, 1), (32, 8, 48, 1)),
+                  (("Mul", 0.35),), ("bmn",), True),
+    # cross attention, 7 keys given as Kᵀ (consecutive keys adjacent), a mask over the keys
+    AttentionTask(3, 5, 7, 4, 12, (60, 84, 252), ((0, 20, 4, 1), (0, 28, 1, 7), (0, 84, 12, 1)),
+                  (("Mul", 0.5),), ("n",), False),
+    # one slice, the mask added before the scale, one mask over rows and keys
+    AttentionTask(1, 20, 16, 16, 8, (320, 256, 128), ((0, 0, 16, 1), (0, 0, 16, 1),
+                                                      (0, 0, 8, 1)),
+                  (("Add",), ("Mul", 0.25)), ("mn",), False),
+]
 CASES = [(dense, t) for t in DENSE] + [(pool, t) for t in POOL] + [(rows, t) for t in ROWS] \
-    + [(elementwise, t) for t in ELEMENTWISE]
+    + [(elementwise, t) for t in ELEMENTWISE] + [(attention, t) for t in ATTENTION]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.sampled_from(range(len(CASES))), st.integers(0, 2**16))
 def test_random_valid_config_is_correct(which, seed):
     template, task = CASES[which]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ops import window
-from woodpecker.ops.registry import OPS, DataOf, op
+from woodpecker.ops.registry import OPS, DataOf, composite, op
 
 OP = "FusedConvChain"
 
@@ -67,3 +67,6 @@ def conv_chain(attrs, x, *rest):
         x = OPS["FusedConv"].reference(a, x, weights[2 * i], weights[2 * i + 1],
                                        *(residuals if last else ()))
     return x
+
+
+composite(OP, parts)

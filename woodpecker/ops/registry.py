@@ -32,6 +32,9 @@ class OpDef:
 
 
 OPS: dict[str, OpDef] = {}
+# Composite ops: one node standing for several ops' work (a fused kernel's unit), each with
+# the nodes it stands for, which library engines, the ONNX export and operator weights use.
+PARTS: dict[str, Callable[[Node], "list[Node] | tuple[Node, ...]"]] = {}
 
 
 def _no_flops(node: Node) -> int:
@@ -53,6 +56,11 @@ def op(name: str, infer: Infer, flops: Callable[[Node], int] = _no_flops,
         return reference
 
     return register
+
+
+def composite(name: str, parts: Callable[[Node], "list[Node] | tuple[Node, ...]"]) -> None:
+    """Register op `name` as standing for the nodes `parts(node)` returns."""
+    PARTS[name] = parts
 
 
 def run_reference(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:

@@ -12,7 +12,7 @@ depthwise prologue); library engines and the ONNX export run the node as those t
 from __future__ import annotations
 
 from woodpecker.ir.graph import Node, Value
-from woodpecker.ops.registry import OPS, DataOf, op
+from woodpecker.ops.registry import OPS, DataOf, composite, op
 
 OP = "FusedSeparableConv"
 
@@ -45,3 +45,6 @@ def _flops(node: Node) -> int:
 def separable_conv(attrs, x, wd, bd, wp, bp, *residuals):
     mid = OPS["FusedConv"].reference(attrs["depthwise"], x, wd, bd)
     return OPS["FusedConv"].reference(attrs["pointwise"], mid, wp, bp, *residuals)
+
+
+composite(OP, parts)

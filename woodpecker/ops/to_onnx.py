@@ -13,10 +13,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+import woodpecker.ops  # noqa: F401 - registers every op, the composite ones' parts included
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ir.types import to_onnx_type
-from woodpecker.ops import chain, separable
 from woodpecker.ops.fused import BASE_INPUTS, runtime_count, split_operands
+from woodpecker.ops.registry import PARTS
 
 
 def _attrs(op: str, attrs: dict, opset: int) -> dict:
@@ -42,12 +43,14 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
     name = lambda v: "" if v is None else v.name  # noqa: E731
     if node.op == "FusedElementwise":
         return _elementwise_protos(node, fresh, opset)
-    if node.op in (separable.OP, chain.OP):
+    if node.op in PARTS:
         protos, inits = [], []
-        for part in (separable if node.op == separable.OP else chain).parts(node):
+        for part in PARTS[node.op](node):
             ps, extra = node_protos(part, fresh, opset)
             protos += ps
             inits += extra
+            inits += [numpy_helper.from_array(np.asarray(v.data), v.name) for v in part.inputs
+                      if v is not None and v.data is not None and v not in node.inputs]
         return protos, inits
     if node.op == "Gelu" and opset < GELU_OPSET:
         return _gelu_protos(node.inputs[0].name, node.outputs[0].name, node.outputs[0].dtype,

@@ -13,7 +13,7 @@ effort measured on this machine (benchmarks/partition_weights.py: per task and t
 15-minute `ga` logs, the measurements until the best came within 5 % of its final best — AGO's
 "budget to obtain stable performance"). The weight is thus in measurements. A subgraph weighs
 the sum of its operators' weights (AGO's second observation); a `FusedSeparableConv` or a
-`FusedConvChain` is its convs.
+`FusedConvChain` is its convs, a `FusedAttention` its products and softmax.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from woodpecker.ir.graph import Node
 CONVS = frozenset({"Conv", "FusedConv"})
 PRODUCTS = frozenset({"MatMul", "FusedMatMul", "Gemm", "FusedGemm"})
 # operators AGO calls complex: a reduction over a weight tensor, what tuning is mostly for
-COMPOSITE = frozenset({"FusedSeparableConv", "FusedConvChain"})   # several convs in one node
+# several complex ops in one node (ops.registry.PARTS: a conv chain, attention)
+COMPOSITE = frozenset({"FusedSeparableConv", "FusedConvChain", "FusedAttention"})
 COMPLEX = CONVS | PRODUCTS | COMPOSITE
 
 
@@ -66,17 +67,18 @@ def complexity(node: Node) -> float:
 
 
 def op_weight(node: Node, slope: float = WEIGHT_SLOPE, bias: float = WEIGHT_BIAS) -> float:
-    """Eq. (1) for one graph node, in measurements; a node of several convs weighs its parts."""
+    """Eq. (1) for one graph node, in measurements; a composite node weighs its parts."""
     if node.op in COMPOSITE:
-        return sum(op_weight(p, slope, bias) for p in conv_parts(node))
+        return sum(op_weight(p, slope, bias) for p in composite_parts(node))
     return slope * complexity(node) + bias
 
 
-def conv_parts(node: Node) -> list[Node]:
-    """The convs a composite node stands for."""
-    from woodpecker.ops import chain, separable
+def composite_parts(node: Node) -> list[Node]:
+    """The nodes a composite node stands for."""
+    import woodpecker.ops  # noqa: F401 - registers the composite ops
+    from woodpecker.ops.registry import PARTS
 
-    return list((separable if node.op == separable.OP else chain).parts(node))
+    return list(PARTS[node.op](node))
 
 
 def is_complex(node: Node) -> bool:

@@ -9,6 +9,7 @@ from woodpecker.passes.constant_fold import fold_constants
 from woodpecker.passes.dce import eliminate_dead_code
 from woodpecker.passes.expose_epilogues import expose_epilogues
 from woodpecker.passes.fold_batchnorm import fold_batchnorm
+from woodpecker.passes.fuse_attention import fuse_attention
 from woodpecker.passes.fuse_chain import fuse_chains
 from woodpecker.passes.fuse_elementwise import fuse_elementwise
 from woodpecker.passes.fuse_epilogue import fuse_epilogues
@@ -33,12 +34,15 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "fuse_prologues": fuse_prologues,
     "split_copied_concats": split_copied_concats,
     "fuse_chains": fuse_chains,
+    "fuse_attention": fuse_attention,
     "fuse_separable": fuse_separable,
     "dce": eliminate_dead_code,
 }
-# AGO's intensive fusion of conv chains (passes/fuse_chain.py), before the separable pairs.
+# AGO's intensive fusion of conv chains (passes/fuse_chain.py, before the separable pairs) and
+# of attention (passes/fuse_attention.py).
+INTENSIVE = ("fuse_chains", "fuse_attention")
 AGO = tuple(PASSES)
-DEFAULT = tuple(p for p in AGO if p != "fuse_chains")
+DEFAULT = tuple(p for p in AGO if p not in INTENSIVE)
 # The memory schedule's pipeline: its identity rewriting (passes/split_concat.py) splits
 # depthwise convs along their input Concats, which a separable conv would hide.
 MEMORY = tuple(p for p in DEFAULT if p != "fuse_separable")
@@ -51,8 +55,8 @@ def optimize(graph: Graph, passes: tuple[str, ...] = DEFAULT) -> dict[str, int]:
 
 def pipeline(fusion: str = "default", schedule: str = "file") -> tuple[str, ...] | None:
     """The passes `compile --fusion F --schedule S` runs: None for the default (the compiler's
-    DEFAULT, or MEMORY for the memory schedule); with `ago`, those and fuse_chains."""
+    DEFAULT, or MEMORY for the memory schedule); with `ago`, those and the INTENSIVE ones."""
     if fusion != "ago":
         return None
     base = MEMORY if schedule == "memory" else DEFAULT
-    return tuple(p for p in AGO if p in base or p == "fuse_chains")
+    return tuple(p for p in AGO if p in base or p in INTENSIVE)

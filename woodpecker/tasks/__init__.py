@@ -67,9 +67,14 @@ _PARAMS = {"Clip": (("min", None), ("max", None)), "Mul": (("scale", None),),
 
 def epilogue_steps(node: Node) -> tuple[tuple, ...]:
     """A fused node's epilogue as hashable (op, *params) steps; "Add" reads a residual."""
+    return steps_of(node.attrs.get("epilogue", []))
+
+
+def steps_of(epilogue: list[dict]) -> tuple[tuple, ...]:
+    """Epilogue steps (ops/fused.py's dicts) as hashable (op, *params) steps."""
     return tuple((s["op"],) + tuple(s.get(key, default)
                                     for key, default in _PARAMS.get(s["op"], ()))
-                 for s in node.attrs.get("epilogue", []))
+                 for s in epilogue)
 
 
 def epilogue_dicts(steps: tuple[tuple, ...]) -> list[dict]:
@@ -96,6 +101,7 @@ def steps_text(steps: tuple[tuple, ...]) -> str:
 
 
 def task_kinds() -> dict[str, type]:
+    from woodpecker.tasks.attention import AttentionTask
     from woodpecker.tasks.chain import ChainTask
     from woodpecker.tasks.conv import ConvTask
     from woodpecker.tasks.dense import DenseTask
@@ -105,7 +111,7 @@ def task_kinds() -> dict[str, type]:
     from woodpecker.tasks.separable import SeparableTask
 
     return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask, ElementwiseTask,
-                                SeparableTask, ChainTask)}
+                                SeparableTask, ChainTask, AttentionTask)}
 
 
 def task_from_node(node: Node) -> Task | None:

@@ -12,7 +12,7 @@ import importlib
 
 TEMPLATES = tuple(f"woodpecker.engines.halide.{name}" for name in (
     "conv_direct", "conv_gemm", "conv_winograd", "conv_depthwise", "conv_separable",
-    "conv_chain", "dense", "pool", "rows", "elementwise"))
+    "conv_chain", "dense", "pool", "rows", "elementwise", "attention"))
 
 
 def template_module(name: str):

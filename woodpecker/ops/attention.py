@@ -1,0 +1,138 @@
+"""FusedAttention: scaled dot-product attention, softmax(Q·Kᵀ · scale + mask)·V, as one node —
+AGO's intensive fusion of complex operators (AGO §III) applied to a transformer's
+MatMul→Softmax→MatMul (passes/fuse_attention.py makes it), so that a generated kernel
+(engines/halide/attention.py) computes a block of query rows' scores, their softmax and their
+product with V in cache, never writing the (M × N) score matrix to memory.
+
+Inputs: the sources of Q, K and V, then one operand per `Add` step of `attrs["scores"]`.
+`attrs["views"]` holds, for Q, K and V in turn, where its elements lie in its source: a
+strided view `{"shape", "offset", "strides"}` (in elements) of the source's flat, row-major
+data, of logical shape Q (…, M, D), K (…, N, D), V (…, N, Dv), the leading (batch, head)
+dimensions the same for all three. The pass folds the reshapes, transposes and gathers that
+split a packed Q/K/V projection into heads into these views, so the kernel reads the
+projection where it lies. `attrs["scores"]` is the first product's epilogue (ops/fused.py
+steps: `Mul` by a constant scale, `Add` of a mask broadcast over the scores), applied before
+the softmax over the last axis. `attrs["out_perm"]`, when not None, is a Transpose of the
+result (…, M, Dv) that the node also does; it moves M first and keeps Dv last (the heads
+gathered back per token). Library engines and the ONNX export run the node as standard ops
+(`parts`: a Gather of each view's flat indices, the products, the softmax, the Transpose).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from woodpecker.ir.graph import Node, Value
+from woodpecker.ops.fused import apply_epilogue
+from woodpecker.ops.norm import softmax
+from woodpecker.ops.registry import OPS, DataOf, composite, op
+
+OP = "FusedAttention"
+
+
+def swap_last(rank: int) -> list[int]:
+    """The permutation that swaps the last two axes."""
+    return list(range(rank - 2)) + [rank - 1, rank - 2]
+
+
+def rows_first(rank: int) -> list[int]:
+    """The only output permutation the node does: (…, M, Dv) → (M, …, Dv)."""
+    return [rank - 2] + list(range(rank - 2)) + [rank - 1]
+
+
+def contiguous_view(shape: tuple[int, ...], perm: list[int] | None = None) -> dict:
+    """The view of a whole row-major array of `shape`, its axes taken in `perm`'s order."""
+    strides = [int(np.prod(shape[i + 1:])) for i in range(len(shape))]
+    perm = perm or list(range(len(shape)))
+    return {"shape": [int(shape[p]) for p in perm], "offset": 0,
+            "strides": [strides[p] for p in perm]}
+
+
+def view_indices(view: dict) -> np.ndarray:
+    """The flat source index of each element of `view`, in its logical shape."""
+    idx = np.full(view["shape"], view["offset"], np.int64)
+    for axis, stride in enumerate(view["strides"]):
+        shape = [1] * len(view["shape"])
+        shape[axis] = view["shape"][axis]
+        idx = idx + np.arange(view["shape"][axis], dtype=np.int64).reshape(shape) * stride
+    return idx
+
+
+def read_view(source: np.ndarray, view: dict) -> np.ndarray:
+    return np.ascontiguousarray(source).reshape(-1)[view_indices(view)]
+
+
+def _context_shape(node: Node) -> tuple[int, ...]:
+    q, v = node.attrs["views"][0]["shape"], node.attrs["views"][2]["shape"]
+    return tuple(q[:-1]) + (v[-1],)
+
+
+def parts(node: Node) -> list[Node]:
+    """The standard nodes `node` stands for: per view a Reshape of its source to one dimension
+    and a Gather of the view's flat indices, a Transpose of K, FusedMatMul (the scores, with
+    their scale and mask), Softmax, MatMul, and the output's Transpose if any; the values
+    between them are named after `node`."""
+    q_src, k_src, v_src, *masks = node.inputs
+    y = node.outputs[0]
+    a = node.attrs
+    out: list[Node] = []
+    dtype = q_src.dtype
+
+    def add(op_name: str, suffix: str, ins: list, shape, attrs: dict, dst: Value | None = None):
+        dst = dst or Value(f"{node.name}/{suffix}", tuple(shape), dtype)
+        part = Node(op_name, f"{node.name}/{suffix}", ins, [dst], attrs)
+        if dst is not y:
+            dst.producer = part
+        out.append(part)
+        return dst
+
+    def const(suffix: str, data: np.ndarray) -> Value:
+        return Value(f"{node.name}/{suffix}", data.shape, data.dtype, data=data)
+
+    logical = []
+    for name, src, view in zip("qkv", (q_src, k_src, v_src), a["views"]):
+        flat = add("Reshape", f"{name}_flat", [src, const(f"{name}_minus1",
+                                                          np.array([-1], np.int64))],
+                   (int(np.prod(src.shape)),), {})
+        logical.append(add("Gather", f"{name}_view", [flat, const(f"{name}_indices",
+                                                                   view_indices(view))],
+                           view["shape"], {"axis": 0}))
+    q, k, v = logical
+    rank = len(q.shape)
+    kt = add("Transpose", "k_t", [k], tuple(k.shape[p] for p in swap_last(rank)),
+             {"perm": swap_last(rank)})
+    scores_shape = tuple(q.shape[:-1]) + (k.shape[-2],)
+    scores = add("FusedMatMul", "qk", [q, kt, *masks], scores_shape,
+                 {"epilogue": [dict(s) for s in a["scores"]]})
+    probs = add("Softmax", "softmax", [scores], scores_shape, {"axis": -1})
+    if a.get("out_perm") is None:
+        add("MatMul", "pv", [probs, v], y.shape, {}, y)
+    else:
+        ctx = add("MatMul", "pv", [probs, v], _context_shape(node), {})
+        add("Transpose", "out_t", [ctx], y.shape, {"perm": list(a["out_perm"])}, y)
+    return out
+
+
+def _infer(node: Node, data_of: DataOf):
+    shape = _context_shape(node)
+    perm = node.attrs.get("out_perm")
+    if perm is not None:
+        shape = tuple(shape[p] for p in perm)
+    return [(shape, node.inputs[0].dtype)]
+
+
+def _flops(node: Node) -> int:
+    return sum(OPS[p.op].flops(p) for p in parts(node))
+
+
+@op(OP, _infer, _flops)
+def attention(attrs, q_src, k_src, v_src, *masks):
+    q, k, v = (read_view(s, view) for s, view in zip((q_src, k_src, v_src), attrs["views"]))
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))
+    scores = apply_epilogue(scores, attrs["scores"], list(masks)).astype(q.dtype)
+    y = np.matmul(softmax({"axis": -1}, scores), v)
+    perm = attrs.get("out_perm")
+    return y if perm is None else np.ascontiguousarray(np.transpose(y, perm))
+
+
+composite(OP, parts)
