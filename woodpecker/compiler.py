@@ -19,6 +19,7 @@ from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import choose, parse_engines
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
+from woodpecker.ops import INTENSIVE
 from woodpecker.options import CompileOptions
 from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.runtime.compiled import CompiledModel
@@ -111,6 +112,7 @@ def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
     that (config.PER_NODE_SHARE, IN_PLAN_SHARE), each stopping new work when its share is
     spent."""
     from woodpecker.cache import cache_dir
+    from woodpecker.selection.fusion import weigh_fusions
     from woodpecker.selection.in_plan import choose_in_plan
     from woodpecker.selection.per_node import select_kernels
     from woodpecker.selection.refine import refine_selection
@@ -138,6 +140,13 @@ def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
         meta["tuning"] = {"log": path, "search": tune.search, "seed": tune.seed,
                           "budget_s": tune.budget_s, "seconds": stages["tuning"],
                           "measurements": len(log.records) - n0}
+    if any(n.op in INTENSIVE for n in graph.nodes):
+        print("weighing each fusion against its parts on their own kernels", file=progress,
+              flush=True)
+        meta["fusion"] = weigh_fusions(graph, choices, log, list(assembly.allowed),
+                                       assembly.context, out=progress,
+                                       deadline=deadline.share(PER_NODE_SHARE))
+        lap("fusion")
     print("selecting kernels: timing tuned Halide kernels against the libraries",
           file=progress, flush=True)
     before = [choices[n.name].engine for n in graph.nodes]

@@ -146,3 +146,74 @@ def test_attention_runs_as_one_generated_kernel_and_matches_onnx_runtime(tmp_pat
     x = feeds(model)
     np.testing.assert_allclose(compiled.run(x)["y"], ort_run(model, x)[0], rtol=1e-4,
                                atol=1e-5)
+
+
+def _seeded(model, tmp_path, fused: bool, parts: bool):
+    """A tuning log with the first seed of the fused attention task and/or of its parts."""
+    import random
+
+    from woodpecker.engines.halide.templates import template_module
+    from woodpecker.frontend.onnx_import import import_onnx
+    from woodpecker.passes import optimize
+    from woodpecker.tune.extract import extract_tasks
+    from woodpecker.tune.records import TuningLog
+
+    graph = import_onnx(model)
+    optimize(graph, AGO)
+    log = TuningLog(tmp_path / "log.jsonl")
+    for g in extract_tasks(graph, parts=True):
+        if (g.task.kind == "attention" and not fused) or (g.task.kind != "attention" and
+                                                          not parts):
+            continue
+        space = template_module(g.templates[0]).space(g.task)
+        config = space.seeds[0] if space.seeds else space.sample(random.Random(0))
+        log.append({"task": g.task.key, "template": g.templates[0], "config": config,
+                    "cost_s": 1e-4, "error": None})
+    return log
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_selection_weighs_the_fused_kernel_against_its_parts(tmp_path, fused):
+    """With kernels for the parts too, the fused node is timed against them and kept or
+    replaced by them; without one of its own it is replaced. Either way the plan matches
+    ONNX Runtime and records the decision."""
+    pytest.importorskip("halide")
+    model = attention_model(2, 16, 8, mask="keys")
+    log = _seeded(model, tmp_path, fused, True)
+    compiled = woodpecker.compile(model, engines="halide,numpy", threads=2, passes=AGO,
+                                  tuning_log=str(log.path))
+    (record,) = compiled.plan.meta["fusion"]
+    assert (record["fused_ms"] is not None) == fused
+    nodes = {n.op for n in compiled.graph.nodes}
+    if record["fused"]:
+        assert "FusedAttention" in nodes and record["fused_ms"] <= record["parts_ms"]
+    else:
+        assert "FusedAttention" not in nodes and {"StridedView", "Softmax"} <= nodes
+    x = feeds(model)
+    np.testing.assert_allclose(compiled.run(x)["y"], ort_run(model, x)[0], rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_an_unfused_node_is_its_parts():
+    """passes/unfuse.py: the node's place taken by its parts, which compute its output."""
+    from woodpecker.frontend.onnx_import import import_onnx
+    from woodpecker.ops import run_reference
+    from woodpecker.passes import optimize
+    from woodpecker.passes.unfuse import unfuse
+
+    model = attention_model(3, 5, 4, packed=False, mask="full")
+    graph = import_onnx(model)
+    optimize(graph, AGO)
+    (node,) = [n for n in graph.nodes if n.op == "FusedAttention"]
+    parts = unfuse(graph, node)
+    assert [p.op for p in parts] == ["StridedView"] * 3 + ["FusedMatMul", "Softmax",
+                                                            "MatMul", "Transpose"]
+    assert all(p in graph.nodes for p in parts) and node not in graph.nodes
+    x = feeds(model)
+    env = dict(x)
+    for n in graph.nodes:
+        args = [None if v is None else v.data if v.data is not None else env[v.name]
+                for v in n.inputs]
+        for v, a in zip(n.outputs, run_reference(n, args)):
+            env[v.name] = a
+    np.testing.assert_allclose(env["y"], ort_run(model, x)[0], rtol=1e-4, atol=1e-5)

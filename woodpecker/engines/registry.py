@@ -27,7 +27,7 @@ ENGINE_NAMES = tuple(REGISTRY)
 # Data-movement ops cost nothing in numpy (views); compute ops go to the fastest library first.
 MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather",
             "Concat", "Split", "Shape", "Identity", "Dropout", "Constant", "ConstantOfShape",
-            "Cast", "Expand", "Where", "Equal", "Pad"}
+            "Cast", "Expand", "Where", "Equal", "Pad", "StridedView"}
 
 
 def engine_class(name: str) -> type[Engine]:

@@ -14,6 +14,11 @@ from woodpecker.ops import (  # noqa: F401
 )
 from woodpecker.ops.registry import OPS, OpDef, run_reference
 
-SUPPORTED = sorted(name for name in OPS if not name.startswith("Fused"))
+# AGO's intensive fusions (passes/fuse_chain.py, passes/fuse_attention.py): selection weighs
+# each against its parts on their own kernels (selection/fusion.py)
+INTENSIVE = frozenset({chain.OP, attention.OP})
+# Woodpecker's own ops (made by passes, never read from a model)
+INTERNAL = frozenset({"StridedView"})
+SUPPORTED = sorted(name for name in OPS if not name.startswith("Fused") and name not in INTERNAL)
 
-__all__ = ["OPS", "OpDef", "SUPPORTED", "run_reference"]
+__all__ = ["INTENSIVE", "OPS", "OpDef", "SUPPORTED", "run_reference"]

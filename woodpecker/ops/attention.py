@@ -14,8 +14,9 @@ projection where it lies. `attrs["scores"]` is the first product's epilogue (ops
 steps: `Mul` by a constant scale, `Add` of a mask broadcast over the scores), applied before
 the softmax over the last axis. `attrs["out_perm"]`, when not None, is a Transpose of the
 result (…, M, Dv) that the node also does; it moves M first and keeps Dv last (the heads
-gathered back per token). Library engines and the ONNX export run the node as standard ops
-(`parts`: a Gather of each view's flat indices, the products, the softmax, the Transpose).
+gathered back per token). Library engines, the ONNX export and selection's unfused alternative
+run the node as its `parts`: a StridedView each (ops/shape.py), the products, the softmax, the
+Transpose.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from woodpecker.ir.graph import Node, Value
 from woodpecker.ops.fused import apply_epilogue
 from woodpecker.ops.norm import softmax
 from woodpecker.ops.registry import OPS, DataOf, composite, op
+from woodpecker.ops.shape import strided_view
 
 OP = "FusedAttention"
 
@@ -48,18 +50,11 @@ def contiguous_view(shape: tuple[int, ...], perm: list[int] | None = None) -> di
             "strides": [strides[p] for p in perm]}
 
 
-def view_indices(view: dict) -> np.ndarray:
-    """The flat source index of each element of `view`, in its logical shape."""
-    idx = np.full(view["shape"], view["offset"], np.int64)
-    for axis, stride in enumerate(view["strides"]):
-        shape = [1] * len(view["shape"])
-        shape[axis] = view["shape"][axis]
-        idx = idx + np.arange(view["shape"][axis], dtype=np.int64).reshape(shape) * stride
-    return idx
-
-
-def read_view(source: np.ndarray, view: dict) -> np.ndarray:
-    return np.ascontiguousarray(source).reshape(-1)[view_indices(view)]
+def transposed(view: dict) -> dict:
+    """`view` with its last two axes swapped (K's view as Kᵀ's)."""
+    perm = swap_last(len(view["shape"]))
+    return {"shape": [view["shape"][p] for p in perm], "offset": view["offset"],
+            "strides": [view["strides"][p] for p in perm]}
 
 
 def _context_shape(node: Node) -> tuple[int, ...]:
@@ -68,48 +63,36 @@ def _context_shape(node: Node) -> tuple[int, ...]:
 
 
 def parts(node: Node) -> list[Node]:
-    """The standard nodes `node` stands for: per view a Reshape of its source to one dimension
-    and a Gather of the view's flat indices, a Transpose of K, FusedMatMul (the scores, with
-    their scale and mask), Softmax, MatMul, and the output's Transpose if any; the values
-    between them are named after `node`."""
+    """The nodes `node` stands for: a StridedView (ops/shape.py) each of Q, Kᵀ and V, the
+    scores' FusedMatMul (with their scale and mask), Softmax, MatMul, and the output's
+    Transpose if any; the values between them are named after `node`."""
     q_src, k_src, v_src, *masks = node.inputs
     y = node.outputs[0]
     a = node.attrs
     out: list[Node] = []
-    dtype = q_src.dtype
 
-    def add(op_name: str, suffix: str, ins: list, shape, attrs: dict, dst: Value | None = None):
-        dst = dst or Value(f"{node.name}/{suffix}", tuple(shape), dtype)
+    def add(op_name: str, suffix: str, ins: list, shape, attrs: dict) -> Value:
+        dst = y if shape is None else Value(f"{node.name}/{suffix}", tuple(shape), y.dtype)
         part = Node(op_name, f"{node.name}/{suffix}", ins, [dst], attrs)
         if dst is not y:
             dst.producer = part
         out.append(part)
         return dst
 
-    def const(suffix: str, data: np.ndarray) -> Value:
-        return Value(f"{node.name}/{suffix}", data.shape, data.dtype, data=data)
-
-    logical = []
-    for name, src, view in zip("qkv", (q_src, k_src, v_src), a["views"]):
-        flat = add("Reshape", f"{name}_flat", [src, const(f"{name}_minus1",
-                                                          np.array([-1], np.int64))],
-                   (int(np.prod(src.shape)),), {})
-        logical.append(add("Gather", f"{name}_view", [flat, const(f"{name}_indices",
-                                                                   view_indices(view))],
-                           view["shape"], {"axis": 0}))
-    q, k, v = logical
-    rank = len(q.shape)
-    kt = add("Transpose", "k_t", [k], tuple(k.shape[p] for p in swap_last(rank)),
-             {"perm": swap_last(rank)})
-    scores_shape = tuple(q.shape[:-1]) + (k.shape[-2],)
+    qv, kv, vv = a["views"]
+    q = add("StridedView", "q", [q_src], qv["shape"], {"view": qv})
+    kt_view = transposed(kv)
+    kt = add("StridedView", "kt", [k_src], kt_view["shape"], {"view": kt_view})
+    v = add("StridedView", "v", [v_src], vv["shape"], {"view": vv})
+    scores_shape = tuple(qv["shape"][:-1]) + (kv["shape"][-2],)
     scores = add("FusedMatMul", "qk", [q, kt, *masks], scores_shape,
                  {"epilogue": [dict(s) for s in a["scores"]]})
     probs = add("Softmax", "softmax", [scores], scores_shape, {"axis": -1})
     if a.get("out_perm") is None:
-        add("MatMul", "pv", [probs, v], y.shape, {}, y)
+        add("MatMul", "pv", [probs, v], None, {})
     else:
         ctx = add("MatMul", "pv", [probs, v], _context_shape(node), {})
-        add("Transpose", "out_t", [ctx], y.shape, {"perm": list(a["out_perm"])}, y)
+        add("Transpose", "out_t", [ctx], None, {"perm": list(a["out_perm"])})
     return out
 
 
@@ -127,7 +110,8 @@ def _flops(node: Node) -> int:
 
 @op(OP, _infer, _flops)
 def attention(attrs, q_src, k_src, v_src, *masks):
-    q, k, v = (read_view(s, view) for s, view in zip((q_src, k_src, v_src), attrs["views"]))
+    q, k, v = (strided_view({"view": view}, src)
+               for src, view in zip((q_src, k_src, v_src), attrs["views"]))
     scores = np.matmul(q, np.swapaxes(k, -1, -2))
     scores = apply_epilogue(scores, attrs["scores"], list(masks)).astype(q.dtype)
     y = np.matmul(softmax({"axis": -1}, scores), v)

@@ -311,3 +311,35 @@ def pad(attrs, x, pads=None, value=None, axes=None):
         fill = 0 if value is None or value.size == 0 else value.reshape(-1)[0]
         return np.pad(x, grow, mode="constant", constant_values=fill)
     return np.pad(x, grow, mode={"edge": "edge", "reflect": "reflect", "wrap": "wrap"}[mode])
+
+
+# -- StridedView (Woodpecker's own) ------------------------------------------------------------
+def view_indices(view: dict) -> np.ndarray:
+    """The flat source index of each element of a strided view `{"shape", "offset",
+    "strides"}` (in elements, over the source's row-major data), in the view's shape."""
+    idx = np.full(view["shape"], view["offset"], np.int64)
+    for axis, stride in enumerate(view["strides"]):
+        shape = [1] * len(view["shape"])
+        shape[axis] = view["shape"][axis]
+        idx = idx + np.arange(view["shape"][axis], dtype=np.int64).reshape(shape) * stride
+    return idx
+
+
+def _view_infer(node: Node, data_of: DataOf):
+    view = node.attrs["view"]
+    size = numel(shape_of(node, 0))
+    idx = view_indices(view)
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        raise ModelError(f"{where(node)}: a strided view past its source's {size} elements")
+    return [(tuple(view["shape"]), dtype_of(node, 0))]
+
+
+@op("StridedView", _view_infer)
+def strided_view(attrs, x):
+    """The elements of `x`'s row-major data at the view's flat indices (a copy); ONNX has it
+    as a Reshape to one dimension and a Gather (ops/to_onnx.py)."""
+    view = attrs["view"]
+    flat = np.ascontiguousarray(x).reshape(-1)
+    strides = [s * flat.itemsize for s in view["strides"]]
+    return np.lib.stride_tricks.as_strided(flat[view["offset"]:], view["shape"], strides,
+                                           writeable=False).copy()

@@ -18,6 +18,7 @@ from woodpecker.ir.graph import Node, Value
 from woodpecker.ir.types import to_onnx_type
 from woodpecker.ops.fused import BASE_INPUTS, runtime_count, split_operands
 from woodpecker.ops.registry import PARTS
+from woodpecker.ops.shape import view_indices
 
 
 def _attrs(op: str, attrs: dict, opset: int) -> dict:
@@ -52,6 +53,13 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
             inits += [numpy_helper.from_array(np.asarray(v.data), v.name) for v in part.inputs
                       if v is not None and v.data is not None and v not in node.inputs]
         return protos, inits
+    if node.op == "StridedView":
+        flat, shape = fresh(node.name), fresh(f"{node.name}_minus1")
+        indices = fresh(f"{node.name}_indices")
+        return [helper.make_node("Reshape", [node.inputs[0].name, shape], [flat]),
+                helper.make_node("Gather", [flat, indices], [node.outputs[0].name], axis=0)], \
+            [numpy_helper.from_array(np.array([-1], np.int64), shape),
+             numpy_helper.from_array(view_indices(node.attrs["view"]), indices)]
     if node.op == "Gelu" and opset < GELU_OPSET:
         return _gelu_protos(node.inputs[0].name, node.outputs[0].name, node.outputs[0].dtype,
                             fresh, node.attrs)

@@ -36,8 +36,9 @@ import numpy as np
 
 from woodpecker.config import PARTITION_THRESHOLD
 from woodpecker.ir.graph import Graph, Node, Value
-from woodpecker.ops.attention import OP, contiguous_view, rows_first, swap_last, view_indices
+from woodpecker.ops.attention import OP, contiguous_view, rows_first, swap_last
 from woodpecker.ops.registry import run_reference
+from woodpecker.ops.shape import view_indices
 from woodpecker.partition.weights import op_weight
 
 _PRODUCTS = ("MatMul", "FusedMatMul")

@@ -76,7 +76,7 @@ def _copy_ms(shape: tuple[int, ...], perm: tuple[int, ...], runs: int) -> float:
     return float(np.median(t["copy"]))
 
 
-def _buildable(task: Task):
+def buildable(task: Task):
     """A predicate on the task's records: the config fits its template's current knobs
     (records from an older version of a template, with knobs since added or renamed, are
     passed over rather than failing to build). Each template's space is built once."""
@@ -106,7 +106,7 @@ def _untimed_kernels(groups: list, choices: Choices, log: TuningLog, ctx: BuildC
     for g in groups:
         if deadline.passed():
             return
-        records = leaders(log, g.task, _buildable(g.task))[:1]
+        records = leaders(log, g.task, buildable(g.task))[:1]
         finalists = finalist_runners(g.task, records, ctx.threads,
                                      lambda msg: print(f"  {msg}", file=out))
         if not finalists:
@@ -187,7 +187,7 @@ def select_kernels(graph: Graph, choices: Choices, allowed: list[str], ctx: Buil
                   file=out, flush=True)
             _untimed_kernels(groups[k:], choices, log, ctx, out, deadline)
             break
-        records = leaders(log, g.task, _buildable(g.task))
+        records = leaders(log, g.task, buildable(g.task))
         if not records:
             continue
         t = _time_group(g.task, records, by_name[g.nodes[0]], allowed, ctx, runs, out,

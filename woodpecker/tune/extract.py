@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from woodpecker.engines.halide.templates import templates_for
-from woodpecker.ir.graph import Graph
+from woodpecker.ir.graph import Graph, Node
+from woodpecker.ops import INTENSIVE
+from woodpecker.ops.registry import PARTS
 from woodpecker.tasks import Task, task_from_node
 
 
@@ -17,13 +19,24 @@ class TaskGroup:
     nodes: list[str] = field(default_factory=list)
 
 
-def extract_tasks(graph: Graph) -> list[TaskGroup]:
+def extract_tasks(graph: Graph, parts: bool = False) -> list[TaskGroup]:
+    """One group per distinct task, in the graph's order. `parts`: each intensive fusion's
+    parts (ops.INTENSIVE) are tasks too, just before it (named as their nodes would be once
+    unfused): tuning them lets selection weigh the fusion against them (selection/fusion.py),
+    and AGO's Join starts the fused task from their schedules (tune/reformer.py)."""
     groups: dict[str, TaskGroup] = {}
-    for node in graph.nodes:
+
+    def add(node: Node) -> None:
         task = task_from_node(node)
         if task is None:
-            continue
+            return
         templates = templates_for(task)
         if templates:
             groups.setdefault(task.key, TaskGroup(task, templates)).nodes.append(node.name)
+
+    for node in graph.nodes:
+        if parts and node.op in INTENSIVE:
+            for part in PARTS[node.op](node):
+                add(part)
+        add(node)
     return list(groups.values())

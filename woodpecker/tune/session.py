@@ -84,7 +84,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
     prepare(options.search)          # its imports, before the budget is split among tasks
     budget = deadline.left()
     regs = host_vector_registers(target.isa)
-    groups = extract_tasks(graph)
+    groups = extract_tasks(graph, parts=True)
     results = []
     start = time.monotonic()
     end = start + budget

@@ -1,0 +1,92 @@
+"""Fused or apart (AGO §III: "fusion is kept only where it wins"): each of AGO's intensive
+fusions in the graph (ops.INTENSIVE: a conv chain, attention) is timed against its parts, each
+on its own best generated kernel, before per-node selection; where the parts are faster the
+node is replaced by them (passes/unfuse.py), and per-node selection, the in-plan choice and the
+whole-plan check then treat them as any other nodes.
+
+Contract: `weigh_fusions(graph, choices, log, allowed, ctx, out=, deadline=)` returns one
+record per intensive node it timed: its kernel's and its parts' median milliseconds and
+whether it stays fused. Timed: the fused task's best usable tuned kernel against its parts run
+one after another — each part with a task on its best usable tuned kernel, each without one
+(attention's strided views of Q, K and V and its output transpose) on the numpy engine, as a
+plan runs them — interleaved over `config.SELECTION_RUNS` rounds (bench/timing.py). A node whose
+task has no usable record while every part's has is unfused without timing; a node with a part
+that has no tuned kernel stays fused (a library runs either way). Choice: the parts' kernels
+are timed on inputs of their own, not chained, as per-node selection times every kernel.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+import numpy as np
+
+from woodpecker.bench.timing import time_interleaved
+from woodpecker.config import SELECTION_RUNS
+from woodpecker.deadline import Deadline
+from woodpecker.engines import names
+from woodpecker.engines.base import BuildContext
+from woodpecker.engines.choice import Choice, Choices
+from woodpecker.engines.registry import choose, get_engine
+from woodpecker.ir.graph import Graph, Node
+from woodpecker.ops import INTENSIVE
+from woodpecker.ops.registry import PARTS
+from woodpecker.passes.unfuse import unfuse
+from woodpecker.selection.finalists import finalist_runners, leaders
+from woodpecker.selection.per_node import buildable
+from woodpecker.tasks import task_from_node
+from woodpecker.tune.records import TuningLog
+
+
+def _kernel_runner(node: Node, log: TuningLog, threads: int, out: TextIO):
+    """A no-argument call of the best usable tuned kernel of `node`'s task on random inputs,
+    None without one, "none" where the node has no task."""
+    task = task_from_node(node)
+    if task is None:
+        return "none"
+    records = leaders(log, task, buildable(task))[:1]
+    runners = finalist_runners(task, records, threads, lambda msg: print(f"  {msg}", file=out))
+    return next(iter(runners.values())).run if runners else None
+
+
+def _movement_runner(node: Node, ctx: BuildContext):
+    kernel = get_engine(names.NUMPY).build(node, ctx)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(v.shape).astype(np.float32) for v in node.inputs
+            if v is not None and v.data is None]
+    return lambda: kernel(*args)
+
+
+def weigh_fusions(graph: Graph, choices: Choices, log: TuningLog, allowed: list[str],
+                  ctx: BuildContext, runs: int = SELECTION_RUNS, out: TextIO | None = None,
+                  deadline: Deadline = Deadline.NONE) -> list[dict]:
+    out = out or sys.stderr
+    records = []
+    for node in [n for n in graph.nodes if n.op in INTENSIVE]:
+        if deadline.passed():
+            break
+        fused = _kernel_runner(node, log, ctx.threads, out)
+        parts = []
+        for part in PARTS[node.op](node):
+            run = _kernel_runner(part, log, ctx.threads, out)
+            parts.append(_movement_runner(part, ctx) if run == "none" else run)
+        if any(p is None for p in parts):
+            continue
+        record = {"node": node.name, "op": node.op, "fused_ms": None, "parts_ms": None}
+        if fused is not None:
+            times = time_interleaved({"fused": fused, "parts": lambda: [p() for p in parts]},
+                                     runs, 2, block=3, deadline=deadline)
+            record.update({k: float(np.median(v)) for k, v in
+                           (("fused_ms", times["fused"]), ("parts_ms", times["parts"]))})
+        record["fused"] = fused is not None and record["fused_ms"] <= record["parts_ms"]
+        records.append(record)
+        said = "no tuned kernel" if fused is None else f"{record['fused_ms']:.3f} ms"
+        parts_said = "" if record["parts_ms"] is None else f" {record['parts_ms']:.3f} ms"
+        print(f"  fusion {node.name!r} ({node.op}): fused {said}, apart{parts_said} -> "
+              f"{'fused' if record['fused'] else 'apart'}", file=out, flush=True)
+        if not record["fused"]:
+            del choices[node.name]
+            for p in unfuse(graph, node):
+                choices[p.name] = Choice(choose(p, allowed, ctx), why="library preference")
+    return records
