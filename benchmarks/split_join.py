@@ -1,18 +1,21 @@
-"""AGO's reformer, measured (AGO §V): does a fused conv chain tuned from its parts' composed
-schedules (Split, then Join: tune/reformer.py) reach the quality of tuning it from scratch in
-fewer measurements?
+"""AGO's reformer, measured (AGO §V): does a fused subgraph — a conv chain or attention — tuned
+from its parts' composed schedules (Split, then Join: tune/reformer.py) reach the quality of
+tuning it from scratch in fewer measurements?
 
-For each chosen conv-chain task of a zoo model (passes.AGO) and seed: **scratch** — `glimpse`
-on the chain's template from an empty log, `--budget` measurements; **joined** — each part
-(one conv) tuned with `glimpse` on each of its templates (`--part-budget` measurements per
-part, split among its templates), then `glimpse` on the chain from a space whose first seeds
-are join_seeds' compositions of the parts' best configs. Every distinct configuration is
+For each chosen fused task of a zoo model (passes.AGO; the most work first) and seed:
+**scratch** — `glimpse` on the fused template from an empty log, `--budget` measurements;
+**joined** — each part (a conv; attention's products and softmax) tuned with `glimpse` on each
+of its templates (`--part-budget` measurements per part, split among its templates), then
+`glimpse` on the fused task from a space whose first seeds are join_seeds' compositions of the
+parts' best configs. Every distinct configuration is
 measured once and shared through a memo (as benchmarks/search_compare.py), so both runs see the
 same costs. Reported per task: scratch's best; the measurements the joined run needed on the
 chain to come within 5 % of it (and with the parts' measurements added); its best.
 
     python benchmarks/split_join.py --model mobilenet_v2 --tasks 3 --budget 60 \\
         --json benchmarks/results/split_join_zen3.json
+    python benchmarks/split_join.py --model transformer_encoder --tasks 1 --budget 60 \\
+        --json benchmarks/results/split_join_attention_zen3.json
 """
 
 from __future__ import annotations
@@ -38,15 +41,16 @@ from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.reformer import join_seeds, split
 
-CHAIN = "woodpecker.engines.halide.conv_chain"
+FUSED = ("convchain", "attention")
 REACH = 0.95
 
 
-def chain_tasks(model: str, n: int) -> list:
-    """The model's `n` conv-chain tasks with the most work (FLOPs × nodes)."""
+def fused_tasks(model: str, n: int) -> list:
+    """The model's `n` fused tasks (conv chains, attention) with the most work (FLOPs × nodes)
+    that split into parts."""
     g = import_onnx(load_model_proto(str(zoo.export(model))))
     optimize(g, AGO)
-    groups = [x for x in extract_tasks(g) if x.task.kind == "convchain"]
+    groups = [x for x in extract_tasks(g) if x.task.kind in FUSED and split(x.task)]
     groups.sort(key=lambda x: -x.task.flops * len(x.nodes))
     return [x.task for x in groups[:n]]
 
@@ -79,8 +83,9 @@ def main() -> int:
     with Measurer(threads=target.threads, timeout_s=30) as measurer, \
             BuildPool(2, 60) as pool:
         memo = Memo(Path(args.memo), measurer, pool, 2)
-        for task in chain_tasks(args.model, args.tasks):
-            pair = {"task": task, "template": CHAIN, "name": task.describe()}
+        for task in fused_tasks(args.model, args.tasks):
+            template = templates_for(task)[0]
+            pair = {"task": task, "template": template, "name": task.describe()}
             for seed in range(args.seeds):
                 scratch = run_one(pair, "glimpse", seed, None, args.budget, memo, regs, target)
                 part_configs, part_meas = [], 0
@@ -96,7 +101,7 @@ def main() -> int:
                             if c and (best is None or c < best[0]):
                                 best = (c, cfg)
                     part_configs.append(best[1] if best else None)
-                space = template_module(CHAIN).space(task, regs)
+                space = template_module(template).space(task, regs)
                 seeds = join_seeds(task, space, part_configs)
                 joined_space = KnobSpace(space.knobs, space.constraints,
                                          tuple(seeds) + tuple(space.seeds))
@@ -111,7 +116,7 @@ def main() -> int:
                        "joined_to_95": reach, "part_measurements": part_meas,
                        "composed_seeds": len(seeds),
                        "best_composed_ms": min((r["cost_s"] for r in memo.get(
-                           task, CHAIN, seeds) if r["cost_s"]), default=0.0) * 1e3}
+                           task, template, seeds) if r["cost_s"]), default=0.0) * 1e3}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print(f"{'task':<72} {'scratch':>8} {'→95%':>5} | {'joined':>8} {'→95%':>5} {'+parts':>6}")

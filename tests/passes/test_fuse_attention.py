@@ -217,3 +217,6 @@ def test_an_unfused_node_is_its_parts():
         for v, a in zip(n.outputs, run_reference(n, args)):
             env[v.name] = a
     np.testing.assert_allclose(env["y"], ort_run(model, x)[0], rtol=1e-4, atol=1e-5)
+    # registered in the graph: a copy (what selection's plan variants are built on) has them
+    copied = graph.copy()
+    assert [n.op for n in copied.nodes] == [n.op for n in graph.nodes]

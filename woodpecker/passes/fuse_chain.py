@@ -5,7 +5,10 @@ intermediate activations in cache, a strip of rows at a time.
 
 Chains fused: a 1×1 conv then a depthwise conv (the expansion half of an inverted residual
 block), optionally then a 1×1 conv (the whole block: MobileNetV2's, MnasNet's), and a dense
-conv then a 1×1 conv. A depthwise conv then a 1×1 conv alone is left to fuse_separable.
+conv then a 1×1 conv. A depthwise conv then a 1×1 conv alone is left to fuse_separable, and so
+is a 1×1 → depthwise pair whose depthwise conv fuse_separable would join to its 1×1 reader
+(outside the chain's subgraph): unfused (passes/unfuse.py), every chain is then the default
+pipeline's nodes, so selection weighs a chain against exactly what the default plan runs.
 
 Conditions on every conv: 2-D, constant weights (and bias, if any), one group or one per
 channel; the ones before the last have no prologue, no residual and only activations in their
@@ -26,6 +29,7 @@ from woodpecker.config import POINTWISE_WEIGHT_BYTES
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.ops.chain import OP
 from woodpecker.partition.ago import partition_graph
+from woodpecker.passes.fuse_separable import separable_reader
 
 _CONVS = ("Conv", "FusedConv")
 
@@ -87,6 +91,8 @@ def _chain_from(graph: Graph, first: Node, group: dict[str, int]) -> list[Node] 
     kinds = tuple(_kind(n) for n in nodes)
     for pattern in PATTERNS:
         if kinds[:len(pattern)] == pattern:
+            if pattern == ("pw", "dw") and separable_reader(graph, nodes[1]) is not None:
+                return None    # the depthwise conv goes with its 1×1 reader instead
             return nodes[:len(pattern)]
     return None
 

@@ -63,15 +63,22 @@ def _pointwise(node: Node, y) -> bool:
         and (node.input(2) is None or node.input(2).is_const)
 
 
+def separable_reader(graph: Graph, dw: Node) -> Node | None:
+    """The 1×1 conv this pass would fuse with `dw`, if any."""
+    if not _depthwise(dw):
+        return None
+    y = dw.outputs[0]
+    if graph.is_output(y) or len(y.consumers) != 1 or not _pointwise(y.consumers[0], y):
+        return None
+    return y.consumers[0]
+
+
 def fuse_separable(graph: Graph) -> int:
     fused = 0
     for dw in list(graph.nodes):   # only the 1x1 conv after each is removed: never a dw
-        if not _depthwise(dw):
+        pw = separable_reader(graph, dw)
+        if pw is None:
             continue
-        y = dw.outputs[0]
-        if graph.is_output(y) or len(y.consumers) != 1 or not _pointwise(y.consumers[0], y):
-            continue
-        pw = y.consumers[0]
         index = graph.nodes.index(pw)
         inputs = [dw.inputs[0], dw.inputs[1], dw.input(2), pw.inputs[1], pw.input(2),
                   *pw.inputs[3:]]

@@ -1,8 +1,9 @@
 """Fused or apart (AGO §III: "fusion is kept only where it wins"): each of AGO's intensive
-fusions in the graph (ops.INTENSIVE: a conv chain, attention) is timed against its parts, each
-on its own best generated kernel, before per-node selection; where the parts are faster the
-node is replaced by them (passes/unfuse.py), and per-node selection, the in-plan choice and the
-whole-plan check then treat them as any other nodes.
+fusions in the graph (ops.INTENSIVE: a conv chain, attention) is timed against its parts as
+the default pipeline has them (passes/unfuse.apart: an unfused chain keeps its separable
+conv), each on its own best generated kernel, before per-node selection; where the parts are
+faster the node is replaced by them (passes/unfuse.py), and per-node selection, the in-plan
+choice and the whole-plan check then treat them as any other nodes.
 
 Contract: `weigh_fusions(graph, choices, log, allowed, ctx, out=, deadline=)` returns one
 record per intensive node it timed: its kernel's and its parts' median milliseconds and
@@ -31,8 +32,7 @@ from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import choose, get_engine
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.ops import INTENSIVE
-from woodpecker.ops.registry import PARTS
-from woodpecker.passes.unfuse import unfuse
+from woodpecker.passes.unfuse import apart, unfuse
 from woodpecker.selection.finalists import finalist_runners, leaders
 from woodpecker.selection.per_node import buildable
 from woodpecker.tasks import task_from_node
@@ -68,7 +68,7 @@ def weigh_fusions(graph: Graph, choices: Choices, log: TuningLog, allowed: list[
             break
         fused = _kernel_runner(node, log, ctx.threads, out)
         parts = []
-        for part in PARTS[node.op](node):
+        for part in apart(node):
             run = _kernel_runner(part, log, ctx.threads, out)
             parts.append(_movement_runner(part, ctx) if run == "none" else run)
         if any(p is None for p in parts):

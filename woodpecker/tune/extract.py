@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from woodpecker.engines.halide.templates import templates_for
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.ops import INTENSIVE
-from woodpecker.ops.registry import PARTS
+from woodpecker.passes.unfuse import apart
 from woodpecker.tasks import Task, task_from_node
 
 
@@ -36,7 +36,7 @@ def extract_tasks(graph: Graph, parts: bool = False) -> list[TaskGroup]:
 
     for node in graph.nodes:
         if parts and node.op in INTENSIVE:
-            for part in PARTS[node.op](node):
+            for part in apart(node):
                 add(part)
         add(node)
     return list(groups.values())

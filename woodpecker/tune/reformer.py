@@ -11,19 +11,45 @@ depthwise last conv also in channel tiles), with the first stages whole and the 
 and, last, with every earlier stage at the root (the separate kernels' schedules, joined). Invalid
 compositions are repaired knob by knob toward the space's values, or dropped.
 
-The tuner (tune/tuner.py, `tune_templates`) tunes a chain's parts first with `SPLIT_SHARE` of
-its time when the log has no valid record of them, then the chain with these seeds first.
+Attention (ops/attention.py) splits into its three complex operators' tasks — the scores'
+product (with the scale and mask), the softmax rows, the product with V — the very tasks its
+parts have when unfused (the strided views and the output transpose are no tasks). Its join
+takes the scores' register tile (lanes, column vectors, rows) from the first product, the
+output's from the second, the per-lane reductions and fast exp from the softmax, in row blocks
+of 16, 32 and 8, with Kᵀ made once per call and per task. A mask the dense task cannot add (one
+broadcast over some heads or rows but not all) leaves attention unsplit.
+
+The tuner (tune/tuner.py, `tune_templates`) tunes a fused task's parts first with `SPLIT_SHARE`
+of its time when the log has no valid record of them (a compile has tuned them already: they
+are tasks of their own, tune/extract.py), then the fused task with these seeds first.
 """
 
 from __future__ import annotations
 
+from woodpecker.tasks import Task
+from woodpecker.tasks.attention import AttentionTask
 from woodpecker.tasks.chain import ChainTask
 from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.dense import DenseTask
+from woodpecker.tasks.rows import RowTask
 from woodpecker.tasks.space import Config, KnobSpace
 
 
-def split(task: ChainTask) -> list[ConvTask]:
+def split(task: ChainTask | AttentionTask) -> list[Task]:
+    if isinstance(task, AttentionTask):
+        return _attention_parts(task)
     return list(task.convs)
+
+
+def _attention_parts(task: AttentionTask) -> list[Task]:
+    full = "bmn" if task.batch > 1 else "mn"
+    if any(a not in (full, "n") for a in task.masks):
+        return []
+    masks = tuple("full" if a == full else "row" for a in task.masks)
+    return [DenseTask(task.batch, task.m, task.d, task.n, False, "", masks, task.scores,
+                      task.dtype),
+            RowTask(task.batch * task.m, task.n, "softmax", 0.0, False, task.dtype),
+            DenseTask(task.batch, task.m, task.n, task.dv, False, "", (), (), task.dtype)]
 
 
 def _nearest(values: tuple, v) -> object:
@@ -40,12 +66,15 @@ def _depthwise(t: ConvTask) -> bool:
     return t.groups == t.c == t.k > 1
 
 
-def join_seeds(task: ChainTask, space: KnobSpace,
+def join_seeds(task: ChainTask | AttentionTask, space: KnobSpace,
                part_configs: list[Config | None]) -> list[Config]:
-    """Chain configurations composed from the parts' configurations (None: a part with no
-    valid record; then nothing is composed)."""
-    if any(c is None for c in part_configs) or len(part_configs) != len(task.convs):
+    """Configurations of the fused task composed from the parts' configurations (None: a part
+    with no valid record; then nothing is composed)."""
+    if any(c is None for c in part_configs) or len(part_configs) != len(split(task)) or \
+            not part_configs:
         return []
+    if isinstance(task, AttentionTask):
+        return _join_attention(space, *part_configs)
     knobs = {k.name: k.values for k in space.knobs}
     last, lc = task.convs[-1], part_configs[-1]
     base: dict = {"vec": lc.get("vec", 8), "x_block": lc.get("x_block", 4),
@@ -73,6 +102,22 @@ def join_seeds(task: ChainTask, space: KnobSpace,
                                                for i in range(m)}))
     variants.append(dict(base, rows=1, co_outer=False,
                          **{f"s{i}_at": "root" for i in range(m)}))
+    return _valid(space, variants)
+
+
+def _join_attention(space: KnobSpace, qk: Config, soft: Config, pv: Config) -> list[Config]:
+    base = {"vec": qk.get("vec", 8), "s_block": qk.get("n_block", 2),
+            "s_rows": qk.get("m_block", 4), "o_block": pv.get("n_block", 2),
+            "o_rows": pv.get("m_block", 4), "rfactor": soft.get("rfactor", True),
+            "fast_exp": soft.get("fast_exp", False)}
+    variants = [dict(base, rows=rows, k_at=at) for at in ("root", "task")
+                for rows in (16, 32, 8)]
+    return _valid(space, variants)
+
+
+def _valid(space: KnobSpace, variants: list[dict]) -> list[Config]:
+    """The variants snapped to the space's values and repaired, without repeats."""
+    knobs = {k.name: k.values for k in space.knobs}
     out, seen = [], set()
     for v in variants:
         c = _repair(space, {k: _nearest(knobs[k], v.get(k, knobs[k][0])) for k in knobs})

@@ -23,6 +23,7 @@ from woodpecker.config import SPLIT_SHARE, TEMPLATE_FLOOR
 from woodpecker.engines.halide.templates import template_module, templates_for
 from woodpecker.target import Target
 from woodpecker.tasks import Task, task_from_key
+from woodpecker.tasks.attention import AttentionTask
 from woodpecker.tasks.chain import ChainTask
 from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.build_pool import BuildPool, Built
@@ -172,13 +173,15 @@ def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> 
 
 def _split(task: Task, measurer: Measurer, log: TuningLog, *, deadline: float | None,
            max_trials: int | None, **kw) -> list[dict | None]:
-    """AGO's Split for a conv chain (tune/reformer.py): its parts that have no valid record
-    yet are tuned first, with `SPLIT_SHARE` of the chain's time and trials shared among them;
-    returns the parts' best configs (None where a part has none), which Join composes. Other
-    tasks: []."""
-    if not isinstance(task, ChainTask):
+    """AGO's Split for a conv chain or attention (tune/reformer.py): its parts that have no
+    valid record yet are tuned first, with `SPLIT_SHARE` of the fused task's time and trials
+    shared among them; returns the parts' best configs (None where a part has none), which
+    Join composes. Other tasks (and attention with a mask its parts cannot add): []."""
+    if not isinstance(task, (ChainTask, AttentionTask)):
         return []
     parts = split(task)
+    if not parts:
+        return []
     todo = [p for p in parts if log.best(p.key) is None]
     start, n0 = time.monotonic(), len(log.records)
     for j, part in enumerate(todo):
