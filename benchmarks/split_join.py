@@ -50,7 +50,8 @@ def fused_tasks(model: str, n: int) -> list:
     that split into parts."""
     g = import_onnx(load_model_proto(str(zoo.export(model))))
     optimize(g, AGO)
-    groups = [x for x in extract_tasks(g) if x.task.kind in FUSED and split(x.task)]
+    groups = [x for x in extract_tasks(g) if x.task.kind in FUSED and split(x.task)
+              and all(templates_for(p) for p in split(x.task))]
     groups.sort(key=lambda x: -x.task.flops * len(x.nodes))
     return [x.task for x in groups[:n]]
 

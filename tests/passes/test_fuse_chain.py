@@ -94,3 +94,50 @@ def test_compile_fusion_ago_on_the_command_line(tmp_path, capsys):
     assert main(["compile", str(path), "-o", str(tmp_path / "p2"), "--engines", "numpy"]) == 0
     assert "fuse_chains" not in json.loads((tmp_path / "p2" / "plan.json").read_text())[
         "model"]["passes"]
+
+
+def test_an_unfused_block_is_the_default_pipelines_nodes():
+    """passes/unfuse.py: an inverted residual block taken apart is the 1×1 expansion and a
+    separable conv, as the default pipeline leaves it, and computes the same."""
+    from collections import Counter
+
+    from woodpecker.frontend.onnx_import import import_onnx
+    from woodpecker.passes import DEFAULT, optimize
+    from woodpecker.passes.unfuse import unfuse
+
+    model = _model(BLOCK)
+    graph = import_onnx(model)
+    optimize(graph, AGO)
+    (node,) = graph.nodes
+    parts = unfuse(graph, node)
+    assert [p.op for p in parts] == ["FusedConv", "FusedSeparableConv"]
+    default = import_onnx(model)
+    optimize(default, DEFAULT)
+    assert Counter(n.op for n in graph.nodes) == Counter(n.op for n in default.nodes)
+    assert len(graph.copy().nodes) == 2
+
+
+@given(st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 50), st.integers(0, 50)),
+                min_size=1, max_size=8))
+@settings(max_examples=80, deadline=None)
+def test_every_chain_taken_apart_gives_the_default_graph(steps):
+    from collections import Counter
+
+    from woodpecker.frontend.onnx_import import import_onnx
+    from woodpecker.passes import DEFAULT, optimize
+    from woodpecker.passes.unfuse import unfuse
+
+    def kinds(g):   # a Conv and a FusedConv without epilogue are one task
+        return Counter("FusedConv" if n.op == "Conv" else n.op for n in g.nodes)
+
+    model = _model(steps)
+    graph, default = import_onnx(model), import_onnx(model)
+    optimize(graph, AGO)
+    optimize(default, DEFAULT)
+    for node in [n for n in graph.nodes if n.op == "FusedConvChain"]:
+        unfuse(graph, node)
+    assert kinds(graph) == kinds(default)
+    # every value's readers and producer are nodes of the graph (the arena walks them)
+    for v in graph.values.values():
+        assert all(c in graph.nodes for c in v.consumers)
+        assert v.producer is None or v.producer in graph.nodes

@@ -59,3 +59,31 @@ def test_parts_are_tuned_first_and_the_chain_starts_from_their_composition(tmp_p
     tune_templates(task, templates_for(task), m2, log, search="ga", seed=1,
                    vector_registers=16, max_trials=10)
     assert {k for k, _ in m2.calls} == {task.key}
+
+
+def test_attention_splits_into_its_unfused_parts_tasks_and_joins_their_tiles():
+    """Attention's parts are the very tasks its unfused nodes have (so a compile's records of
+    them serve Join), and the composition carries the products' register tiles."""
+    from tests.passes.test_fuse_attention import attention_model
+    from woodpecker.engines.halide import attention
+    from woodpecker.frontend.onnx_import import import_onnx
+    from woodpecker.passes import AGO, optimize
+    from woodpecker.passes.unfuse import apart
+    from woodpecker.tasks import task_from_node
+
+    for mask in ("none", "full", "keys"):
+        graph = import_onnx(attention_model(2, 16, 8, mask=mask))
+        optimize(graph, AGO)
+        (node,) = [n for n in graph.nodes if n.op == "FusedAttention"]
+        task = task_from_node(node)
+        unfused = [task_from_node(p) for p in apart(node)]
+        assert [p.key for p in split(task)] == [t.key for t in unfused if t is not None]
+    qk = {"vec": 8, "n_block": 1, "m_block": 3, "parallel": "m", "k_unroll": 1, "pack": False}
+    soft = {"vec": 8, "grain": 4, "rfactor": False, "stash": True, "fast_exp": True}
+    pv = {"vec": 8, "n_block": 2, "m_block": 4, "parallel": "n", "k_unroll": 2, "pack": False}
+    space = attention.space(task)
+    seeds = join_seeds(task, space, [qk, soft, pv])
+    assert seeds and all(space.is_valid(s) for s in seeds)
+    assert all(s["s_block"] == 1 and s["o_block"] == 2 and s["o_rows"] == 4 and s["fast_exp"]
+               for s in seeds)
+    assert join_seeds(task, space, [qk, None, pv]) == []

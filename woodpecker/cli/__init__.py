@@ -218,7 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "consecutive ONNX Runtime nodes")
     c.add_argument("--fusion", choices=["default", "ago"], default="default",
                    help="ago: also fuse chains of convs within AGO's partition (1x1 -> "
-                        "depthwise -> 1x1, conv -> 1x1) into one generated kernel each")
+                        "depthwise -> 1x1, conv -> 1x1) and attention (MatMul -> Softmax -> "
+                        "MatMul) into one generated kernel each, kept only where faster "
+                        "than the parts' own kernels")
     tune_opts(c, "the whole compile with --tune (tuning, kernel selection, plan checks)")
     c.set_defaults(fn=cmd_compile)
 

@@ -7,7 +7,8 @@ Chains fused: a 1×1 conv then a depthwise conv (the expansion half of an invert
 block), optionally then a 1×1 conv (the whole block: MobileNetV2's, MnasNet's), and a dense
 conv then a 1×1 conv. A depthwise conv then a 1×1 conv alone is left to fuse_separable, and so
 is a 1×1 → depthwise pair whose depthwise conv fuse_separable would join to its 1×1 reader
-(outside the chain's subgraph): unfused (passes/unfuse.py), every chain is then the default
+(outside the chain's subgraph), and no chain starts at a 1×1 conv that fuse_separable would
+join to the depthwise conv before it: unfused (passes/unfuse.py), every chain is then the default
 pipeline's nodes, so selection weighs a chain against exactly what the default plan runs.
 
 Conditions on every conv: 2-D, constant weights (and bias, if any), one group or one per
@@ -103,6 +104,9 @@ def fuse_chains(graph: Graph) -> int:
     for first in list(graph.nodes):
         if first not in graph.nodes or _kind(first) is None:
             continue
+        x = first.inputs[0].producer
+        if x is not None and separable_reader(graph, x) is first:
+            continue           # this 1×1 conv goes with the depthwise conv before it
         nodes = _chain_from(graph, first, group)
         if nodes is None:
             continue

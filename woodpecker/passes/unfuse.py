@@ -27,14 +27,12 @@ def apart(node: Node) -> list[Node]:
         g.add_node(p.op, p.inputs, p.outputs, p.attrs, p.name)
     g.outputs = list(node.outputs)
     fuse_separable(g)
-    inner = {id(v) for p in g.nodes for v in p.outputs}
-    for p in g.nodes:     # leave the boundary values' readers as they were
-        for v in p.inputs:
-            if v is not None and id(v) not in inner and p in v.consumers:
-                v.consumers.remove(p)
+    nodes = list(g.nodes)
+    for p in nodes:       # unattached again: no value lists them as its reader
+        g.remove_node(p)
     for v in node.outputs:
         v.producer = node
-    return list(g.nodes)
+    return nodes
 
 
 def unfuse(graph: Graph, node: Node) -> list[Node]:
