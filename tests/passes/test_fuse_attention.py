@@ -190,8 +190,11 @@ def test_selection_weighs_the_fused_kernel_against_its_parts(tmp_path, fused):
     else:
         assert "FusedAttention" not in nodes and {"StridedView", "Softmax"} <= nodes
     x = feeds(model)
-    np.testing.assert_allclose(compiled.run(x)["y"], ort_run(model, x)[0], rtol=1e-4,
-                               atol=1e-5)
+    want = ort_run(model, x)[0]
+    np.testing.assert_allclose(compiled.run(x)["y"], want, rtol=1e-4, atol=1e-5)
+    compiled.save(tmp_path / "plan")           # fused or apart, the plan loads and runs
+    np.testing.assert_allclose(woodpecker.load(tmp_path / "plan").run(x)["y"], want,
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_an_unfused_node_is_its_parts():
