@@ -40,17 +40,21 @@ from woodpecker.tune.records import TuningLog
 
 
 def _kernel_runner(node: Node, log: TuningLog, threads: int, out: TextIO):
-    """A no-argument call of the best usable tuned kernel of `node`'s task on random inputs,
-    None without one, "none" where the node has no task."""
+    """A no-argument call of the best usable tuned kernel of `node`'s task on random inputs;
+    None without one."""
     task = task_from_node(node)
     if task is None:
-        return "none"
+        return None
     records = leaders(log, task, buildable(task))[:1]
     runners = finalist_runners(task, records, threads, lambda msg: print(f"  {msg}", file=out))
     return next(iter(runners.values())).run if runners else None
 
 
-def _movement_runner(node: Node, ctx: BuildContext):
+def _part_runner(node: Node, log: TuningLog, ctx: BuildContext, out: TextIO):
+    """A part as a plan runs it: on its tuned kernel when a task computes it (None without a
+    tuned one), else (data movement) on the numpy engine, on random inputs."""
+    if task_from_node(node) is not None:
+        return _kernel_runner(node, log, ctx.threads, out)
     kernel = get_engine(names.NUMPY).build(node, ctx)
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(v.shape).astype(np.float32) for v in node.inputs
@@ -67,10 +71,7 @@ def weigh_fusions(graph: Graph, choices: Choices, log: TuningLog, allowed: list[
         if deadline.passed():
             break
         fused = _kernel_runner(node, log, ctx.threads, out)
-        parts = []
-        for part in apart(node):
-            run = _kernel_runner(part, log, ctx.threads, out)
-            parts.append(_movement_runner(part, ctx) if run == "none" else run)
+        parts = [_part_runner(part, log, ctx, out) for part in apart(node)]
         if any(p is None for p in parts):
             continue
         record = {"node": node.name, "op": node.op, "fused_ms": None, "parts_ms": None}
