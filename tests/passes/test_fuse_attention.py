@@ -173,7 +173,7 @@ def _seeded(model, tmp_path, fused: bool, parts: bool):
 
 
 @pytest.mark.parametrize("fused", [True, False])
-def test_selection_weighs_the_fused_kernel_against_its_parts(tmp_path, fused):
+def test_selection_weighs_the_fused_kernel_against_its_parts(tmp_path, fused, capsys):
     """With kernels for the parts too, the fused node is timed against them and kept or
     replaced by them; without one of its own it is replaced. Either way the plan matches
     ONNX Runtime and records the decision."""
@@ -195,6 +195,13 @@ def test_selection_weighs_the_fused_kernel_against_its_parts(tmp_path, fused):
     compiled.save(tmp_path / "plan")           # fused or apart, the plan loads and runs
     np.testing.assert_allclose(woodpecker.load(tmp_path / "plan").run(x)["y"], want,
                                rtol=1e-4, atol=1e-5)
+    from woodpecker.cli import main
+
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "plan"), "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    said = "kept fused" if record["fused"] else "run apart"
+    assert f"fusion {record['node']} (FusedAttention)" in out and said in out
 
 
 def test_an_unfused_node_is_its_parts():

@@ -82,6 +82,12 @@ def cmd_inspect(args) -> None:
     print(f"generated kernels: {doc['generated_flops_share']:.1%} of FLOPs, "
           f"{doc['generated_time_share']:.1%} of runtime; "
           f"{doc['layout_conversions']} layout conversion(s)")
+    doc["fusion"] = model.plan.meta.get("fusion", [])
+    for f in doc["fusion"]:       # AGO's fusions weighed against their parts (selection/fusion)
+        fused = "no tuned kernel" if f["fused_ms"] is None else f"{f['fused_ms']:.3f} ms"
+        apart = "" if f["parts_ms"] is None else f" vs apart {f['parts_ms']:.3f} ms"
+        print(f"fusion {f['node']} ({f['op']}): fused {fused}{apart} -> "
+              f"{'kept fused' if f['fused'] else 'run apart'}")
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
