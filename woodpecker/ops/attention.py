@@ -42,19 +42,17 @@ def rows_first(rank: int) -> list[int]:
     return [rank - 2] + list(range(rank - 2)) + [rank - 1]
 
 
+def permuted(view: dict, perm: list[int]) -> dict:
+    """`view` with its axes taken in `perm`'s order."""
+    return {"shape": [view["shape"][p] for p in perm], "offset": view["offset"],
+            "strides": [view["strides"][p] for p in perm]}
+
+
 def contiguous_view(shape: tuple[int, ...], perm: list[int] | None = None) -> dict:
     """The view of a whole row-major array of `shape`, its axes taken in `perm`'s order."""
     strides = [int(np.prod(shape[i + 1:])) for i in range(len(shape))]
-    perm = perm or list(range(len(shape)))
-    return {"shape": [int(shape[p]) for p in perm], "offset": 0,
-            "strides": [strides[p] for p in perm]}
-
-
-def transposed(view: dict) -> dict:
-    """`view` with its last two axes swapped (K's view as Kᵀ's)."""
-    perm = swap_last(len(view["shape"]))
-    return {"shape": [view["shape"][p] for p in perm], "offset": view["offset"],
-            "strides": [view["strides"][p] for p in perm]}
+    whole = {"shape": [int(d) for d in shape], "offset": 0, "strides": strides}
+    return whole if perm is None else permuted(whole, perm)
 
 
 def _context_shape(node: Node) -> tuple[int, ...]:
@@ -81,7 +79,7 @@ def parts(node: Node) -> list[Node]:
 
     qv, kv, vv = a["views"]
     q = add("StridedView", "q", [q_src], qv["shape"], {"view": qv})
-    kt_view = transposed(kv)
+    kt_view = permuted(kv, swap_last(len(kv["shape"])))
     kt = add("StridedView", "kt", [k_src], kt_view["shape"], {"view": kt_view})
     v = add("StridedView", "v", [v_src], vv["shape"], {"view": vv})
     scores_shape = tuple(qv["shape"][:-1]) + (kv["shape"][-2],)

@@ -131,9 +131,12 @@ def fuse_attention(graph: Graph) -> int:
         if nodes is None:
             continue
         _, _, second = nodes
+        out_t = _out_transpose(graph, second.outputs[0])
+        removed = nodes + ([out_t] if out_t is not None else [])
+        if sum(op_weight(n) for n in removed) >= PARTITION_THRESHOLD:
+            continue
         q, kt, *masks = first.inputs
         v = second.inputs[1]
-        out_t = _out_transpose(graph, second.outputs[0])
         rank = len(q.shape)
         sources, views = [], []
         for x, perm in ((q, None), (kt, swap_last(rank)), (v, None)):
@@ -143,13 +146,10 @@ def fuse_attention(graph: Graph) -> int:
         attrs = {"scores": [dict(s) for s in first.attrs.get("epilogue", [])],
                  "views": views,
                  "out_perm": None if out_t is None else list(out_t.attrs["perm"])}
-        removed = nodes + ([out_t] if out_t is not None else [])
-        if sum(op_weight(n) for n in removed) >= PARTITION_THRESHOLD:
-            continue
         last = out_t or second
         out = last.outputs[0]
-        index = graph.nodes.index(last) - sum(
-            1 for n in removed if n is not last and graph.nodes.index(n) < graph.nodes.index(last))
+        at = graph.nodes.index(last)     # where the node goes once the others are out
+        index = at - sum(1 for n in removed if n is not last and graph.nodes.index(n) < at)
         for n in removed:
             graph.remove_node(n)
         graph.add_node(OP, [*sources, *masks], [out], attrs, second.name, index)

@@ -39,10 +39,9 @@ from woodpecker.tasks import task_from_node
 from woodpecker.tune.records import TuningLog
 
 
-def _kernel_runner(node: Node, log: TuningLog, threads: int, out: TextIO):
-    """A no-argument call of the best usable tuned kernel of `node`'s task on random inputs;
-    None without one."""
-    task = task_from_node(node)
+def _kernel_runner(task, log: TuningLog, threads: int, out: TextIO):
+    """A no-argument call of the best usable tuned kernel of `task` on random inputs; None
+    without one (or without a task)."""
     if task is None:
         return None
     records = leaders(log, task, buildable(task))[:1]
@@ -53,8 +52,9 @@ def _kernel_runner(node: Node, log: TuningLog, threads: int, out: TextIO):
 def _part_runner(node: Node, log: TuningLog, ctx: BuildContext, out: TextIO):
     """A part as a plan runs it: on its tuned kernel when a task computes it (None without a
     tuned one), else (data movement) on the numpy engine, on random inputs."""
-    if task_from_node(node) is not None:
-        return _kernel_runner(node, log, ctx.threads, out)
+    task = task_from_node(node)
+    if task is not None:
+        return _kernel_runner(task, log, ctx.threads, out)
     kernel = get_engine(names.NUMPY).build(node, ctx)
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(v.shape).astype(np.float32) for v in node.inputs
@@ -70,7 +70,7 @@ def weigh_fusions(graph: Graph, choices: Choices, log: TuningLog, allowed: list[
     for node in [n for n in graph.nodes if n.op in INTENSIVE]:
         if deadline.passed():
             break
-        fused = _kernel_runner(node, log, ctx.threads, out)
+        fused = _kernel_runner(task_from_node(node), log, ctx.threads, out)
         parts = [_part_runner(part, log, ctx, out) for part in apart(node)]
         if any(p is None for p in parts):
             continue
