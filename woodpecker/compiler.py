@@ -49,6 +49,8 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     conversions counted (assembly/). `schedule="memory"` rewrites concats where it pays and
     orders the nodes for the least peak of live activations (SERENITY, schedule/memory.py);
     with `memory_budget` (bytes) a MemoryBudgetError says when no order fits.
+    `schedule="parallel"` keeps the file order, then runs independent Halide steps side by
+    side where the whole plan gets faster (DOS, selection/parallel.py).
     """
     opts = CompileOptions.from_kwargs(options, **option_fields)
     # `--budget` is the whole compile: import and passes, tuning, selection, assembly
@@ -78,13 +80,17 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     assembly = AssemblyOptions(tuple(allowed), ctx, tgt, meta, opts.arena)
     if (opts.tune is not None or opts.tuning_log is not None) and names.HALIDE in allowed:
         _generated_kernels(graph, choices, opts, assembly, progress, deadline)
-    return CompiledModel(assemble(graph, choices, assembly))
+    compiled = CompiledModel(assemble(graph, choices, assembly))
+    if opts.schedule == "parallel":
+        from woodpecker.selection.parallel import schedule_parallel
+        compiled = schedule_parallel(compiled, progress, deadline)
+    return compiled
 
 
 def _schedule(graph, schedule: str, budget: int | None) -> dict:
     """Order the graph's nodes; returns what the plan records about it."""
-    if schedule == "file":
-        return {"kind": "file"}
+    if schedule in ("file", "parallel"):
+        return {"kind": schedule}
     result = schedule_memory(graph, rewrite=True, budget=budget)
     return {"kind": "memory", "peak_bytes": result.peak, "optimal": result.report.optimal,
             "rewrites": result.rewrites, "seconds": round(result.seconds, 3),

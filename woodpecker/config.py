@@ -180,3 +180,22 @@ PARTITION_THRESHOLD = 150.0
 # starts from their composed schedules. A choice (AGO gives none): enough for the parts'
 # searches to pass their hand seeds, leaving the chain most of its time.
 SPLIT_SHARE = 0.4
+
+# -- parallel schedule (selection/parallel.py, DOS) ---------------------------------------------
+
+# Consecutive steps per block the DP schedules alone (DOS §4.2). Measured with
+# benchmarks/dos_stages.py on 3-minute plans (Zen 3, 2 threads): blocks of 16 keep each block's
+# DP under a second on randwire_imagenet's widest blocks while stages of two rarely pair steps
+# more than 12 apart.
+DOS_BLOCK = 16
+# Interleaved rounds timing a candidate stage together and in turn (and each step alone): a
+# stage's steps take 20-500 µs, so 15 rounds cost a few ms per stage.
+DOS_RUNS = 15
+# A stage is run together only when that takes less than this fraction below its steps in turn
+# (paired median): measured noise of the ratio between two identical in-turn runs.
+DOS_STAGE_MARGIN = 0.03
+# The staged plan is kept only when its paired median time is below 1 - this of the
+# sequential plan's (the same rule as REFINE_MARGIN's, for the whole plan).
+DOS_PLAN_MARGIN = 0.01
+# The most seconds a parallel schedule may take, measurements included (issue 32: ≤ 60 s).
+DOS_SECONDS = 50.0

@@ -17,7 +17,7 @@ from woodpecker.errors import WoodpeckerError
 from woodpecker.target import check_threads
 
 SEARCHES = ("ga", "random", "xgb", "ppo", "chameleon", "glimpse")   # tune/searchers (checked there)
-SCHEDULES = ("file", "memory")
+SCHEDULES = ("file", "memory", "parallel")
 
 
 def parse_budget(text: "str | float | int") -> float:
@@ -75,10 +75,12 @@ class CompileOptions:
 
     `engines`: the engines allowed (None: every installed one); `threads` (None: every core
     this process may use; more only with `force_threads`); `passes` (None: passes.DEFAULT,
-    or passes.MEMORY for the memory schedule); `schedule` "file" or "memory" with an
-    optional `memory_budget` in bytes; `arena`; `library_regions` (None: on, except for the
-    memory schedule); `tune` (tune before selecting) and `tuning_log` (a log to select from,
-    and with `tune` to extend; `resume` to continue a non-empty one)."""
+    or passes.MEMORY for the memory schedule); `schedule` "file", "memory" with an
+    optional `memory_budget` in bytes, or "parallel" (the file order, then independent
+    Halide steps run side by side where the whole plan gets faster: DOS, selection/parallel.py);
+    `arena`; `library_regions` (None: on, except for the memory schedule); `tune` (tune
+    before selecting) and `tuning_log` (a log to select from, and with `tune` to extend;
+    `resume` to continue a non-empty one)."""
 
     engines: tuple[str, ...] | None = None
     threads: int | None = None
@@ -105,7 +107,8 @@ class CompileOptions:
         if self.threads is not None:
             check_threads(self.threads, self.force_threads)
         if self.schedule not in SCHEDULES:
-            raise WoodpeckerError(f"unknown schedule {self.schedule!r}; use 'file' or 'memory'")
+            raise WoodpeckerError(f"unknown schedule {self.schedule!r}; use 'file', "
+                                  "'memory' or 'parallel'")
         if self.memory_budget is not None and self.schedule != "memory":
             raise WoodpeckerError("a memory budget needs the memory schedule "
                                   "(--schedule memory)")

@@ -11,6 +11,7 @@ needs of the compile is `AssemblyOptions`, plain data.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,6 @@ from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import MOVEMENT, get_engine
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.plan import Plan
-from woodpecker.runtime.regions import plan_steps
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.target import Target
 
@@ -62,14 +62,33 @@ def assemble(graph: Graph, choices: Choices, options: AssemblyOptions) -> Plan:
         for n, e in zip(graph.nodes, engines):
             if e != choices[n.name].engine:
                 choices[n.name] = Choice(e, why="data movement inside a library region")
-    engines = [choices[n.name].engine for n in graph.nodes]
-    steps = plan_steps(engines, meta["library_regions"])
+    plan = Plan(graph, choices, options.target, meta)
+    _place(plan, options.arena)
+    return plan
+
+
+def staged(plan: Plan, order: Sequence[int], parallel: dict[str, Any]) -> Plan:
+    """A copy of `plan` with its nodes in `order` (node indices; topological) and the parallel
+    schedule `parallel` (`meta["parallel"]`: its kept stages run consecutive nodes at the same
+    time, runtime/stages.py), the in-place parts and the arena placed anew for the stages'
+    steps (each stage one step, so its operators' inputs and outputs never share space)."""
+    graph = plan.graph.copy()
+    graph.nodes = [graph.nodes[i] for i in order]
+    new = Plan(graph, dict(plan.choices), plan.target, dict(plan.meta, parallel=parallel),
+               directory=plan.directory)
+    _place(new, plan.arena is not None)
+    return new
+
+
+def _place(plan: Plan, arena: bool) -> None:
+    """Concat parts written in place and the arena, for the plan's steps (fills `arena`)."""
+    graph, meta, engines = plan.graph, plan.meta, plan.engines
+    steps = plan.steps()
     # In-place concats make a whole live from its first part: not under the memory schedule,
     # whose peak (and budget) counts the parts as values of their own.
     memory = meta.get("schedule", {}).get("kind") == "memory"
     aliases = {} if memory else concat_aliases(graph, engines, steps)
-    arena_plan = plan_arena(graph, steps, aliases) if options.arena else None
-    if arena_plan is not None:
-        meta["arena"] = {"size": arena_plan.size, "lower_bound": arena_plan.lower_bound,
-                         "method": arena_plan.method}
-    return Plan(graph, choices, options.target, meta, arena_plan)
+    plan.arena = plan_arena(graph, steps, aliases) if arena else None
+    if plan.arena is not None:
+        meta["arena"] = {"size": plan.arena.size, "lower_bound": plan.arena.lower_bound,
+                         "method": plan.arena.method}

@@ -65,6 +65,13 @@ def cmd_compile(args) -> None:
         print(f"memory schedule: peak activations {format_bytes(sched['peak_bytes'])} "
               f"({'optimal' if sched['optimal'] else 'not proven optimal'}, "
               f"{sched['rewrites']} concat rewrite(s), {sched['seconds']:.2f}s)")
+    parallel = model.plan.meta.get("parallel")
+    if parallel and "ratio" in parallel:
+        print(f"parallel schedule: {len(parallel['stages'])} stage(s) of steps side by side, "
+              f"whole plan {parallel['ratio']:.3f}x the sequential time: "
+              f"{'kept' if parallel['kept'] else 'not kept, runs in sequence'}")
+    elif parallel:
+        print(f"parallel schedule: not kept ({parallel['why']})")
     if arena is not None:
         print(f"arena {format_bytes(arena.size)} (live-bytes lower bound "
               f"{format_bytes(arena.lower_bound)})")
@@ -209,8 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "shared log in the Woodpecker cache)")
     c.add_argument("--tuning-log", help="use (and with --tune, extend) this tuning log")
     c.add_argument("--resume", action="store_true", help="continue a non-empty --tuning-log")
-    c.add_argument("--schedule", choices=["file", "memory"], default="file",
-                   help="node order: the model file's, or the least peak memory (SERENITY)")
+    c.add_argument("--schedule", choices=["file", "memory", "parallel"], default="file",
+                   help="node order: the model file's, the least peak memory (SERENITY), or "
+                        "the file's with independent Halide steps run side by side where the "
+                        "whole plan gets faster (DOS)")
     c.add_argument("--memory-budget", help="with --schedule memory: fail unless the peak of "
                                            "activations fits, e.g. 256KiB")
     c.add_argument("--no-regions", action="store_true",

@@ -103,7 +103,7 @@ def _inspect_memory(args) -> None:
         import woodpecker
 
         model = woodpecker.load(args.model)
-        if model.plan.meta.get("schedule", {}).get("kind", "file") == "file":
+        if model.plan.meta.get("schedule", {}).get("kind", "file") in ("file", "parallel"):
             graph = model.graph
         else:   # the plan is reordered: start again from the model file
             graph = import_onnx(load_model_proto(_reference_onnx(model, args.onnx, args.model)))

@@ -22,6 +22,7 @@ from woodpecker.ir.graph import step_io
 from woodpecker.ops import OPS
 from woodpecker.runtime.executor import Executor
 from woodpecker.runtime.plan import Plan, load_plan, plan_digest, save_plan
+from woodpecker.runtime.stages import Member, stage_kernel
 
 
 def _fmt(shape) -> str:
@@ -40,14 +41,28 @@ class CompiledModel:
         engines = {name: get_engine(name) for name in sorted(set(plan.engines))}
         # spinning workers of other engines are rested before an engine with its own threads
         rests = [hook for e in engines.values() if (hook := e.rest_hook()) is not None]
+        rest = None if not rests else rests[0] if len(rests) == 1 else _all(rests)
+
+        def build(nodes, ins, outs):
+            engine = engines[plan.choices[nodes[0].name].engine]
+            kernel = engine.build_step(nodes, ins, outs, ctx, plan.choices)
+            return kernel.before(rest) if engine.caps.own_threads and rest else kernel
+
+        stages = {tuple(stage) for stage in plan.stages()}
         built = []
         for step in self.steps:
             nodes = [g.nodes[i] for i in step]
-            engine = engines[plan.choices[nodes[0].name].engine]
-            kernel = engine.build_step(nodes, *step_io(nodes, g), ctx, plan.choices)
-            if engine.caps.own_threads and rests:
-                kernel = kernel.before(rests[0] if len(rests) == 1 else _all(rests))
-            built.append((nodes, kernel))
+            ins, outs = step_io(nodes, g)
+            if tuple(step) in stages:
+                members = []
+                for n in nodes:
+                    mine = step_io([n], g)
+                    members.append(Member(build([n], *mine),
+                                          tuple(_positions(mine[0], ins)),
+                                          tuple(_positions(mine[1], outs))))
+                built.append((nodes, stage_kernel(members, len(outs))))
+            else:
+                built.append((nodes, build(nodes, ins, outs)))
         self._executor = Executor(g, built, plan.arena)
         # per-model runtime state: each engine's process-wide settings made this model's
         # before every run (Engine.activate)
@@ -58,6 +73,17 @@ class CompiledModel:
         self._expected = {name: (tuple(shape), dtype) for name, shape, dtype in self.inputs}
         self.outputs = [(v.name, v.shape, v.dtype) for v in g.outputs]
         self._lock = threading.Lock()
+
+    def bound_steps(self) -> list:
+        """Per step (`self.steps`), its kernel bound to the arena (`engines.base.Bound`), or
+        None where the step is not bound: what a parallel schedule runs side by side
+        (selection/parallel.py). Call `activate()` first when calling them directly."""
+        return self._executor.bounds
+
+    def activate(self) -> None:
+        """Make the engines' process-wide settings (thread counts) this model's."""
+        for activate in self._activate:
+            activate()
 
     @property
     def graph(self):
@@ -91,12 +117,8 @@ class CompiledModel:
     def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         feeds = self._validate(feeds)
         with self._lock:
-            self._activate_engines()
+            self.activate()
             return self._executor.run(feeds)
-
-    def _activate_engines(self) -> None:
-        for activate in self._activate:
-            activate()
 
     def __call__(self, *arrays: Any):
         """Positional inputs in model order; one output is returned bare, several as a tuple."""
@@ -118,7 +140,7 @@ class CompiledModel:
         feeds = self._validate(feeds)
         acc = [0.0] * len(self.steps)
         with self._lock:
-            self._activate_engines()
+            self.activate()
             self._executor.run(feeds)
             for _ in range(runs):
                 self._executor.run(feeds, acc)
@@ -148,6 +170,12 @@ class CompiledModel:
                 "program": [s["op"] for s in n.attrs.get("program", [])],
             })
         return rows
+
+
+def _positions(values, among) -> list[int]:
+    """Where each of `values` sits in `among` (by name)."""
+    index = {v.name: i for i, v in enumerate(among)}
+    return [index[v.name] for v in values]
 
 
 def _all(hooks):

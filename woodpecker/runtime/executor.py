@@ -92,6 +92,11 @@ class Executor:
         self._input_slots = [(v.name, slot[v.name]) for v in graph.inputs]
         self._outputs = [(v.name, slot.get(v.name), v.data) for v in graph.outputs]
 
+    @property
+    def bounds(self) -> list[Bound | None]:
+        """Each step's call bound to the arena (None where it is not bound)."""
+        return [step.bound for step in self._steps]
+
     def run(self, feeds: dict[str, np.ndarray],
             step_times: list[float] | None = None) -> dict[str, np.ndarray]:
         """Run once; with `step_times` (one slot per step) each step's seconds are added. A

@@ -55,9 +55,18 @@ class Plan:
         """Each node's engine, in execution order."""
         return [self.choices[n.name].engine for n in self.graph.nodes]
 
+    def stages(self) -> list[list[int]]:
+        """Node indices of each stage of the parallel schedule whose operators run at the same
+        time (`meta["parallel"]`, selection/parallel.py); none for a sequential plan."""
+        parallel = self.meta.get("parallel") or {}
+        if not parallel.get("kept"):
+            return []
+        index = {n.name: i for i, n in enumerate(self.graph.nodes)}
+        return [[index[name] for name in stage["nodes"]] for stage in parallel["stages"]]
+
     def steps(self) -> list[list[int]]:
         """Node indices per execution step (runtime/regions.py)."""
-        return plan_steps(self.engines, self.meta.get("library_regions", False))
+        return plan_steps(self.engines, self.meta.get("library_regions", False), self.stages())
 
 
 # -- attribute encoding (JSON has no arrays or tuples) ---------------------------------------------
@@ -113,7 +122,9 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
     tmp_w = d / (WEIGHTS_FILE + ".tmp")
     with open(tmp_w, "wb") as f:
         np.savez(f, **{f"w{i}": np.array(v.data, order="C") for i, v in enumerate(weights)})
-    steps = [[g.nodes[i] for i in step] for step in plan.steps()]
+    # each engine's steps as they are built (a stage's nodes are built one by one)
+    steps = [[g.nodes[i] for i in step]
+             for step in plan_steps(plan.engines, plan.meta.get("library_regions", False))]
     artifacts = {}
     for name in sorted(set(plan.engines)):
         own = [nodes for nodes in steps if plan.choices[nodes[0].name].engine == name]
@@ -299,9 +310,37 @@ def _build(d: Path, doc: dict) -> Plan:
         raise PlanError("plan.json: the engines' artifacts do not match the engines chosen")
     for name in sorted(used):
         get_engine(name).load_artifacts(d, doc["engines"][name], choices)
+    _check_stages(plan)
     if "arena" in doc:
         plan.arena = Arena.from_json(doc["arena"])
         problem = check_arena(g, plan.arena, plan.steps()) or _arena_oversized(g, plan.arena)
         if problem:
             raise PlanError(f"plan.json: arena is corrupt: {problem}")
     return plan
+
+
+def _check_stages(plan: Plan) -> None:
+    """A PlanError unless each stage of the parallel schedule is two or more consecutive
+    nodes, none in two stages, none reading another's output: what running them at the same
+    time needs (a tampered stage would race)."""
+    try:
+        stages = plan.stages()
+    except (KeyError, TypeError) as e:
+        raise PlanError(f"plan.json: the parallel schedule's stages are corrupt ({e})") from None
+    seen: set[int] = set()
+    nodes = plan.graph.nodes
+    for stage in stages:
+        if len(stage) < 2 or sorted(stage) != list(range(stage[0], stage[0] + len(stage))) \
+                or seen & set(stage):
+            raise PlanError("plan.json: a stage of the parallel schedule is not a run of "
+                            "consecutive nodes of its own")
+        seen.update(stage)
+        made = {id(v) for i in stage for v in nodes[i].outputs}
+        outputs = {id(v) for v in plan.graph.outputs}
+        for i in stage:
+            if any(not v.consumers and id(v) not in outputs for v in nodes[i].outputs):
+                raise PlanError(f"plan.json: stage node {nodes[i].name!r} has an output "
+                                "nothing reads")
+            if any(v is not None and id(v) in made for v in nodes[i].inputs):
+                raise PlanError(f"plan.json: stage node {nodes[i].name!r} reads another "
+                                "node of its stage: they cannot run at the same time")

@@ -7,8 +7,9 @@ Why: per-node sessions pay ORT's call overhead, an allocator and an initializer 
 and ORT cannot fuse or pick layouts across node boundaries. System-level exploration
 (Woodpecker-DL §2.5) picks an engine per node; the nodes the library wins are then best run by
 the library as the largest subgraphs it can see. Generated (Halide) kernels and other engines
-split regions. Memory-scheduled plans keep one step per node: inside a session ORT orders and
-allocates by itself, which would undo the memory order and the arena.
+split regions, and so do the stages of a parallel schedule (each stage is one step whose
+operators run at the same time). Memory-scheduled plans keep one step per node: inside a
+session ORT orders and allocates by itself, which would undo the memory order and the arena.
 """
 
 from __future__ import annotations
@@ -23,13 +24,24 @@ def multi_node(engine: str) -> bool:
     return get_engine(engine).caps.multi_node
 
 
-def plan_steps(engines: Sequence[str], regions: bool) -> list[list[int]]:
-    """Node indices per execution step: each maximal run of consecutive nodes of one
-    multi-node engine is one step when `regions`; every other node is a step of its own."""
+def plan_steps(engines: Sequence[str], regions: bool,
+               stages: Sequence[Sequence[int]] = ()) -> list[list[int]]:
+    """Node indices per execution step: each stage of a parallel schedule (`stages`: runs of
+    consecutive node indices, runtime/stages.py) is one step; each maximal run of consecutive
+    nodes of one multi-node engine outside them is one step when `regions`; every other node
+    is a step of its own."""
     grouping = {e for e in set(engines) if multi_node(e)} if regions else set()
+    stage_of = {i: k for k, stage in enumerate(stages) for i in stage}
     steps: list[list[int]] = []
     for i, engine in enumerate(engines):
-        if engine in grouping and steps and engines[steps[-1][-1]] == engine:
+        k = stage_of.get(i)
+        last = steps[-1][-1] if steps else None
+        if k is not None:
+            joins = last is not None and stage_of.get(last) == k
+        else:
+            joins = (engine in grouping and last is not None and last not in stage_of
+                     and engines[last] == engine)
+        if joins:
             steps[-1].append(i)
         else:
             steps.append([i])

@@ -380,21 +380,38 @@ class BoundCall:
         call instead of one each. None when the runtime lacks it (a plan saved before)."""
         if not all(c.chainable for c in calls):
             raise ValueError(f"chain.c calls kernels of at most {CHAIN_MAX_BUFFERS} buffers")
-        run = getattr(_runtime(), "wp_run_chain", None)
-        if run is None:
+        return _packed_call("wp_run_chain", calls)
+
+    @staticmethod
+    def stage(calls: "list[BoundCall]"):
+        """One call of no arguments running `calls` at the same time, each on one thread of
+        the pool with its parallel loops serial (`wp_run_stage`, spin_pool.c: a concurrent
+        stage of a parallel schedule). None when the runtime lacks it (a plan saved before)
+        or a kernel takes more buffers than chain.c passes."""
+        if not all(c.chainable for c in calls):
             return None
-        n = len(calls)
-        fns = (ctypes.c_void_p * n)(*[ctypes.cast(c.kernel._fn, ctypes.c_void_p).value
-                                      for c in calls])
-        nargs = (ctypes.c_int * n)(*[len(c.addresses) for c in calls])
-        flat = [a for c in calls for a in c.addresses]
-        args = (ctypes.c_void_p * len(flat))(*flat)
-        failed = ctypes.c_int(0)
+        return _packed_call("wp_run_stage", calls)
 
-        def call() -> None:
-            rc = run(n, fns, nargs, args, ctypes.byref(failed))
-            if rc != 0:
-                calls[failed.value].kernel._check(rc)
 
-        call.parts = (calls, fns, nargs, args)   # keep the buffers and arrays alive
-        return call
+def _packed_call(symbol: str, calls: "list[BoundCall]"):
+    """A call of no arguments passing `calls`' kernels and buffers to the runtime's `symbol`
+    (n, functions, argument counts, the arguments in one array, the failing index); None
+    when the runtime lacks it."""
+    run = getattr(_runtime(), symbol, None)
+    if run is None:
+        return None
+    n = len(calls)
+    fns = (ctypes.c_void_p * n)(*[ctypes.cast(c.kernel._fn, ctypes.c_void_p).value
+                                  for c in calls])
+    nargs = (ctypes.c_int * n)(*[len(c.addresses) for c in calls])
+    flat = [a for c in calls for a in c.addresses]
+    args = (ctypes.c_void_p * len(flat))(*flat)
+    failed = ctypes.c_int(0)
+
+    def call() -> None:
+        rc = run(n, fns, nargs, args, ctypes.byref(failed))
+        if rc != 0:
+            calls[failed.value].kernel._check(rc)
+
+    call.parts = (calls, fns, nargs, args)   # keep the buffers and arrays alive
+    return call

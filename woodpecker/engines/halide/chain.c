@@ -6,24 +6,26 @@
 
 typedef void *p;
 
+/* Calls kernel `f` with `nargs` buffer pointers from `a`; -1 for more than any template
+ * passes. Also used by wp_run_stage (spin_pool.c). */
+int wp_call_kernel(void *f, int nargs, p const *a) {
+    switch (nargs) {
+    case 1: return ((int (*)(p))f)(a[0]);
+    case 2: return ((int (*)(p, p))f)(a[0], a[1]);
+    case 3: return ((int (*)(p, p, p))f)(a[0], a[1], a[2]);
+    case 4: return ((int (*)(p, p, p, p))f)(a[0], a[1], a[2], a[3]);
+    case 5: return ((int (*)(p, p, p, p, p))f)(a[0], a[1], a[2], a[3], a[4]);
+    case 6: return ((int (*)(p, p, p, p, p, p))f)(a[0], a[1], a[2], a[3], a[4], a[5]);
+    case 7: return ((int (*)(p, p, p, p, p, p, p))f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
+    case 8: return ((int (*)(p, p, p, p, p, p, p, p))f)(a[0], a[1], a[2], a[3], a[4], a[5],
+                                                          a[6], a[7]);
+    default: return -1;
+    }
+}
+
 int wp_run_chain(int n, void *const *fns, const int *nargs, p const *args, int *failed) {
     for (int i = 0; i < n; i++) {
-        const p *a = args;
-        void *f = fns[i];
-        int rc;
-        switch (nargs[i]) {
-        case 1: rc = ((int (*)(p))f)(a[0]); break;
-        case 2: rc = ((int (*)(p, p))f)(a[0], a[1]); break;
-        case 3: rc = ((int (*)(p, p, p))f)(a[0], a[1], a[2]); break;
-        case 4: rc = ((int (*)(p, p, p, p))f)(a[0], a[1], a[2], a[3]); break;
-        case 5: rc = ((int (*)(p, p, p, p, p))f)(a[0], a[1], a[2], a[3], a[4]); break;
-        case 6: rc = ((int (*)(p, p, p, p, p, p))f)(a[0], a[1], a[2], a[3], a[4], a[5]); break;
-        case 7: rc = ((int (*)(p, p, p, p, p, p, p))f)(a[0], a[1], a[2], a[3], a[4], a[5],
-                                                         a[6]); break;
-        case 8: rc = ((int (*)(p, p, p, p, p, p, p, p))f)(a[0], a[1], a[2], a[3], a[4], a[5],
-                                                            a[6], a[7]); break;
-        default: rc = -1; break;   /* more arguments than any template passes */
-        }
+        int rc = wp_call_kernel(fns[i], nargs[i], args);
         if (rc) {
             *failed = i;
             return rc;

@@ -85,7 +85,7 @@ class HalideEngine(Engine):
             if not all(_innermost_dense(a) for a in arrays):
                 return None   # `arguments` would bind a copy
             bound = run.bind(*arguments(arrays), out=output(outs))
-            return Bound(bound, _join if bound.chainable else None, bound)
+            return Bound(bound, _join if bound.chainable else None, bound, _together)
 
         return Kernel(call, into, bind)
 
@@ -156,6 +156,14 @@ def _join(bounds: list[Bound]):
     from woodpecker.engines.halide.aot import BoundCall
 
     return BoundCall.chain([b.handle for b in bounds])
+
+
+def _together(bounds: list[Bound]):
+    """Independent bound Halide calls run at the same time on the pool, one thread each
+    (aot.BoundCall.stage)."""
+    from woodpecker.engines.halide.aot import BoundCall
+
+    return BoundCall.stage([b.handle for b in bounds])
 
 
 def _innermost_dense(a: np.ndarray) -> bool:

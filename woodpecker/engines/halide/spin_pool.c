@@ -219,6 +219,48 @@ void wp_spin_pool_join_stats(long *ns, long *long_joins, int reset) {
 /* Parallel loops started on the calling thread run serially on it (`on`) or on the pool. */
 void wp_spin_pool_serial(int on) { serial_here = on; }
 
+/* A stage of a parallel schedule (schedule/dos.py, DOS's concurrent strategy): n independent
+ * kernels, kernel i being fns[i] called with nargs[i] buffer pointers taken in order from
+ * args. They run as the n iterations of one parallel loop on the pool, so each runs on one
+ * thread with its own parallel loops serial (a nested loop, `inside_task`): on T threads the
+ * caller starts with the first n/T kernels, each worker with its share, and whoever is done
+ * takes the kernels not started yet; a stage of one kernel runs it on the calling thread alone
+ * (its time on one core). Returns 0, or a failing kernel's error code with its
+ * index in *failed. */
+#define STAGE_MAX 64
+extern int wp_call_kernel(void *f, int nargs, void *const *args);
+struct stage { void *const *fns; const int *nargs; void *const *argv[STAGE_MAX]; int failed; };
+
+static int stage_member(void *user_context, int i, uint8_t *closure) {
+    struct stage *s = (struct stage *)closure;
+    int rc = wp_call_kernel(s->fns[i], s->nargs[i], s->argv[i]);
+    if (rc) __atomic_store_n(&s->failed, i, __ATOMIC_RELAXED);
+    return rc;
+}
+
+int wp_run_stage(int n, void *const *fns, const int *nargs, void *const *args, int *failed) {
+    struct stage s;
+    if (n > STAGE_MAX) return -1;
+    s.fns = fns;
+    s.nargs = nargs;
+    s.failed = 0;
+    for (int i = 0; i < n; i++) {
+        s.argv[i] = args;
+        args += nargs[i];
+    }
+    int rc;
+    if (n == 1) {   /* one kernel alone on the calling thread: its time on one core */
+        int was = inside_task;
+        inside_task = 1;
+        rc = stage_member(NULL, 0, (uint8_t *)&s);
+        inside_task = was;
+    } else {
+        rc = do_par_for(NULL, stage_member, 0, n, (uint8_t *)&s);
+    }
+    *failed = s.failed;
+    return rc;
+}
+
 /* Send the workers spinning for a next loop to sleep now (they wake for the next loop). */
 void wp_spin_pool_rest(void) { __atomic_fetch_add(&pool.rest, 1, __ATOMIC_RELEASE); }
 

@@ -1,0 +1,256 @@
+"""Parallel scheduling of an assembled plan: DOS (`../shared/papers/003_*.txt`, §3-4,
+Algorithm 1) over its steps, with stage costs measured on this machine, kept only where the
+whole plan gets faster.
+
+Contract: `schedule_parallel(model)` returns a model whose plan runs some stages of
+independent steps at the same time (`meta["parallel"]`, runtime/stages.py), or the given model
+(with `meta["parallel"]` saying why not) where the parallel plan is not faster on the whole.
+The kernels are the plan's own; only the order and the stages change.
+
+How, and the choices where the paper is silent:
+- Candidates: steps bound to the arena whose engine can run them side by side
+  (`Bound.together`: Halide kernels, one thread each on the pool, no GIL). Library regions,
+  numpy movement and unbound steps stay stages of one, at their profiled times.
+- Cost of a stage (DOS §4.1, measured and cached): its members run together and in turn,
+  interleaved (`config.DOS_RUNS` rounds, the arena's own buffers); its cost is the sum of the
+  members' times alone scaled by the paired median ratio of together to in turn, so a stage is
+  compared with its members alone on the same footing. A stage faster together by less than
+  `config.DOS_STAGE_MARGIN` counts as its members in turn (strategy "sequential", split again).
+  Stages have at most as many members as the plan has threads (each member runs on one).
+  DOS's merge strategy (one kernel over concatenated weights) is not built.
+- The DP runs over blocks of `config.DOS_BLOCK` consecutive steps (DOS §4.2), each scheduled
+  alone; a block's pairs are measured only when the DP asks for them.
+- Whole-plan check: the staged plan's outputs must equal the sequential plan's, and it is kept
+  only when its paired median time is below `1 - config.DOS_PLAN_MARGIN` of the sequential
+  plan's over `config.REFINE_RUNS` interleaved rounds.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+import numpy as np
+
+from woodpecker.assembly import staged
+from woodpecker.bench.compare import random_feeds
+from woodpecker.bench.timing import paired_ratio, time_interleaved
+from woodpecker.config import (
+    DOS_BLOCK,
+    DOS_PLAN_MARGIN,
+    DOS_RUNS,
+    DOS_SECONDS,
+    DOS_STAGE_MARGIN,
+    REFINE_RUNS,
+    TOLERANCE,
+)
+from woodpecker.deadline import Deadline
+from woodpecker.ir.graph import Graph
+from woodpecker.runtime.compiled import CompiledModel
+from woodpecker.schedule.dos import Schedule, Stage, blocks, optimal_schedule
+
+INF = float("inf")
+
+
+def step_edges(graph: Graph, steps: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+    """(producer step, reader step) for every value one step makes and another reads."""
+    owner = {}
+    for s, idx in enumerate(steps):
+        for i in idx:
+            for v in graph.nodes[i].outputs:
+                owner[v.name] = s
+    edges = set()
+    for s, idx in enumerate(steps):
+        for i in idx:
+            for v in graph.nodes[i].inputs:
+                if v is not None and owner.get(v.name, s) != s:
+                    edges.add((owner[v.name], s))
+    return sorted(edges)
+
+
+def critical_path(n: int, edges: Sequence[tuple[int, int]],
+                  ms: Sequence[float]) -> tuple[float, list[int]]:
+    """The longest path through the steps (edges go forward in step order) by step times:
+    no schedule on any number of cores runs faster than it (with these kernels)."""
+    best = list(ms)
+    back: list[int | None] = [None] * n
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for u, v in edges:
+        preds[v].append(u)
+    for v in range(n):
+        for u in preds[v]:
+            if best[u] + ms[v] > best[v]:
+                best[v], back[v] = best[u] + ms[v], u
+    end = max(range(n), key=best.__getitem__)
+    path = [end]
+    while back[path[-1]] is not None:
+        path.append(back[path[-1]])
+    return best[end], path[::-1]
+
+
+def median_ms(call, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
+
+
+class StageTimer:
+    """DOS's stage cost (`schedule/dos.StageCost`) measured on the plan's bound steps: a stage
+    of one step costs its time alone; a stage of several candidates their sum scaled by the
+    measured ratio of together to in turn; any other stage is impossible (inf)."""
+
+    def __init__(self, bounds: Sequence, alone_ms: Sequence[float], threads: int,
+                 runs: int = DOS_RUNS, deadline: Deadline = Deadline.NONE) -> None:
+        self.bounds, self.alone, self.threads = bounds, alone_ms, threads
+        self.runs, self.deadline = runs, deadline
+        self.measured: dict[frozenset, float] = {}   # stage → paired together / in turn
+
+    def candidate(self, s: int) -> bool:
+        b = self.bounds[s]
+        return b is not None and b.together is not None
+
+    def ratio(self, stage: frozenset) -> float:
+        """Paired median of (time together / time in turn), measured once per stage."""
+        if stage not in self.measured:
+            members = [self.bounds[s] for s in sorted(stage)]
+            together = members[0].together(members)
+            if together is None or self.deadline.passed():
+                self.measured[stage] = INF
+            else:
+                calls = [b.call for b in members]
+                ratios = []
+                for _ in range(self.runs):
+                    t0 = time.perf_counter()
+                    together()
+                    t1 = time.perf_counter()
+                    for c in calls:
+                        c()
+                    ratios.append((t1 - t0) / (time.perf_counter() - t1))
+                self.measured[stage] = float(np.median(ratios))
+        return self.measured[stage]
+
+    def __call__(self, stage: frozenset) -> tuple[float, str]:
+        apart = sum(self.alone[s] for s in stage)
+        if len(stage) == 1:
+            return apart, "sequential"
+        if len(stage) > self.threads or not all(self.candidate(s) for s in stage):
+            return INF, "impossible"
+        r = self.ratio(stage)
+        if r < 1 - DOS_STAGE_MARGIN:
+            return apart * r, "concurrent"
+        return apart, "sequential"
+
+
+def dos_schedule(n: int, edges: Sequence[tuple[int, int]], cost: StageTimer,
+                 block: int = DOS_BLOCK) -> Schedule:
+    """DOS Algorithm 1 per block of `block` consecutive steps, stages of at most the plan's
+    threads; a stage found no faster together is split back into its members."""
+    stages: list[Stage] = []
+    for part in blocks(range(n), block):
+        inside = set(part)
+        local = [(u, v) for u, v in edges if u in inside and v in inside]
+        for stage in optimal_schedule(part, local, cost, max_stage=cost.threads).stages:
+            if stage.strategy == "concurrent":
+                stages.append(stage)
+            else:
+                stages.extend(Stage(frozenset([s]), "sequential", cost.alone[s])
+                              for s in sorted(stage.nodes))
+    return Schedule(tuple(stages))
+
+
+def schedule_parallel(model: CompiledModel, out: TextIO | None = None,
+                      deadline: Deadline = Deadline.NONE) -> CompiledModel:
+    """The model with a parallel schedule where it runs faster on the whole, else `model`;
+    `meta["parallel"]` records the stages, their measured times and the decision."""
+    out = out or sys.stderr
+    start = time.monotonic()
+    plan = model.plan
+    threads = plan.target.run_threads
+    if deadline.bounded:
+        deadline = Deadline.after(min(max(deadline.left(), 0.0), DOS_SECONDS))
+    else:
+        deadline = Deadline.after(DOS_SECONDS)
+    feeds = random_feeds(model)
+    profile = model.profile(feeds, runs=10)          # activates the engines, fills the arena
+    bounds = model.bound_steps()
+    timer = StageTimer(bounds, profile, threads, deadline=deadline)
+    alone = [median_ms(b.call, DOS_RUNS) if timer.candidate(s) else profile[s]
+             for s, b in enumerate(bounds)]
+    one = [median_ms(b.together([b]), DOS_RUNS) if timer.candidate(s) else None
+           for s, b in enumerate(bounds)]
+    timer.alone = alone
+    steps = model.steps
+    edges = step_edges(plan.graph, steps)
+    path_ms, path = critical_path(len(steps), edges, alone)
+    names = [[plan.graph.nodes[i].name for i in step] for step in steps]
+    # No schedule of these kernels beats the longest path, nor the work (candidates on one
+    # core each, the rest on all) spread over every core without loss.
+    work = sum(t if t is not None else a * threads for t, a in zip(one, alone))
+    floor = max(path_ms, work / threads)
+    record: dict = {"threads": threads, "block": DOS_BLOCK,
+                    "sequential_sum_ms": round(sum(alone), 4),
+                    "critical_path_ms": round(path_ms, 4),
+                    "critical_path": [x for s in path for x in names[s]],
+                    # per step (by its first node): ms alone on every core, and on one core
+                    "steps_ms": {names[s][0]: [round(alone[s], 4), None if one[s] is None
+                                               else round(one[s], 4)]
+                                 for s in range(len(steps))},
+                    "floor_ms": round(floor, 4),
+                    "best_possible": round(sum(alone) / floor, 4)}
+    if threads < 2 or sum(timer.candidate(s) for s in range(len(steps))) < 2:
+        record.update(kept=False, why="fewer than two threads or steps to run side by side",
+                      stages=[])
+        plan.meta["parallel"] = record
+        return model
+    print(f"parallel schedule: measuring stages of {len(steps)} steps on {threads} threads",
+          file=out, flush=True)
+    schedule = dos_schedule(len(steps), edges, timer)
+    together = [st for st in schedule.stages if st.strategy == "concurrent"]
+    record.update(
+        dos_sum_ms=round(schedule.cost, 4), measured_stages=len(timer.measured),
+        stages=[{"nodes": [x for s in sorted(st.nodes) for x in names[s]],
+                 "strategy": st.strategy, "ms": round(st.cost, 4),
+                 "apart_ms": round(sum(alone[s] for s in st.nodes), 4)} for st in together])
+    if not together:
+        record.update(kept=False, why="no stage ran faster together than in turn")
+        plan.meta["parallel"] = record
+        return model
+    order = [i for st in schedule.stages for s in sorted(st.nodes) for i in steps[s]]
+    parallel = CompiledModel(staged(plan, order, dict(record, kept=True)))
+    record.update(_whole_plan(model, parallel, feeds, deadline))
+    record["seconds"] = round(time.monotonic() - start, 2)
+    print(f"parallel schedule: {len(together)} stages together, whole plan "
+          f"{record['ratio']:.3f}x the sequential time: "
+          f"{'kept' if record['kept'] else 'sequential kept'}", file=out, flush=True)
+    if record["kept"]:
+        parallel.plan.meta["parallel"] = record
+        return parallel
+    plan.meta["parallel"] = record
+    return model
+
+
+def _whole_plan(sequential: CompiledModel, parallel: CompiledModel, feeds: dict,
+                deadline: Deadline) -> dict:
+    """The staged plan against the sequential one: same outputs, paired median time ratio;
+    kept only when faster by more than the margin."""
+    a, b = sequential.run(feeds), parallel.run(feeds)
+    for name, x in a.items():
+        y = b[name]
+        if not np.allclose(x, y, rtol=TOLERANCE, atol=TOLERANCE):
+            return {"kept": False, "ratio": 1.0,
+                    "why": f"output {name!r} differs from the sequential plan's "
+                           f"(max {float(np.max(np.abs(x - y))):.2e})"}
+    times = time_interleaved({"sequential": lambda: sequential.run(feeds),
+                              "parallel": lambda: parallel.run(feeds)},
+                             runs=REFINE_RUNS, warmup=2, deadline=deadline)
+    ratio = paired_ratio(times, "sequential", "parallel")
+    kept = ratio < 1 - DOS_PLAN_MARGIN
+    return {"kept": kept, "ratio": round(ratio, 4),
+            "sequential_ms": round(float(np.median(times["sequential"])), 4),
+            "parallel_ms": round(float(np.median(times["parallel"])), 4),
+            **({} if kept else {"why": "the whole plan was not faster with the stages"})}
