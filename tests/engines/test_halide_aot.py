@@ -145,25 +145,3 @@ def test_the_thread_pool_grows_and_shrinks(threads, n_rows):
         np.testing.assert_allclose(kernel(x), task.reference([x]), rtol=1e-5, atol=1e-6)
     finally:
         set_threads(2)
-
-
-def test_a_thread_can_run_its_loops_alone():
-    """aot.serial_loops (DOS's concurrent stages, schedule/dos.py): on a thread that asks, a
-    kernel's parallel loop runs on that thread only, with the same result; the pool serves it
-    again once it stops asking."""
-    from woodpecker.engines.halide.aot import pool_used, serial_loops, set_threads
-
-    task = RowTask(257, 64, "softmax", 0.0, False)
-    config = dict(rows.space(task).sample(random.Random(1)), grain=1)
-    kernel = rows.build(task, config, 2)
-    set_threads(2)
-    x = np.random.default_rng(0).standard_normal(task.out_shape).astype(np.float32)
-    want = task.reference([x])
-    try:
-        assert serial_loops(True)
-        pool_used(reset=True)
-        np.testing.assert_allclose(kernel(x), want, rtol=1e-5, atol=1e-6)
-        assert pool_used() == 0          # no loop went to the pool
-    finally:
-        serial_loops(False)
-    np.testing.assert_allclose(kernel(x), want, rtol=1e-5, atol=1e-6)

@@ -53,7 +53,8 @@ def _staged(model):
     schedule = dos_schedule(len(bounds), step_edges(model.graph, model.steps), timer)
     names = [[model.graph.nodes[i].name for i in s] for s in model.steps]
     stages = [{"nodes": [x for s in sorted(st.nodes) for x in names[s]],
-               "strategy": st.strategy} for st in schedule.stages if len(st.nodes) > 1]
+               "strategy": st.strategy, "ms": 0.6 * len(st.nodes), "apart_ms": len(st.nodes)}
+              for st in schedule.stages if len(st.nodes) > 1]
     order = [i for st in schedule.stages for s in sorted(st.nodes) for i in model.steps[s]]
     return CompiledModel(staged(model.plan, order, {"kept": True, "threads": 2,
                                                     "stages": stages})), stages
@@ -148,6 +149,12 @@ def test_stage_call_runs_kernels_together_on_one_thread_each():
     assert pool_used() <= 2
     for out, want in wants:
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    alone = BoundCall.stage(bound[:1])          # one kernel alone: on the calling thread only
+    wants[0][0][...] = 0
+    pool_used(reset=True)
+    alone()
+    assert pool_used() == 0
+    np.testing.assert_allclose(wants[0][0], wants[0][1], rtol=1e-5, atol=1e-6)
 
 
 def test_saved_parallel_plan_keeps_its_stages(parallel, tmp_path):
@@ -195,3 +202,18 @@ def test_schedule_parallel_records_its_decision(sequential, onnx_model):
     got = model.run({"x": x})
     for v, w in zip(model.graph.outputs, ort_run(onnx_model, {"x": x})):
         np.testing.assert_allclose(got[v.name], w, rtol=1e-4, atol=1e-4)
+
+
+def test_inspect_shows_the_stages(parallel, tmp_path, capsys):
+    from woodpecker.cli import main
+
+    parallel.plan.meta["parallel"].update(
+        ratio=0.95, sequential_sum_ms=1.0, dos_sum_ms=0.9, critical_path_ms=0.5,
+        critical_path=[parallel.graph.nodes[0].name], floor_ms=0.5, best_possible=2.0)
+    parallel.save(tmp_path / "p")
+    assert main(["inspect", str(tmp_path / "p"), "--runs", "2",
+                 "--json", str(tmp_path / "i.json")]) == 0
+    shown = capsys.readouterr().out
+    assert "nodes at the same time" in shown and "parallel schedule on 2 threads" in shown
+    doc = json.loads((tmp_path / "i.json").read_text())
+    assert len(doc["parallel"]["stages"]) == len(parallel.plan.stages())

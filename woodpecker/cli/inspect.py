@@ -37,8 +37,12 @@ def cmd_inspect(args) -> None:
     print(f"{'#':>3} {'node':<36} {'op':<18} {'engine':<12} {'output':<16} {'MFLOPs':>9} "
           f"{'ms':>7}")
     by_engine: dict[str, list[float]] = {}
+    stages = [tuple(s) for s in model.plan.stages()]
     for k, (step, t) in enumerate(zip(steps, ms)):
-        if len(step) > 1:
+        if tuple(step) in stages:
+            print(f"    stage {k}: {len(step)} nodes at the same time, one thread each, "
+                  f"{t:.3f} ms")
+        elif len(step) > 1:
             print(f"    region {k}: {len(step)} nodes in one {rows[step[0]]['engine']} session, "
                   f"{t:.3f} ms")
         acc = by_engine.setdefault(rows[step[0]]["engine"], [0, 0.0])
@@ -88,9 +92,31 @@ def cmd_inspect(args) -> None:
         apart = "" if f["parts_ms"] is None else f" vs apart {f['parts_ms']:.3f} ms"
         print(f"fusion {f['node']} ({f['op']}): fused {fused}{apart} -> "
               f"{'kept fused' if f['fused'] else 'run apart'}")
+    doc["parallel"] = _show_parallel(model.plan.meta.get("parallel"))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
+
+
+def _show_parallel(record: dict | None) -> dict | None:
+    """DOS's schedule as the compile measured it (selection/parallel.py): each stage run
+    together, its time together and in turn; the critical path; the whole-plan decision."""
+    if not record:
+        return None
+    if "ratio" not in record:
+        print(f"parallel schedule: not kept ({record.get('why')})")
+        return record
+    print(f"parallel schedule on {record['threads']} threads: "
+          f"{'kept' if record['kept'] else 'not kept'}, whole plan {record['ratio']:.3f}x the "
+          f"sequential time; steps {record['sequential_sum_ms']:.2f} ms in turn, "
+          f"{record['dos_sum_ms']:.2f} ms by DOS's stages; critical path "
+          f"{record['critical_path_ms']:.2f} ms through {len(record['critical_path'])} nodes; "
+          f"no schedule of these kernels beats {record['floor_ms']:.2f} ms "
+          f"({record['best_possible']:.3f}x)")
+    for stage in record["stages"]:
+        print(f"  stage ({stage['strategy']}): {stage['ms']:.3f} ms together vs "
+              f"{stage['apart_ms']:.3f} in turn: " + ", ".join(stage["nodes"]))
+    return {k: v for k, v in record.items() if k != "steps_ms"}
 
 
 def _inspect_memory(args) -> None:

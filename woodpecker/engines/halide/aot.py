@@ -218,17 +218,6 @@ def use_threads(threads: int) -> None:
         set_threads(threads)
 
 
-def serial_loops(on: bool) -> bool:
-    """Make the calling thread run its kernels' parallel loops alone (`on`) or on the pool
-    again: a thread running one kernel of a concurrent stage on its own core. False with a
-    runtime that cannot (the loops then still run correctly, on the pool or serially)."""
-    fn = getattr(_runtime(), "wp_spin_pool_serial", None)
-    if fn is None:
-        return False
-    fn(int(on))
-    return True
-
-
 def pool_threads() -> int | None:
     """The thread count parallel loops run on now (None with a runtime that cannot say)."""
     fn = getattr(_runtime(), "wp_spin_pool_threads", None)

@@ -59,9 +59,6 @@ static struct {
 static struct { int next, end; char pad[56]; } share[MAX_WORKERS + 1];
 
 static __thread int inside_task;
-/* Set by wp_spin_pool_serial on a thread that runs its loops alone: one kernel of a stage run
- * concurrently with others, each on its own core (schedule/dos.py). */
-static __thread int serial_here;
 
 static long now_ns(void) {
     struct timespec t;
@@ -157,7 +154,7 @@ static int serial(void *user_context, task_fn fn, int min, int size, uint8_t *cl
 }
 
 static int do_par_for(void *user_context, task_fn fn, int min, int size, uint8_t *closure) {
-    if (size <= 1 || inside_task || serial_here ||
+    if (size <= 1 || inside_task ||
         __atomic_load_n(&pool.wanted, __ATOMIC_RELAXED) == 0 ||
         pthread_mutex_trylock(&pool.busy))
         return serial(user_context, fn, min, size, closure);
@@ -215,9 +212,6 @@ void wp_spin_pool_join_stats(long *ns, long *long_joins, int reset) {
     if (reset) pool.join_ns = pool.long_joins = 0;
     pthread_mutex_unlock(&pool.busy);
 }
-
-/* Parallel loops started on the calling thread run serially on it (`on`) or on the pool. */
-void wp_spin_pool_serial(int on) { serial_here = on; }
 
 /* A stage of a parallel schedule (schedule/dos.py, DOS's concurrent strategy): n independent
  * kernels, kernel i being fns[i] called with nargs[i] buffer pointers taken in order from
