@@ -14,7 +14,8 @@ and OpenVINO in one interleaved run:
         --plan sequential=/tmp/dos/rw/sequential.wpk@. --plan parallel=/tmp/dos/rw/parallel.wpk@. \\
         --runs 40 --json benchmarks/results/dos_e2e_randwire_imagenet_zen3.json
 
-Reported besides the stages: `best_possible`, the sequential sum of step times over the least
+Reported besides the stages (and the greedy baseline: the first ready steps, as many as there
+are threads, always together): `best_possible`, the sequential sum of step times over the least
 time any schedule of these kernels could take on the plan's cores (the longest path, or all the
 work — each Halide step on one core, the rest on all — spread without loss), and the
 projection: each Halide step's time on p cores fitted to Amdahl's law from its measured time on
@@ -97,7 +98,8 @@ def main() -> int:
            "projection": projections}
     print(f"{len(steps)} steps, {sum(o is not None for o in one)} Halide; "
           f"sequential sum {record['sequential_sum_ms']:.2f} ms, DOS "
-          f"{record['dos_sum_ms']:.2f} ms ({len(record['stages'])} stages together); "
+          f"{record['dos_sum_ms']:.2f} ms ({len(record['stages'])} stages together), greedy "
+          f"{record['greedy_sum_ms']:.2f} ms; "
           f"critical path {record['critical_path_ms']:.2f} ms; best possible on "
           f"{record['threads']} cores {record['best_possible']:.3f}x")
     print(f"whole plan in the scheduler's check: {record['ratio']:.3f}x the sequential time")

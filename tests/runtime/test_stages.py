@@ -77,6 +77,10 @@ def test_stages_are_single_steps_of_independent_halide_nodes(parallel):
         assert all(v is None or v.name not in made
                    for i in stage for v in plan.graph.nodes[i].inputs)
         assert all(plan.engines[i] == "halide" for i in stage)
+    # each stage runs inside the foreign call chaining the Halide steps around it
+    chains = parallel._executor._chains
+    at = [k for k, step in enumerate(parallel.steps) if step in stages]
+    assert at and all(any(start <= k < end for start, (_, end) in chains.items()) for k in at)
 
 
 def test_stage_members_share_no_arena_space(parallel):

@@ -46,13 +46,13 @@ class Bound:
     the same `join` may be run as one: `join([bound, …])` returns that single call (or None
     when it cannot); `handle` is what `join` and `together` read of each. Independent bound
     calls with the same `together` may run at the same time, each on one thread:
-    `together([bound, …])` returns one call doing so (or None when it cannot) — a concurrent
-    stage of a parallel schedule (schedule/dos.py)."""
+    `together([bound, …])` returns one `Bound` doing so (or None when it cannot) — a
+    concurrent stage of a parallel schedule (schedule/dos.py)."""
 
     call: Callable[[], None]
     join: Callable[[list["Bound"]], Callable[[], None] | None] | None = None
     handle: Any = None
-    together: Callable[[list["Bound"]], Callable[[], None] | None] | None = None
+    together: Callable[[list["Bound"]], "Bound | None"] | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ over the step's inputs and outputs (runtime/regions.py makes the stage one step,
 keeps every input of the stage alive and every output apart until the whole stage has run:
 concurrent operators never share arena space). Bound to the arena, the members' bound calls
 run through their engine's `together` (Halide: one foreign call, the members as the
-iterations of one parallel loop, aot.BoundCall.stage) — no Python, so no GIL, while they run.
+iterations of one parallel loop, aot.BoundCall.stage, chained with the Halide steps around it
+like any bound step) — no Python, so no GIL, while they run.
 Unbound (a member reading a graph input, no arena) or where `together` cannot, the members run
 one after another: the same results, sequential speed.
 """
@@ -59,9 +60,9 @@ def stage_kernel(members: Sequence[Member], n_outputs: int) -> Kernel:
                 return None
             bounds.append(b)
         together = bounds[0].together
-        call = together(bounds) if together is not None and all(
+        stage = together(bounds) if together is not None and all(
             b.together is together for b in bounds) else None
-        return Bound(call if call is not None else _in_turn([b.call for b in bounds]))
+        return stage if stage is not None else Bound(_in_turn([b.call for b in bounds]))
 
     return Kernel(run, into, bind)
 

@@ -90,15 +90,6 @@ def critical_path(n: int, edges: Sequence[tuple[int, int]],
     return best[end], path[::-1]
 
 
-def median_ms(call, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
-
-
 class StageTimer:
     """DOS's stage cost (`schedule/dos.StageCost`) measured on the plan's bound steps: a stage
     of one step costs its time alone; a stage of several candidates their sum scaled by the
@@ -116,22 +107,36 @@ class StageTimer:
         (`together` of it alone; not a Halide kernel of more buffers than chain.c passes)."""
         if s not in self._solo:
             b = self.bounds[s]
-            self._solo[s] = None if b is None or b.together is None else b.together([b])
+            solo = None if b is None or b.together is None else b.together([b])
+            self._solo[s] = None if solo is None else solo.call
         return self._solo[s] is not None
 
-    def one_thread_ms(self, s: int) -> float | None:
-        """Step `s`'s time alone on one core (None for a step that is not a candidate)."""
-        return median_ms(self._solo[s], self.runs) if self.candidate(s) else None
+    def times(self, s: int) -> tuple[float, float] | None:
+        """Step `s`'s ms on every core and on one core, interleaved: the median of the
+        first, and it scaled by the paired median ratio (None for a non-candidate)."""
+        if not self.candidate(s):
+            return None
+        call, solo = self.bounds[s].call, self._solo[s]
+        every, ratios = [], []
+        for _ in range(self.runs):
+            t0 = time.perf_counter()
+            call()
+            t1 = time.perf_counter()
+            solo()
+            every.append(t1 - t0)
+            ratios.append((time.perf_counter() - t1) / (t1 - t0))
+        ms = 1e3 * float(np.median(every))
+        return ms, ms * float(np.median(ratios))
 
     def ratio(self, stage: frozenset) -> float:
         """Paired median of (time together / time in turn), measured once per stage."""
         if stage not in self.measured:
             members = [self.bounds[s] for s in sorted(stage)]
-            together = members[0].together(members)
-            if together is None or self.deadline.passed():
+            stage = members[0].together(members)
+            if stage is None or self.deadline.passed():
                 self.measured[stage] = INF
             else:
-                calls = [b.call for b in members]
+                together, calls = stage.call, [b.call for b in members]
                 ratios = []
                 for _ in range(self.runs):
                     t0 = time.perf_counter()
@@ -153,6 +158,30 @@ class StageTimer:
         if r < 1 - DOS_STAGE_MARGIN:
             return apart * r, "concurrent"
         return apart, "sequential"
+
+
+def greedy_schedule(n: int, edges: Sequence[tuple[int, int]], cost: StageTimer) -> Schedule:
+    """DOS's greedy baseline within the plan's threads: repeatedly, the first ready steps that
+    can run side by side (as many as there are threads) run together, whatever that costs, and
+    every other ready step alone."""
+    preds: list[set[int]] = [set() for _ in range(n)]
+    for u, v in edges:
+        preds[v].add(u)
+    done: set[int] = set()
+    stages: list[Stage] = []
+    while len(done) < n:
+        ready = [s for s in range(n) if s not in done and preds[s] <= done]
+        together = [s for s in ready if cost.candidate(s)][:cost.threads]
+        if len(together) > 1:
+            members = frozenset(together)
+            r = cost.ratio(members)
+            apart = sum(cost.alone[s] for s in members)
+            stages.append(Stage(members, "concurrent", apart * r if r < INF else apart))
+        for s in ready:
+            if len(together) < 2 or s not in together:
+                stages.append(Stage(frozenset([s]), "sequential", cost.alone[s]))
+        done.update(ready)
+    return Schedule(tuple(stages))
 
 
 def dos_schedule(n: int, edges: Sequence[tuple[int, int]], cost: StageTimer,
@@ -189,9 +218,9 @@ def schedule_parallel(model: CompiledModel, out: TextIO | None = None,
     profile = model.profile(feeds, runs=10)          # activates the engines, fills the arena
     bounds = model.bound_steps()
     timer = StageTimer(bounds, profile, threads, deadline=deadline)
-    alone = [median_ms(b.call, DOS_RUNS) if timer.candidate(s) else profile[s]
-             for s, b in enumerate(bounds)]
-    one = [timer.one_thread_ms(s) for s in range(len(bounds))]
+    measured = [timer.times(s) for s in range(len(bounds))]
+    alone = [profile[s] if m is None else m[0] for s, m in enumerate(measured)]
+    one = [None if m is None else m[1] for m in measured]
     timer.alone = alone
     steps = model.steps
     edges = step_edges(plan.graph, steps)
@@ -221,7 +250,9 @@ def schedule_parallel(model: CompiledModel, out: TextIO | None = None,
     schedule = dos_schedule(len(steps), edges, timer)
     together = [st for st in schedule.stages if st.strategy == "concurrent"]
     record.update(
-        dos_sum_ms=round(schedule.cost, 4), measured_stages=len(timer.measured),
+        dos_sum_ms=round(schedule.cost, 4),
+        greedy_sum_ms=round(greedy_schedule(len(steps), edges, timer).cost, 4),
+        measured_stages=len(timer.measured),
         stages=[{"nodes": [x for s in sorted(st.nodes) for x in names[s]],
                  "strategy": st.strategy, "ms": round(st.cost, 4),
                  "apart_ms": round(sum(alone[s] for s in st.nodes), 4)} for st in together])

@@ -362,45 +362,71 @@ class BoundCall:
     def __call__(self) -> None:
         self.kernel._check(self.kernel._fn(*self.addresses))
 
+    def entries(self) -> list:
+        """What chain.c reads of this call: (function, buffer count, buffers, owner)."""
+        return [(ctypes.cast(self.kernel._fn, ctypes.c_void_p).value, len(self.addresses),
+                 self.addresses, self)]
+
     @staticmethod
-    def chain(calls: "list[BoundCall]"):
+    def chain(calls: "list[BoundCall | StageCall]"):
         """One call of no arguments running `calls` in order through the runtime's
-        `wp_run_chain` (chain.c): a plan's run of consecutive Halide steps costs one ctypes
-        call instead of one each. None when the runtime lacks it (a plan saved before)."""
+        `wp_run_chain` (chain.c): a plan's run of consecutive Halide steps — kernels, and
+        stages of kernels run at the same time — costs one ctypes call instead of one each.
+        None when the runtime lacks it (a plan saved before)."""
         if not all(c.chainable for c in calls):
             raise ValueError(f"chain.c calls kernels of at most {CHAIN_MAX_BUFFERS} buffers")
-        return _packed_call("wp_run_chain", calls)
+        return _packed_call("wp_run_chain", [e for c in calls for e in c.entries()])
 
     @staticmethod
-    def stage(calls: "list[BoundCall]"):
-        """One call of no arguments running `calls` at the same time, each on one thread of
-        the pool with its parallel loops serial (`wp_run_stage`, spin_pool.c: a concurrent
-        stage of a parallel schedule). None when the runtime lacks it (a plan saved before)
-        or a kernel takes more buffers than chain.c passes."""
+    def stage(calls: "list[BoundCall]") -> "StageCall | None":
+        """`calls` run at the same time, each on one thread of the pool with its parallel
+        loops serial (`wp_run_stage`, spin_pool.c: a concurrent stage of a parallel
+        schedule); one call alone runs on the calling thread only. None when the runtime
+        lacks it (a plan saved before) or a kernel takes more buffers than chain.c passes."""
         if not all(c.chainable for c in calls):
             return None
-        return _packed_call("wp_run_stage", calls)
+        run = _packed_call("wp_run_stage", [e for c in calls for e in c.entries()])
+        return None if run is None else StageCall(calls, run)
 
 
-def _packed_call(symbol: str, calls: "list[BoundCall]"):
-    """A call of no arguments passing `calls`' kernels and buffers to the runtime's `symbol`
-    (n, functions, argument counts, the arguments in one array, the failing index); None
-    when the runtime lacks it."""
+class StageCall:
+    """Bound kernels run at the same time (`BoundCall.stage`); chains like a `BoundCall` where
+    the runtime's chains take stages."""
+
+    def __init__(self, calls: list[BoundCall], run) -> None:
+        self.calls, self._run = calls, run
+        self.chainable = hasattr(_runtime(), "wp_chain_stages")
+
+    def __call__(self) -> None:
+        self._run()
+
+    def entries(self) -> list:
+        """A stage marker (no function, minus the member count), then each member's entry."""
+        return [(None, -len(self.calls), [], None)] + [e for c in self.calls
+                                                       for e in c.entries()]
+
+
+def _packed_call(symbol: str, entries: list):
+    """A call of no arguments passing `entries` (`BoundCall.entries`) to the runtime's
+    `symbol` (n, functions, argument counts, the arguments in one array, the failing index);
+    None when the runtime lacks it."""
     run = getattr(_runtime(), symbol, None)
     if run is None:
         return None
-    n = len(calls)
-    fns = (ctypes.c_void_p * n)(*[ctypes.cast(c.kernel._fn, ctypes.c_void_p).value
-                                  for c in calls])
-    nargs = (ctypes.c_int * n)(*[len(c.addresses) for c in calls])
-    flat = [a for c in calls for a in c.addresses]
-    args = (ctypes.c_void_p * len(flat))(*flat)
+    n = len(entries)
+    fns = (ctypes.c_void_p * n)(*[fn for fn, _, _, _ in entries])
+    nargs = (ctypes.c_int * n)(*[k for _, k, _, _ in entries])
+    flat = [a for _, _, addresses, _ in entries for a in addresses]
+    args = (ctypes.c_void_p * max(len(flat), 1))(*flat)
     failed = ctypes.c_int(0)
 
     def call() -> None:
         rc = run(n, fns, nargs, args, ctypes.byref(failed))
         if rc != 0:
-            calls[failed.value].kernel._check(rc)
+            owner = entries[failed.value][3] if 0 <= failed.value < n else None
+            if owner is None:
+                raise EngineError(f"Halide runtime call {symbol} failed ({rc})")
+            owner.kernel._check(rc)
 
-    call.parts = (calls, fns, nargs, args)   # keep the buffers and arrays alive
+    call.parts = (entries, fns, nargs, args)   # keep the buffers and arrays alive
     return call

@@ -158,12 +158,13 @@ def _join(bounds: list[Bound]):
     return BoundCall.chain([b.handle for b in bounds])
 
 
-def _together(bounds: list[Bound]):
+def _together(bounds: list[Bound]) -> Bound | None:
     """Independent bound Halide calls run at the same time on the pool, one thread each
-    (aot.BoundCall.stage)."""
+    (aot.BoundCall.stage), as one bound call that chains with the steps around it."""
     from woodpecker.engines.halide.aot import BoundCall
 
-    return BoundCall.stage([b.handle for b in bounds])
+    stage = BoundCall.stage([b.handle for b in bounds])
+    return None if stage is None else Bound(stage, _join if stage.chainable else None, stage)
 
 
 def _innermost_dense(a: np.ndarray) -> bool:
