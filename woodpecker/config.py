@@ -193,10 +193,11 @@ DOS_RUNS = 15
 # (paired median): the spread of that ratio between identical runs.
 DOS_STAGE_MARGIN = 0.03
 # The staged plan is kept only when its paired median time is below 1 - this of the
-# sequential plan's. 1 % was too little: the scheduler's check kept randwire_imagenet's stages
-# at 0.984 and inception_v3's at 0.995, and both then ran 1.010 and 1.013 of the sequential
-# plan in a separate interleaved run (benchmarks/results/dos_e2e_*_zen3.json): single-threaded
-# stage kernels read what both cores wrote, which the pool's like-split kernels avoid.
+# sequential plan's. 1 % was too little: before stages chained with the steps around them, the
+# check kept randwire_imagenet's stages at 0.984 and inception_v3's at 0.995, and both then ran
+# 1.010 and 1.013 of the sequential plan in a separate interleaved run; chained, randwire's
+# checks measured 0.969-0.984 and separate runs 0.974-0.977, inception's 1.006 and 1.003
+# (benchmarks/results/dos_e2e_*_zen3.json).
 DOS_PLAN_MARGIN = 0.02
 # The most seconds a parallel schedule may take, measurements included (issue 32: ≤ 60 s).
 DOS_SECONDS = 50.0
