@@ -201,3 +201,11 @@ DOS_STAGE_MARGIN = 0.03
 DOS_PLAN_MARGIN = 0.02
 # The most seconds a parallel schedule may take, measurements included (issue 32: ≤ 60 s).
 DOS_SECONDS = 50.0
+
+# -- arena (schedule/arena.py) ------------------------------------------------------------------
+
+# Seconds the exact arena placement (a MILP, scipy's HiGHS) may take where the greedy
+# placements stay above the live-bytes bound; used for memory-scheduled plans. Measured (Zen 3)
+# on SERENITY's orders: darts_cifar 640 KiB greedy → 576 KiB exact (= the bound) in 3.3 s,
+# swiftnet_vww 2304 → 2016 KiB (= the bound) in 0.4 s.
+ARENA_EXACT_S = 10.0

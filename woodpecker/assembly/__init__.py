@@ -18,6 +18,7 @@ from typing import Any
 from woodpecker.assembly.inplace import concat_aliases
 from woodpecker.assembly.layout import assign_layouts
 from woodpecker.assembly.regions import absorb_movement
+from woodpecker.config import ARENA_EXACT_S
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice, Choices
@@ -88,7 +89,10 @@ def _place(plan: Plan, arena: bool) -> None:
     # whose peak (and budget) counts the parts as values of their own.
     memory = meta.get("schedule", {}).get("kind") == "memory"
     aliases = {} if memory else concat_aliases(graph, engines, steps)
-    plan.arena = plan_arena(graph, steps, aliases) if arena else None
+    # the memory schedule's footprint is the point: its arena is placed exactly where the
+    # greedy placements leave a gap above the live bound
+    plan.arena = plan_arena(graph, steps, aliases, ARENA_EXACT_S if memory else 0.0) \
+        if arena else None
     if plan.arena is not None:
         meta["arena"] = {"size": plan.arena.size, "lower_bound": plan.arena.lower_bound,
                          "method": plan.arena.method}

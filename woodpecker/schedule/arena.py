@@ -13,6 +13,7 @@ view's last reader.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -151,10 +152,52 @@ ORDERS = {
 }
 
 
-def plan_arena(graph: Graph, steps: Steps = None, aliases: dict | None = None) -> Arena:
+def _exact(life, upper: int, bound: int, seconds: float) -> tuple[int, dict[str, int]] | None:
+    """The least arena for these lifetimes as a mixed-integer program (scipy's HiGHS), in
+    units of the sizes' greatest common divisor: an offset per value, for each two values
+    alive together a binary choosing which lies above the other, the arena above every value
+    and at least the live bound. None without scipy, past `seconds` with nothing better than
+    `upper`, or when the solver fails."""
+    try:
+        import numpy as np
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import lil_matrix
+    except ImportError:
+        return None
+    unit = math.gcd(*[t[1] for t in life])
+    sizes = [t[1] // unit for t in life]
+    top, low = upper // unit, -(-bound // unit)
+    pairs = [(i, j) for i in range(len(life)) for j in range(i + 1, len(life))
+             if life[i][2] <= life[j][3] and life[j][2] <= life[i][3]]
+    n, m = len(life), len(pairs)
+    a = lil_matrix((2 * m + n, n + m + 1))
+    hi = []
+    for k, (i, j) in enumerate(pairs):    # b = 1: i below j; b = 0: j below i
+        a[2 * k, i], a[2 * k, j], a[2 * k, n + k] = 1, -1, top
+        a[2 * k + 1, j], a[2 * k + 1, i], a[2 * k + 1, n + k] = 1, -1, -top
+        hi += [top - sizes[i], -sizes[j]]
+    for i in range(n):
+        a[2 * m + i, i], a[2 * m + i, n + m] = 1, -1
+        hi.append(-sizes[i])
+    cost = np.zeros(n + m + 1)
+    cost[-1] = 1
+    res = milp(cost, constraints=LinearConstraint(a.tocsr(), -np.inf, np.array(hi)),
+               integrality=np.ones(n + m + 1),
+               bounds=Bounds(np.r_[np.zeros(n + m), low], np.r_[np.full(n, top), np.ones(m), top]),
+               options={"time_limit": seconds})
+    if res.x is None or round(res.x[-1]) * unit >= upper:
+        return None
+    offsets = {t[0]: int(round(res.x[i])) * unit for i, t in enumerate(life)}
+    return max(offsets[t[0]] + t[1] for t in life), offsets
+
+
+def plan_arena(graph: Graph, steps: Steps = None, aliases: dict | None = None,
+               exact_s: float = 0.0) -> Arena:
     """Offsets for the activations of `graph` in its current node order (grouped into `steps`,
     see `lifetimes`, with `aliases` placed inside their wholes): every placement order in
-    ORDERS with best-fit and first-fit gaps; the smallest arena wins."""
+    ORDERS with best-fit and first-fit gaps; the smallest arena wins. With `exact_s`, an arena
+    still above the live bound is then solved exactly (`_exact`) for up to that many
+    seconds: the least arena for this order where the solver finishes."""
     life = lifetimes(graph, steps, aliases)
     bound = live_peak(life)
     best = None
@@ -178,6 +221,11 @@ def plan_arena(graph: Graph, steps: Steps = None, aliases: dict | None = None) -
                          dict(aliases or {}))
             if size == bound:
                 break
+    if exact_s > 0 and best.size > bound:
+        exact = _exact(life, best.size, bound, exact_s)
+        if exact is not None:
+            best = Arena(exact[0], exact[1], bound, ALIGNMENT, "exact (MILP)",
+                         dict(aliases or {}))
     return best
 
 
