@@ -31,7 +31,7 @@ import math
 from pathlib import Path
 
 import woodpecker
-from woodpecker.assembly import staged
+from woodpecker.assembly import reordered
 from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import versions
 from woodpecker.runtime.compiled import CompiledModel
@@ -80,8 +80,8 @@ def main() -> int:
     if not record.get("kept"):
         raise SystemExit(f"no parallel schedule: {record.get('why')}")
     plan = model.plan
-    sequential = CompiledModel(staged(plan, range(len(plan.graph.nodes)),
-                                      dict(record, kept=False)))
+    sequential = CompiledModel(reordered(plan, range(len(plan.graph.nodes)),
+                                         parallel=dict(record, kept=False)))
     out = Path(args.out)
     model.save(out / "parallel.wpk", force=True)
     sequential.save(out / "sequential.wpk", force=True)

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 import onnx
 
-from woodpecker.assembly import AssemblyOptions, assemble
+from woodpecker.assembly import AssemblyOptions, assemble, reordered
 from woodpecker.config import IN_PLAN_SHARE, PER_NODE_SHARE, SELECTION_SHARE
 from woodpecker.deadline import Deadline
 from woodpecker.engines import names
@@ -23,7 +23,7 @@ from woodpecker.ops import INTENSIVE
 from woodpecker.options import CompileOptions
 from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.schedule.memory import schedule_memory
+from woodpecker.schedule.memory import MemoryBudgetError, format_bytes, schedule_memory
 from woodpecker.target import Target
 
 
@@ -80,7 +80,10 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     assembly = AssemblyOptions(tuple(allowed), ctx, tgt, meta, opts.arena)
     if (opts.tune is not None or opts.tuning_log is not None) and names.HALIDE in allowed:
         _generated_kernels(graph, choices, opts, assembly, progress, deadline)
-    compiled = CompiledModel(assemble(graph, choices, assembly))
+    plan = assemble(graph, choices, assembly)
+    if opts.schedule == "memory":
+        plan = _memory_after_assembly(plan, opts.memory_budget)
+    compiled = CompiledModel(plan)
     if opts.schedule == "parallel":
         from woodpecker.selection.parallel import schedule_parallel
         compiled = schedule_parallel(compiled, progress, deadline)
@@ -95,6 +98,31 @@ def _schedule(graph, schedule: str, budget: int | None) -> dict:
     return {"kind": "memory", "peak_bytes": result.peak, "optimal": result.report.optimal,
             "rewrites": result.rewrites, "seconds": round(result.seconds, 3),
             **({"budget_bytes": budget} if budget is not None else {})}
+
+
+def _memory_after_assembly(plan, budget: int | None):
+    """The memory-scheduled plan once more ordered for the least peak if assembly added nodes
+    (layout conversions around generated kernels hold activations of their own), and its
+    arena — all its activation memory — checked against `budget`: a MemoryBudgetError unless
+    it fits (the plan records the budget, `meta["schedule"]["budget_bytes"]`)."""
+    if plan.meta.get("layout_conversions"):
+        g = plan.graph.copy()
+        result = schedule_memory(g, rewrite=False, budget=budget)
+        index = {n.name: i for i, n in enumerate(plan.graph.nodes)}
+        sched = dict(plan.meta["schedule"], peak_bytes=result.peak,
+                     optimal=result.report.optimal, after_assembly=True)
+        plan = reordered(plan, [index[n.name] for n in g.nodes], schedule=sched)
+    sched = plan.meta["schedule"]
+    if budget is None:
+        return plan
+    if plan.arena is None:
+        raise MemoryBudgetError("a memory budget needs the arena (do not turn it off)")
+    if plan.arena.size > budget:
+        raise MemoryBudgetError(
+            f"the plan's arena needs {format_bytes(plan.arena.size)}, over the memory budget "
+            f"of {format_bytes(budget)} (the least peak of live activations "
+            f"{'is' if sched['optimal'] else 'found is'} {format_bytes(sched['peak_bytes'])})")
+    return plan
 
 
 def _is_torch_module(model: Any) -> bool:

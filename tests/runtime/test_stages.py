@@ -42,7 +42,7 @@ def sequential(onnx_model, tmp_path_factory):
 def _staged(model):
     """The plan with every independent pair of bound Halide steps the DP finds (a cost table
     that makes any such pair cheaper together) run as a stage."""
-    from woodpecker.assembly import staged
+    from woodpecker.assembly import reordered
     from woodpecker.runtime.compiled import CompiledModel
     from woodpecker.selection.parallel import StageTimer, dos_schedule, step_edges
 
@@ -56,8 +56,8 @@ def _staged(model):
                "strategy": st.strategy, "ms": 0.6 * len(st.nodes), "apart_ms": len(st.nodes)}
               for st in schedule.stages if len(st.nodes) > 1]
     order = [i for st in schedule.stages for s in sorted(st.nodes) for i in model.steps[s]]
-    return CompiledModel(staged(model.plan, order, {"kept": True, "threads": 2,
-                                                    "stages": stages})), stages
+    return CompiledModel(reordered(model.plan, order, parallel={
+        "kept": True, "threads": 2, "stages": stages})), stages
 
 
 @pytest.fixture(scope="module")

@@ -68,14 +68,15 @@ def assemble(graph: Graph, choices: Choices, options: AssemblyOptions) -> Plan:
     return plan
 
 
-def staged(plan: Plan, order: Sequence[int], parallel: dict[str, Any]) -> Plan:
-    """A copy of `plan` with its nodes in `order` (node indices; topological) and the parallel
-    schedule `parallel` (`meta["parallel"]`: its kept stages run consecutive nodes at the same
-    time, runtime/stages.py), the in-place parts and the arena placed anew for the stages'
-    steps (each stage one step, so its operators' inputs and outputs never share space)."""
+def reordered(plan: Plan, order: Sequence[int], **meta: Any) -> Plan:
+    """A copy of `plan` with its nodes in `order` (node indices; topological) and `meta`
+    entries set, the in-place parts and the arena placed anew for its steps. With
+    `parallel=` (`meta["parallel"]`, selection/parallel.py) its kept stages run consecutive
+    nodes at the same time (runtime/stages.py), each stage one step, so its operators' inputs
+    and outputs never share space."""
     graph = plan.graph.copy()
     graph.nodes = [graph.nodes[i] for i in order]
-    new = Plan(graph, dict(plan.choices), plan.target, dict(plan.meta, parallel=parallel),
+    new = Plan(graph, dict(plan.choices), plan.target, dict(plan.meta, **meta),
                directory=plan.directory)
     _place(new, plan.arena is not None)
     return new

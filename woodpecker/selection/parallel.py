@@ -34,7 +34,7 @@ from typing import TextIO
 
 import numpy as np
 
-from woodpecker.assembly import staged
+from woodpecker.assembly import reordered
 from woodpecker.bench.compare import random_feeds
 from woodpecker.bench.timing import paired_ratio, time_interleaved
 from woodpecker.config import (
@@ -261,7 +261,7 @@ def schedule_parallel(model: CompiledModel, out: TextIO | None = None,
         plan.meta["parallel"] = record
         return model
     order = [i for st in schedule.stages for s in sorted(st.nodes) for i in steps[s]]
-    parallel = CompiledModel(staged(plan, order, dict(record, kept=True)))
+    parallel = CompiledModel(reordered(plan, order, parallel=dict(record, kept=True)))
     record.update(_whole_plan(model, parallel, feeds, deadline))
     record["kept"] = record["faster"] or (always and record["same_outputs"])
     record["seconds"] = round(time.monotonic() - start, 2)
