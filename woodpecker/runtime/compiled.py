@@ -63,6 +63,7 @@ class CompiledModel:
                 built.append((nodes, stage_kernel(members, len(outs))))
             else:
                 built.append((nodes, build(nodes, ins, outs)))
+            plan.release_weights()    # weights a kernel repacked are not resident twice
         self._executor = Executor(g, built, plan.arena)
         # per-model runtime state: each engine's process-wide settings made this model's
         # before every run (Engine.activate)

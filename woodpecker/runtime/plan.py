@@ -1,5 +1,6 @@
 """Plans are data plus the engines' native artifacts: a folder with `plan.json` (versioned,
-validated on load), `weights.npz` (loaded with allow_pickle=False, checked by sha256) and a
+validated on load), `weights.bin` (raw tensors mapped read-only, checked by sha256 first:
+runtime/weights.py) and a
 folder per engine that keeps artifacts (the Halide engine's compiled kernels and runtime,
 ONNX Runtime's step models), written and checked by the engine itself (Engine.save_artifacts,
 load_artifacts), so a plan runs without re-tuning, compiling or the compiler's packages.
@@ -29,13 +30,15 @@ from woodpecker.files import inside, sha256_file
 from woodpecker.ir.graph import Graph
 from woodpecker.ops import OPS
 from woodpecker.runtime.regions import plan_steps
+from woodpecker.runtime.weights import MappedWeights, aligned, write_weights
 from woodpecker.schedule.arena import Arena, check_arena
 from woodpecker.schedule.problem import value_bytes
 from woodpecker.target import Target
 from woodpecker.version import __version__
 
-SCHEMA_VERSION = 3
-PLAN_FILE, WEIGHTS_FILE = "plan.json", "weights.npz"
+SCHEMA_VERSION = 4   # 4: weights.bin, mapped (3 had weights.npz, still read)
+READS = (3, 4)
+PLAN_FILE, WEIGHTS_FILE = "plan.json", "weights.bin"
 
 
 @dataclass
@@ -49,6 +52,12 @@ class Plan:
     meta: dict[str, Any]
     arena: Arena | None = None
     directory: Path | None = None   # the folder it was loaded from (its engines' artifacts)
+    mapped: MappedWeights | None = None   # its weights file, mapped (runtime/weights.py)
+
+    def release_weights(self) -> None:
+        """Hand back the weight pages touched so far (a loaded plan's; see MappedWeights)."""
+        if self.mapped is not None:
+            self.mapped.release()
 
     @property
     def engines(self) -> list[str]:
@@ -121,7 +130,7 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
     weights = g.constants()
     tmp_w = d / (WEIGHTS_FILE + ".tmp")
     with open(tmp_w, "wb") as f:
-        np.savez(f, **{f"w{i}": np.array(v.data, order="C") for i, v in enumerate(weights)})
+        offsets = write_weights(f, [np.asarray(v.data) for v in weights])
     # each engine's steps as they are built (a stage's nodes are built one by one)
     steps = [[g.nodes[i] for i in step]
              for step in plan_steps(plan.engines, plan.meta.get("library_regions", False))]
@@ -144,7 +153,7 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
         "inputs": [_spec(v) for v in g.inputs],
         "outputs": [_spec(v) for v in g.outputs],
         "weights": {"file": WEIGHTS_FILE, "sha256": sha256_file(tmp_w),
-                    "tensors": [dict(_spec(v), key=f"w{i}") for i, v in enumerate(weights)]},
+                    "tensors": [dict(_spec(v), offset=o) for v, o in zip(weights, offsets)]},
         "values": values,
         "nodes": [{"name": n.name, "op": n.op,
                    "inputs": [None if v is None else v.name for v in n.inputs],
@@ -175,9 +184,9 @@ def read_plan_json(directory: "str | os.PathLike") -> dict:
         raise PlanError(f"{path} is not valid JSON (truncated or edited?): {e}") from None
     if not isinstance(doc, dict) or doc.get("format") != "woodpecker-plan":
         raise PlanError(f"{path} is not a Woodpecker plan (missing format tag)")
-    if doc.get("schema_version") != SCHEMA_VERSION:
+    if doc.get("schema_version") not in READS:
         raise PlanError(f"{path} has schema version {doc.get('schema_version')!r}; this "
-                        f"Woodpecker {__version__} reads version {SCHEMA_VERSION}")
+                        f"Woodpecker {__version__} reads versions {READS[0]}-{READS[-1]}")
     return doc
 
 
@@ -210,7 +219,7 @@ def load_plan(directory: "str | os.PathLike", digest: str | None = None) -> Plan
             from None
 
 
-def _load_weights(d: Path, doc: dict) -> dict[str, np.ndarray]:
+def _load_weights(d: Path, doc: dict) -> tuple[dict[str, np.ndarray], MappedWeights]:
     wdoc = doc["weights"]
     path = inside(d, wdoc["file"], "weights file")
     if not path.is_file():
@@ -218,6 +227,26 @@ def _load_weights(d: Path, doc: dict) -> dict[str, np.ndarray]:
     if sha256_file(path) != wdoc["sha256"]:
         raise PlanError(f"{path} does not match plan.json (sha256 differs): plan was edited or "
                         "the weights file corrupted")
+    if doc["schema_version"] == 3:
+        return _npz_weights(path, wdoc), None
+    mapped = MappedWeights(path)
+    out, end = {}, 0
+    for t in wdoc["tensors"]:     # the tensors tile the file in order: an edited shape shows
+        shape, dtype = [int(n) for n in t["shape"]], np.dtype(t["dtype"])
+        if int(t["offset"]) != aligned(end):
+            raise PlanError(f"weight {t['name']!r} is not what is stored: plan says "
+                            f"{dtype.name}{shape} at offset {t['offset']}, but the weights "
+                            f"before it end at {end} (plan.json and {path.name} disagree)")
+        out[t["name"]] = mapped.array(int(t["offset"]), shape, dtype.name, t["name"])
+        end = int(t["offset"]) + out[t["name"]].nbytes
+    if end != mapped.size:
+        raise PlanError(f"{path.name} holds {mapped.size} bytes but its weights end at {end} "
+                        "(plan.json and the weights file disagree)")
+    return out, mapped
+
+
+def _npz_weights(path: Path, wdoc: dict) -> dict[str, np.ndarray]:
+    """A schema-3 plan's weights.npz, read whole (no pickle)."""
     out = {}
     with np.load(path, allow_pickle=False) as z:
         for t in wdoc["tensors"]:
@@ -258,7 +287,7 @@ def _check_host(doc: dict) -> None:
 
 def _build(d: Path, doc: dict) -> Plan:
     _check_host(doc)
-    weights = _load_weights(d, doc)
+    weights, mapped = _load_weights(d, doc)
     g = Graph(doc["model"]["name"])
     g.opset = int(doc["model"]["opset"])
     for s in doc["inputs"]:
@@ -304,7 +333,7 @@ def _build(d: Path, doc: dict) -> Plan:
                             f"{list(s['shape'])} but its value is {v.dtype.name}{list(v.shape)}")
         g.outputs.append(v)
     meta = {k: v for k, v in doc["model"].items() if k not in ("name", "opset")}
-    plan = Plan(g, choices, Target.from_json(doc["target"]), meta, directory=d)
+    plan = Plan(g, choices, Target.from_json(doc["target"]), meta, directory=d, mapped=mapped)
     used = set(plan.engines)
     if used != set(doc["engines"]):
         raise PlanError("plan.json: the engines' artifacts do not match the engines chosen")

@@ -1,0 +1,71 @@
+"""A plan's weights file: every constant's raw bytes (C order, native little-endian) in one
+file, each at a 64-byte aligned offset, no pickle and no archive. Loading maps the file
+read-only instead of reading it (issue 33: a small process): a weight costs resident memory
+only while its pages are touched, and `MappedWeights.release()` hands back the pages touched so
+far (the page cache keeps them; a later read faults them in again) — the runtime calls it as it
+builds kernels, so weights that kernels repack at build time (Halide's blocked conv and dense
+weights) are not resident twice.
+
+Contract: `write_weights(file, arrays)` → each array's offset; `MappedWeights(path)` then
+`array(offset, shape, dtype)` → a read-only array over the mapping, checked to lie inside the
+file. The file's sha256 is checked by the plan loader before it is mapped.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Sequence
+from typing import BinaryIO
+
+import numpy as np
+
+from woodpecker.errors import PlanError
+
+ALIGN = 64
+
+
+def aligned(n: int) -> int:
+    """`n` rounded up to the next multiple of ALIGN: where the weight after `n` bytes starts."""
+    return -(-n // ALIGN) * ALIGN
+
+
+def write_weights(f: BinaryIO, arrays: Sequence[np.ndarray]) -> list[int]:
+    """Write `arrays` one after another, each at an aligned offset; returns the offsets."""
+    offsets, at = [], 0
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        if a.dtype.byteorder == ">":
+            a = a.astype(a.dtype.newbyteorder("<"))
+        pad = -at % ALIGN
+        f.write(b"\0" * pad)
+        at += pad
+        offsets.append(at)
+        f.write(memoryview(a.reshape(-1)).cast("B") if a.size else b"")
+        at += a.nbytes
+    return offsets
+
+
+class MappedWeights:
+    """The weights file mapped read-only; arrays are views of the mapping."""
+
+    def __init__(self, path: "str | os.PathLike") -> None:
+        self.path = os.fspath(path)
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        self.size = size
+
+    def array(self, offset: int, shape: Sequence[int], dtype: str, name: str) -> np.ndarray:
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        if offset < 0 or offset % ALIGN or offset + count * dt.itemsize > self.size:
+            raise PlanError(f"weight {name!r} does not lie inside {self.path}")
+        if count == 0 or self._map is None:
+            return np.zeros(shape, dt)
+        return np.frombuffer(self._map, dt, count, offset).reshape(shape)
+
+    def release(self) -> None:
+        """Drop the pages touched so far from this process's resident memory."""
+        if self._map is not None and hasattr(self._map, "madvise"):
+            self._map.madvise(mmap.MADV_DONTNEED)
