@@ -11,7 +11,9 @@ per cell (DARTS and SwiftNet cells, RandWire stages), the activation footprint o
       (placed exactly where its greedy placements leave a gap: schedule/arena.py),
 
 beside the most bytes live at once in (d)'s order and the proven floor on the least peak of any
-order of the (unrewritten) graph. Graph inputs and weights are left out of every arena.
+order of the (unrewritten) graph. Graph inputs and weights are left out of every arena. For the
+file's, Kahn's and (d)'s orders, the off-chip traffic of activations with this machine's L2 and
+a 256 KiB cache under Belady's replacement (schedule/traffic.py).
 
     python benchmarks/memory_baselines.py --json benchmarks/results/memory_baselines_zen3.json
 """
@@ -36,6 +38,7 @@ from woodpecker.schedule.memory import apply_order, format_bytes, schedule_memor
 from woodpecker.schedule.memory_dp import least_peak_floor, memory_schedule
 from woodpecker.schedule.problem import graph_problem
 from woodpecker.schedule.tflite_arena import tflite_arena
+from woodpecker.schedule.traffic import l2_bytes, offchip_traffic
 
 NETWORKS = ["darts_cifar", "swiftnet_vww", "randwire_cifar", "randwire_imagenet"]
 MIN_CELL = 5     # nodes sharing a name prefix that count as a cell
@@ -119,7 +122,11 @@ def footprints(g: Graph, floor_seconds: float) -> dict:
     base = memory_schedule(p)[1]
     floor = least_peak_floor(p, base, floor_seconds)
     arena = plan_arena(ours, exact_s=ARENA_EXACT_S)
-    return {"nodes": len(g.nodes),
+    caches = {"l2": l2_bytes(), "256k": 256 << 10}
+    traffic = {label: {order: offchip_traffic(h, size).total
+                       for order, h in (("file", g), ("kahn", kahn), ("woodpecker", ours))}
+               for label, size in caches.items()}
+    return {"nodes": len(g.nodes), "traffic_bytes": traffic, "cache_bytes": caches,
             "tflite_file_bytes": tflite_arena(g).size,
             "tflite_kahn_bytes": tflite_arena(kahn).size,
             "woodpecker_arena_bytes": arena.size,
@@ -168,6 +175,11 @@ def main() -> int:
             f["cells"][cell] = c
             print(row(f"  {cell}", c), flush=True)
         doc["networks"][name] = f
+    print(f"\n{'off-chip traffic':<22} {'cache':>8} {'file':>10} {'kahn':>10} {'ours':>10}")
+    for name, f in doc["networks"].items():
+        for label, t in f["traffic_bytes"].items():
+            print(f"{name:<22} {format_bytes(f['cache_bytes'][label]):>8} "
+                  + " ".join(f"{format_bytes(t[k]):>10}" for k in ("file", "kahn", "woodpecker")))
     if args.json:
         write_json(args.json, doc)
         print(f"wrote {args.json}")

@@ -9,6 +9,7 @@ this costs no throughput; for concurrent runs on more cores, load the plan once 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from typing import Any
@@ -65,6 +66,7 @@ class CompiledModel:
                 built.append((nodes, build(nodes, ins, outs)))
             plan.release_weights()    # weights a kernel repacked are not resident twice
         self._executor = Executor(g, built, plan.arena)
+        _trim_heap()
         # per-model runtime state: each engine's process-wide settings made this model's
         # before every run (Engine.activate)
         # (engines that keep no such setting, whose `activate` is the base no-op, are skipped)
@@ -171,6 +173,16 @@ class CompiledModel:
                 "program": [s["op"] for s in n.attrs.get("program", [])],
             })
         return rows
+
+
+def _trim_heap() -> None:
+    """Give the heap pages freed while building kernels (weight transforms' temporaries) back
+    to the system (glibc's malloc_trim; elsewhere nothing): a loaded plan's resident memory is
+    then what it keeps."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _positions(values, among) -> list[int]:

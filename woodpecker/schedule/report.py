@@ -1,6 +1,6 @@
-"""`inspect --memory`: peak activation memory and arena size of the orders SERENITY compares
-(the file's, Kahn's, the DP's, the DP's after rewriting), and the memory-over-time plot of
-thesis Fig. 3.12."""
+"""`inspect --memory`: peak activation memory, arena size and off-chip traffic (Belady's
+replacement, schedule/traffic.py) of the orders SERENITY compares (the file's, Kahn's, the
+DP's, the DP's after rewriting), and the memory-over-time plot of thesis Fig. 3.12."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from woodpecker.ir.graph import Graph
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.schedule.memory import apply_order, format_bytes, schedule_memory
 from woodpecker.schedule.problem import external_bytes, graph_problem
+from woodpecker.schedule.traffic import l2_bytes, offchip_traffic
 
 ORDERS = ("onnx", "kahn", "dp", "dp_rewrite")
 
@@ -21,7 +22,9 @@ def memory_report(graph: Graph) -> dict:
     """Per order: peak bytes, arena bytes, the bytes live at each step. `graph` is the model in
     its file order (as imported and optimised); it is not modified."""
     p = graph_problem(graph)
-    out: dict = {"orders": {}, **external_bytes(graph)}
+    caches = {"l2": l2_bytes(), "256k": 256 << 10}
+    out: dict = {"orders": {}, **external_bytes(graph),
+                 "cache_bytes": caches}
     for name in ORDERS:
         g = graph.copy()
         start = time.monotonic()
@@ -37,6 +40,8 @@ def memory_report(graph: Graph) -> dict:
         arena = plan_arena(g, exact_s=ARENA_EXACT_S if name.startswith("dp") else 0.0)
         out["orders"][name] = {"peak_bytes": peak, "arena_bytes": arena.size,
                                "lower_bound_bytes": arena.lower_bound, "nodes": q.n,
+                               **{f"traffic_{label}_bytes": offchip_traffic(g, size).total
+                                  for label, size in caches.items()},
                                **extra, "timeline_bytes": timeline}
     best = out["orders"]["dp_rewrite"]
     out.update(arena_bytes=best["arena_bytes"], lower_bound_bytes=best["lower_bound_bytes"],
@@ -46,7 +51,9 @@ def memory_report(graph: Graph) -> dict:
 
 def format_report(doc: dict) -> str:
     onnx = doc["orders"]["onnx"]["peak_bytes"]
-    lines = [f"{'order':<11} {'nodes':>6} {'peak':>11} {'arena':>11} {'vs file':>8}  notes"]
+    caches = doc["cache_bytes"]
+    lines = [f"{'order':<11} {'nodes':>6} {'peak':>11} {'arena':>11} {'vs file':>8} "
+             f"{'traffic@L2':>11} {'traffic@256K':>12}  notes"]
     for name, r in doc["orders"].items():
         notes = []
         if "optimal" in r:
@@ -55,12 +62,15 @@ def format_report(doc: dict) -> str:
         if r.get("rewrites"):
             notes.append(f"{r['rewrites']} concat rewrite(s)")
         lines.append(f"{name:<11} {r['nodes']:>6} {format_bytes(r['peak_bytes']):>11} "
-                     f"{format_bytes(r['arena_bytes']):>11} {onnx / r['peak_bytes']:>7.2f}x  "
-                     + ", ".join(notes))
+                     f"{format_bytes(r['arena_bytes']):>11} {onnx / r['peak_bytes']:>7.2f}x "
+                     f"{format_bytes(r['traffic_l2_bytes']):>11} "
+                     f"{format_bytes(r['traffic_256k_bytes']):>12}  " + ", ".join(notes))
     lines.append(f"arena {format_bytes(doc['arena_bytes'])} vs live-bytes lower bound "
                  f"{format_bytes(doc['lower_bound_bytes'])}; graph inputs "
                  f"{format_bytes(doc['inputs_bytes'])} and weights "
-                 f"{format_bytes(doc['weights_bytes'])} not counted")
+                 f"{format_bytes(doc['weights_bytes'])} not counted; traffic: activation bytes "
+                 f"moved to and from memory with a cache of {format_bytes(caches['l2'])} (this "
+                 f"machine's L2) and 256 KiB, Belady's replacement")
     return "\n".join(lines)
 
 

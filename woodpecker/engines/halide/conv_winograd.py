@@ -110,12 +110,18 @@ def weights(task: ConvTask, config: dict, w):
     numpy (K/T, m+2, m+2, C, T), i.e. Halide (lane, ci, b, a, tile); the raw 3×3 weights
     follow in the same array (numpy [:, ky, m+2+kx], for the direct fallback of `build`)."""
     _, g, _ = MATRICES[config["m"]]
-    u = np.einsum("au,bv,uvck->abck", g, g, w.astype(np.float64))
     tile = config["vec"] * config["co_block"]
-    a, _, c, k = u.shape
+    a, (_, _, c, k) = g.shape[0], w.shape
     packed = np.zeros((k // tile, a, a + 3, c, tile), np.float32)
-    packed[:, :, :a] = u.reshape(a, a, c, k // tile, tile).transpose(3, 0, 1, 2, 4)
-    packed[:, :3, a:] = w.reshape(3, 3, c, k // tile, tile).transpose(3, 0, 1, 2, 4)
+    # a few channel tiles at a time: the float64 transform of a whole layer (resnet18's last
+    # 3×3 convs: 75 MB) was the peak of a loaded plan's memory
+    step = max(1, (1 << 20) // max(1, a * a * c * tile))
+    for t0 in range(0, k // tile, step):
+        part = w[..., t0 * tile:(t0 + step) * tile].astype(np.float64)
+        u = np.einsum("au,bv,uvck->abck", g, g, part)
+        n = u.shape[3] // tile
+        packed[t0:t0 + n, :, :a] = u.reshape(a, a, c, n, tile).transpose(3, 0, 1, 2, 4)
+        packed[t0:t0 + n, :3, a:] = part.reshape(3, 3, c, n, tile).transpose(3, 0, 1, 2, 4)
     return packed
 
 
