@@ -49,12 +49,15 @@ def status(key):
     return int(next(l for l in open('/proc/self/status') if l.startswith(key)).split()[1]) * 1024
 so = ort.SessionOptions(); so.intra_op_num_threads = 2; so.inter_op_num_threads = 1
 s = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
-i = s.get_inputs()[0]
-x = np.random.default_rng(0).standard_normal(i.shape).astype(np.float32)
+kinds = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64,
+         "tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(float16)": np.float16}
+rng = np.random.default_rng(0)
+feeds = {i.name: rng.standard_normal(i.shape).astype(kinds.get(i.type, np.float32))
+         for i in s.get_inputs()}
 ctypes.CDLL("libc.so.6").malloc_trim(0)        # pages freed while building are given back
 open('/proc/self/clear_refs', 'w').write('5')   # the high-water mark starts again from here
 before = status('VmRSS')
-s.run(None, {i.name: x})
+s.run(None, feeds)
 print(status('VmHWM') - before)
 """
 
