@@ -35,7 +35,7 @@ from woodpecker.assembly import reordered
 from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import versions
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.schedule.dos import blocks, optimal_schedule
+from woodpecker.schedule.dos import optimal_in_blocks
 from woodpecker.selection.parallel import schedule_parallel, step_edges
 from woodpecker.target import cpu_info
 
@@ -56,11 +56,7 @@ def projection(alone: list[float], one: list, edges, cores: int, block: int = 10
         share = max(1, cores // k)
         return max(t(s, share) for s in stage), "concurrent" if k > 1 else "sequential"
 
-    total = 0.0
-    for part in blocks(range(len(alone)), block):
-        inside = set(part)
-        local = [(u, v) for u, v in edges if u in inside and v in inside]
-        total += optimal_schedule(part, local, cost, max_stage=min(widest, cores)).cost
+    total = optimal_in_blocks(range(len(alone)), edges, cost, block, min(widest, cores)).cost
     sequential = sum(t(s, cores) for s in range(len(alone)))
     return {"cores": cores, "sequential_ms": round(sequential, 4), "dos_ms": round(total, 4),
             "gain": round(sequential / total, 4)}

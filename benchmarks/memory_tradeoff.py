@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from memory_baselines import _ORT_PEAK, NETWORKS
+from memory_baselines import NETWORKS, ort_peak
 
 import woodpecker
 from woodpecker import zoo
@@ -47,11 +45,7 @@ def region_peaks(model, plan_dir: Path) -> int:
         first = model.graph.nodes[step[0]].name
         if len(step) < 2 or first not in files:
             continue
-        runs = [subprocess.run([sys.executable, "-c", _ORT_PEAK,
-                                str(plan_dir / files[first]["file"])],
-                               capture_output=True, text=True, check=True)
-                for _ in range(3)]
-        total += min(int(r.stdout.split()[-1]) for r in runs)
+        total += ort_peak(plan_dir / files[first]["file"], runs=3)
     return total
 
 

@@ -149,3 +149,16 @@ def blocks(nodes: Sequence[Hashable], size: int) -> list[list]:
     order."""
     nodes = list(nodes)
     return [nodes[i:i + size] for i in range(0, len(nodes), size)]
+
+
+def optimal_in_blocks(nodes: Sequence[Hashable], edges: Iterable[tuple], stage_cost: StageCost,
+                      size: int, max_stage: int | None = None) -> Schedule:
+    """`optimal_schedule` of each block of `size` consecutive nodes (`blocks`), over the edges
+    inside it, the blocks' stages one after another."""
+    edges = list(edges)
+    stages: list[Stage] = []
+    for part in blocks(nodes, size):
+        inside = set(part)
+        local = [(u, v) for u, v in edges if u in inside and v in inside]
+        stages.extend(optimal_schedule(part, local, stage_cost, max_stage).stages)
+    return Schedule(tuple(stages))

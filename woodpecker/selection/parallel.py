@@ -49,7 +49,7 @@ from woodpecker.config import (
 from woodpecker.deadline import Deadline
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.schedule.dos import Schedule, Stage, blocks, optimal_schedule
+from woodpecker.schedule.dos import Schedule, Stage, optimal_in_blocks
 
 INF = float("inf")
 
@@ -90,6 +90,18 @@ def critical_path(n: int, edges: Sequence[tuple[int, int]],
     return best[end], path[::-1]
 
 
+def _paired(first, then, runs: int) -> list[tuple[float, float]]:
+    """`runs` rounds of `first()` then `then()`: each round's two times (s)."""
+    pairs = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        first()
+        t1 = time.perf_counter()
+        then()
+        pairs.append((t1 - t0, time.perf_counter() - t1))
+    return pairs
+
+
 class StageTimer:
     """DOS's stage cost (`schedule/dos.StageCost`) measured on the plan's bound steps: a stage
     of one step costs its time alone; a stage of several candidates their sum scaled by the
@@ -116,36 +128,21 @@ class StageTimer:
         first, and it scaled by the paired median ratio (None for a non-candidate)."""
         if not self.candidate(s):
             return None
-        call, solo = self.bounds[s].call, self._solo[s]
-        every, ratios = [], []
-        for _ in range(self.runs):
-            t0 = time.perf_counter()
-            call()
-            t1 = time.perf_counter()
-            solo()
-            every.append(t1 - t0)
-            ratios.append((time.perf_counter() - t1) / (t1 - t0))
-        ms = 1e3 * float(np.median(every))
-        return ms, ms * float(np.median(ratios))
+        pairs = _paired(self.bounds[s].call, self._solo[s], self.runs)
+        ms = 1e3 * float(np.median([a for a, _ in pairs]))
+        return ms, ms * float(np.median([b / a for a, b in pairs]))
 
     def ratio(self, stage: frozenset) -> float:
         """Paired median of (time together / time in turn), measured once per stage."""
         if stage not in self.measured:
             members = [self.bounds[s] for s in sorted(stage)]
-            stage = members[0].together(members)
-            if stage is None or self.deadline.passed():
+            together = members[0].together(members)
+            if together is None or self.deadline.passed():
                 self.measured[stage] = INF
             else:
-                together, calls = stage.call, [b.call for b in members]
-                ratios = []
-                for _ in range(self.runs):
-                    t0 = time.perf_counter()
-                    together()
-                    t1 = time.perf_counter()
-                    for c in calls:
-                        c()
-                    ratios.append((t1 - t0) / (time.perf_counter() - t1))
-                self.measured[stage] = float(np.median(ratios))
+                calls = [b.call for b in members]
+                pairs = _paired(together.call, lambda: [c() for c in calls], self.runs)
+                self.measured[stage] = float(np.median([a / b for a, b in pairs]))
         return self.measured[stage]
 
     def __call__(self, stage: frozenset) -> tuple[float, str]:
@@ -189,15 +186,12 @@ def dos_schedule(n: int, edges: Sequence[tuple[int, int]], cost: StageTimer,
     """DOS Algorithm 1 per block of `block` consecutive steps, stages of at most the plan's
     threads; a stage found no faster together is split back into its members."""
     stages: list[Stage] = []
-    for part in blocks(range(n), block):
-        inside = set(part)
-        local = [(u, v) for u, v in edges if u in inside and v in inside]
-        for stage in optimal_schedule(part, local, cost, max_stage=cost.threads).stages:
-            if stage.strategy == "concurrent":
-                stages.append(stage)
-            else:
-                stages.extend(Stage(frozenset([s]), "sequential", cost.alone[s])
-                              for s in sorted(stage.nodes))
+    for stage in optimal_in_blocks(range(n), edges, cost, block, cost.threads).stages:
+        if stage.strategy == "concurrent":
+            stages.append(stage)
+        else:
+            stages.extend(Stage(frozenset([s]), "sequential", cost.alone[s])
+                          for s in sorted(stage.nodes))
     return Schedule(tuple(stages))
 
 
@@ -210,10 +204,8 @@ def schedule_parallel(model: CompiledModel, out: TextIO | None = None,
     start = time.monotonic()
     plan = model.plan
     threads = plan.target.run_threads
-    if deadline.bounded:
-        deadline = Deadline.after(min(max(deadline.left(), 0.0), DOS_SECONDS))
-    else:
-        deadline = Deadline.after(DOS_SECONDS)
+    deadline = Deadline.after(min(max(deadline.left(), 0.0), DOS_SECONDS)
+                              if deadline.bounded else DOS_SECONDS)
     feeds = random_feeds(model)
     profile = model.profile(feeds, runs=10)          # activates the engines, fills the arena
     bounds = model.bound_steps()
