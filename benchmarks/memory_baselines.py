@@ -7,8 +7,9 @@ per cell (DARTS and SwiftNet cells, RandWire stages), the activation footprint o
   (c) ONNX Runtime's own peak, measured: a fresh process's resident-set high-water mark during
       its first run minus its resident set just before it (session built, input made, freed
       heap pages given back with malloc_trim and the mark reset; whole networks),
-  (d) Woodpecker: SERENITY's order (the DP, with concat rewriting) in Woodpecker's arena
-      (placed exactly where its greedy placements leave a gap: schedule/arena.py),
+  (d) Woodpecker: SERENITY's order (the DP, with concat rewriting and the separable pairs it
+      leaves fused where the peak allows, as `compile --schedule memory` does) in Woodpecker's
+      arena (placed exactly where its greedy placements leave a gap: schedule/arena.py),
 
 beside the most bytes live at once in (d)'s order and the proven floor on the least peak of any
 order of the (unrewritten) graph. Graph inputs and weights are left out of every arena. For the
@@ -44,21 +45,30 @@ from woodpecker.schedule.traffic import l2_bytes, offchip_traffic
 NETWORKS = ["darts_cifar", "swiftnet_vww", "randwire_cifar", "randwire_imagenet"]
 MIN_CELL = 5     # nodes sharing a name prefix that count as a cell
 
-_ORT_PEAK = """
-import ctypes, sys, numpy as np, onnxruntime as ort
+_PEAK = """
+import ctypes, sys, numpy as np
 def status(key):
     return int(next(l for l in open('/proc/self/status') if l.startswith(key)).split()[1]) * 1024
-so = ort.SessionOptions(); so.intra_op_num_threads = 2; so.inter_op_num_threads = 1
-s = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
-kinds = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64,
-         "tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(float16)": np.float16}
 rng = np.random.default_rng(0)
-feeds = {i.name: rng.standard_normal(i.shape).astype(kinds.get(i.type, np.float32))
-         for i in s.get_inputs()}
+if sys.argv[1] == "onnx":
+    import onnxruntime as ort
+    so = ort.SessionOptions(); so.intra_op_num_threads = 2; so.inter_op_num_threads = 1
+    s = ort.InferenceSession(sys.argv[2], so, providers=["CPUExecutionProvider"])
+    kinds = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
+             "tensor(float16)": np.float16}
+    feeds = {i.name: rng.standard_normal(i.shape).astype(kinds.get(i.type, np.float32))
+             for i in s.get_inputs()}
+    run = lambda: s.run(None, feeds)
+else:
+    import woodpecker
+    m = woodpecker.load(sys.argv[2])
+    feeds = {n: rng.standard_normal(shape).astype(dtype) for n, shape, dtype in m.inputs}
+    run = lambda: m.run(feeds)
 ctypes.CDLL("libc.so.6").malloc_trim(0)        # pages freed while building are given back
 open('/proc/self/clear_refs', 'w').write('5')   # the high-water mark starts again from here
 before = status('VmRSS')
-s.run(None, feeds)
+run()
 print(status('VmHWM') - before)
 """
 
@@ -122,7 +132,7 @@ def footprints(g: Graph, floor_seconds: float) -> dict:
     kahn = g.copy()
     apply_order(kahn, p.kahn())
     ours = g.copy()
-    result = schedule_memory(ours, rewrite=True)
+    result = schedule_memory(ours, rewrite=True, fuse=True)   # as `compile` does
     base = memory_schedule(p)[1]
     floor = least_peak_floor(p, base, floor_seconds)
     arena = plan_arena(ours, exact_s=ARENA_EXACT_S)
@@ -139,12 +149,19 @@ def footprints(g: Graph, floor_seconds: float) -> dict:
             "least_peak_floor_bytes": floor}
 
 
-def ort_peak(model: "str | os.PathLike", runs: int = 1) -> int:
-    """ONNX Runtime's first-run peak for the model file (the least over `runs` processes)."""
-    return min(int(subprocess.run([sys.executable, "-c", _ORT_PEAK, str(model)],
+def first_run_peak(kind: str, path: "str | os.PathLike", runs: int = 1) -> int:
+    """The resident-set growth over the first run of an ONNX file in ONNX Runtime (`kind`
+    "onnx") or of a saved Woodpecker plan ("plan"), in a fresh process after loading, freed
+    heap given back and the high-water mark reset: the least over `runs` processes."""
+    return min(int(subprocess.run([sys.executable, "-c", _PEAK, kind, str(path)],
                                   capture_output=True, text=True, check=True,
                                   cwd=tempfile.gettempdir()).stdout.split()[-1])
                for _ in range(runs))
+
+
+def ort_peak(model: "str | os.PathLike", runs: int = 1) -> int:
+    """ONNX Runtime's first-run peak for the model file (the least over `runs` processes)."""
+    return first_run_peak("onnx", model, runs)
 
 
 def row(label: str, f: dict, ort: int | None = None) -> str:

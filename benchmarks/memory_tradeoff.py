@@ -1,92 +1,112 @@
-"""Speed against footprint per irregular network (issue 33, deliverable 4): the speed plan (the
-file's order, ONNX Runtime regions), the memory plan (SERENITY's order, one step per node, every
-activation in Woodpecker's arena) and the memory order run with ONNX Runtime regions, timed in
-one interleaved run (paired median ratio to the speed plan) beside each plan's activation
-footprint: Woodpecker's arena plus, for every ONNX Runtime region of several nodes, that
-session's own first-run peak (a fresh process's resident-set high-water mark over the run, as in
-benchmarks/memory_baselines.py), since a region allocates its inner activations itself (a
-region's peak includes its outputs, which the plan writes into the arena: an overcount).
+"""Speed against footprint per irregular network (issue 33, deliverable 4): a tuned speed plan and
+a tuned memory plan of the same model, the memory plan's regions allowed to hold more (budgets
+between), ONNX Runtime and OpenVINO, timed in one interleaved run.
 
-    python benchmarks/memory_tradeoff.py [--tuning-log MODEL=LOG.jsonl ...] \\
-        --json benchmarks/results/memory_tradeoff_zen3.json
+    python benchmarks/memory_tradeoff.py --plans darts_cifar=SPEED.wpk,MEMORY.wpk [...] \\
+        --budgets 1.5,2,4 --runs 30 --json benchmarks/results/memory_tradeoff_<machine>.json
 
-With a tuning log for a model, its plans are selected from it (generated kernels write into the
-arena, so a memory-ordered plan need not give up their speed).
+Rows per network:
+- speed: the speed plan (the file's order; ONNX Runtime regions allocate their inner
+  activations themselves);
+- memory: the memory plan (SERENITY's order; its regions write every value into the arena and
+  are cut where they would hold more than the order's peak: runtime/regions.py);
+- memory ≤ f×: the same plan with its regions allowed to hold f × that peak — what `compile
+  --memory-budget` with that budget gives with these kernels (the budget's larger regions);
+- memory, a step per node: the same plan without regions (what memory plans were before);
+- onnxruntime, openvino: the model file, as a user runs it.
+Time: the median, and the paired median ratio to the speed plan. Footprint, measured the same way
+for every row: the resident-set growth over the first run in a fresh process after loading
+(freed heap given back, high-water mark reset; memory_baselines.first_run_peak) — the arena's
+pages, ONNX Runtime's own allocations, Halide's scratch, the outputs; the least of 3 processes.
+Beside it each plan's arena.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from memory_baselines import NETWORKS, ort_peak
+from memory_baselines import first_run_peak
 
 import woodpecker
 from woodpecker import zoo
+from woodpecker.assembly import reordered
 from woodpecker.bench.compare import cpu_info, write_json
-from woodpecker.bench.runners import versions
+from woodpecker.bench.runners import OPENVINO, make_runner, versions
 from woodpecker.bench.timing import paired_ratio, time_interleaved
+from woodpecker.engines.names import ONNXRUNTIME
+from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.memory import format_bytes
 
-PLANS = {"speed": {}, "memory": {"schedule": "memory"},
-         "memory+regions": {"schedule": "memory", "library_regions": True}}
 
-
-def region_peaks(model, plan_dir: Path) -> int:
-    """The summed first-run peaks of the plan's ONNX Runtime regions (steps of several graph
-    nodes; a one-node step writes into the arena and its workspace is not counted)."""
-    files = json.loads((plan_dir / "plan.json").read_text())["engines"].get(
-        "onnxruntime", {}).get("models", {})
-    total = 0
-    for step in model.steps:
-        first = model.graph.nodes[step[0]].name
-        if len(step) < 2 or first not in files:
-            continue
-        total += ort_peak(plan_dir / files[first]["file"], runs=3)
-    return total
+def variants(memory: CompiledModel, factors: list[float]) -> dict[str, CompiledModel]:
+    """The memory plan with its regions allowed to hold f × its peak, and without regions
+    (built from the nodes: ONNX Runtime's step models, Halide's kernels from the cache)."""
+    plan = memory.plan
+    n = range(len(plan.graph.nodes))
+    peak = plan.meta["schedule"]["peak_bytes"]
+    out = {}
+    for f in factors:
+        p = reordered(plan, n, schedule=dict(plan.meta["schedule"], region_bytes=int(f * peak)))
+        p.directory = None
+        out[f"memory ≤ {f:g}×"] = CompiledModel(p)
+    p = reordered(plan, n, library_regions=False)
+    p.directory = None
+    out["memory, a step per node"] = CompiledModel(p)
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tuning-log", action="append", default=[], metavar="MODEL=LOG")
+    ap.add_argument("--plans", action="append", required=True, metavar="MODEL=SPEED,MEMORY")
+    ap.add_argument("--budgets", default="1.5,2,4", help="region limits, × the memory peak")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--json")
     args = ap.parse_args()
-    logs = dict(spec.split("=", 1) for spec in args.tuning_log)
+    factors = [float(f) for f in args.budgets.split(",") if f]
     cpu, isa = cpu_info()
     doc = {"machine": {"cpu": cpu, "isa": isa}, "versions": versions(), "networks": {}}
     tmp = Path(tempfile.mkdtemp())
-    print(f"{'network':<18} {'plan':<15} {'engines':<28} {'ms':>8} {'÷speed':>7} "
-          f"{'arena':>10} {'+regions':>10} {'footprint':>10}")
-    for name in NETWORKS:
-        path = str(zoo.export(name))
-        models = {}
-        for label, kw in PLANS.items():
-            extra = {"tuning_log": logs[name]} if name in logs else {}
-            m = woodpecker.compile(path, threads=2, **kw, **extra)
-            m.save(tmp / name / label)
-            models[label] = m
+    print(f"{'network':<18} {'row':<24} {'steps':>5} {'ms':>8} {'÷speed':>7} {'arena':>10} "
+          f"{'footprint':>10}")
+    for spec in args.plans:
+        name, paths = spec.split("=", 1)
+        speed_path, memory_path = paths.split(",")
+        onnx_path = zoo.export(name)
+        plans = {"speed": Path(speed_path), "memory": Path(memory_path)}
+        models = {k: woodpecker.load(p) for k, p in plans.items()}
+        for label, m in variants(models["memory"], factors).items():
+            plans[label] = tmp / name / label.replace(" ", "_")
+            m.save(plans[label])
+            models[label] = woodpecker.load(plans[label])
         x = {models["speed"].inputs[0][0]: zoo.model_input(name)}
-        times = time_interleaved({k: (lambda m=m: m.run(x)) for k, m in models.items()},
-                                 runs=args.runs, warmup=3)
+        ref = make_runner(ONNXRUNTIME, onnx_path.read_bytes(), None, 2)(x)[0]
+        runners = {k: (lambda m=m: m.run(x)) for k, m in models.items()}
+        for lib in (ONNXRUNTIME, OPENVINO):
+            run = make_runner(lib, onnx_path.read_bytes(), None, 2)
+            runners[lib] = lambda run=run: run(x)
+        times = time_interleaved(runners, runs=args.runs, warmup=3)
         rows = doc["networks"][name] = {}
-        for label, m in models.items():
-            arena = m.plan.arena.size if m.plan.arena is not None else 0
-            regions = region_peaks(m, tmp / name / label)
-            engines = {e: m.plan.engines.count(e) for e in sorted(set(m.plan.engines))}
-            rows[label] = {"median_ms": float(np.median(times[label])),
-                           "ratio_to_speed": paired_ratio(times, "speed", label),
-                           "arena_bytes": arena, "region_peak_bytes": regions,
-                           "footprint_bytes": arena + regions, "engines": engines,
-                           "tuning_log": logs.get(name)}
-            r = rows[label]
-            print(f"{name:<18} {label:<15} {str(engines)[:28]:<28} {r['median_ms']:>8.3f} "
-                  f"{r['ratio_to_speed']:>7.3f} {format_bytes(arena):>10} "
-                  f"{format_bytes(regions):>10} {format_bytes(arena + regions):>10}",
-                  flush=True)
+        for label in runners:
+            m = models.get(label)
+            footprint = first_run_peak("plan", plans[label], 3) if m is not None else \
+                first_run_peak("onnx", onnx_path, 3) if label == ONNXRUNTIME else None
+            row = rows[label] = {
+                "median_ms": float(np.median(times[label])),
+                "ratio_to_speed": paired_ratio(times, "speed", label),
+                "first_run_peak_bytes": footprint}
+            if m is not None:
+                out = next(iter(m.run(x).values()))
+                row.update(steps=len(m.steps), arena_bytes=m.plan.arena.size,
+                           engines={e: m.plan.engines.count(e) for e in set(m.plan.engines)},
+                           max_abs_diff_vs_ort=float(np.max(np.abs(out - ref))),
+                           plan=str(plans[label]))
+            print(f"{name:<18} {label:<24} {row.get('steps', ''):>5} {row['median_ms']:>8.3f} "
+                  f"{row['ratio_to_speed']:>7.3f} "
+                  f"{format_bytes(row['arena_bytes']) if m is not None else '':>10} "
+                  f"{format_bytes(footprint) if footprint is not None else '':>10}", flush=True)
     if args.json:
         write_json(args.json, doc)
     return 0

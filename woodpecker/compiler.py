@@ -65,7 +65,8 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     passes = opts.passes if opts.passes is not None else \
         MEMORY if opts.schedule == "memory" else DEFAULT
     stats = optimize(graph, passes)
-    memory = _schedule(graph, opts.schedule, opts.memory_budget)
+    memory = _schedule(graph, opts.schedule, opts.memory_budget,
+                       fuse=set(MEMORY) <= set(passes))
     ctx = BuildContext(tgt.threads, graph.opset)
     choices = {n.name: Choice(choose(n, allowed, ctx), why="library preference")
                for n in graph.nodes}
@@ -90,13 +91,16 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     return compiled
 
 
-def _schedule(graph, schedule: str, budget: int | None) -> dict:
-    """Order the graph's nodes; returns what the plan records about it."""
+def _schedule(graph, schedule: str, budget: int | None, fuse: bool) -> dict:
+    """Order the graph's nodes; returns what the plan records about it. With `fuse` (the
+    memory pipeline's passes ran), the memory schedule fuses the separable pairs its rewriting
+    left where the peak allows."""
     if schedule in ("file", "parallel"):
         return {"kind": schedule}
-    result = schedule_memory(graph, rewrite=True, budget=budget)
+    result = schedule_memory(graph, rewrite=True, budget=budget, fuse=fuse)
     return {"kind": "memory", "peak_bytes": result.peak, "optimal": result.report.optimal,
-            "rewrites": result.rewrites, "seconds": round(result.seconds, 3),
+            "rewrites": result.rewrites, "fused_separable": result.fused,
+            "seconds": round(result.seconds, 3),
             **({"budget_bytes": budget} if budget is not None else {})}
 
 
@@ -117,6 +121,11 @@ def _memory_after_assembly(plan, budget: int | None):
         return plan
     if plan.arena is None:
         raise MemoryBudgetError("a memory budget needs the arena (do not turn it off)")
+    if plan.every:    # regions may hold up to the budget: fewer steps (runtime/regions.py)
+        larger = reordered(plan, range(len(plan.graph.nodes)),
+                           schedule=dict(sched, region_bytes=budget))
+        if larger.arena.size <= budget:
+            plan = larger
     if plan.arena.size > budget:
         raise MemoryBudgetError(
             f"the plan's arena needs {format_bytes(plan.arena.size)}, over the memory budget "
@@ -146,6 +155,7 @@ def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
     that (config.PER_NODE_SHARE, IN_PLAN_SHARE), each stopping new work when its share is
     spent."""
     from woodpecker.cache import cache_dir
+    from woodpecker.engines.halide.templates import weight_expanding
     from woodpecker.selection.fusion import weigh_fusions
     from woodpecker.selection.in_plan import choose_in_plan
     from woodpecker.selection.per_node import select_kernels
@@ -156,8 +166,12 @@ def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
     meta, tune = assembly.meta, opts.tune
     path = opts.tuning_log if opts.tuning_log is not None else \
         os.fspath(cache_dir() / "tuning.jsonl")
+    # a memory plan keeps the process small too: no kernel that multiplies its weights
+    lean = weight_expanding() if opts.schedule == "memory" else frozenset()
+    if lean:
+        meta["templates_excluded"] = sorted(lean)
     log = open_log(path, opts.resume or opts.tuning_log is None or tune is None, progress,
-                   assembly.target)
+                   assembly.target, lean)
     stages = meta["stages_s"] = {}
     clock = [time.monotonic()]
 

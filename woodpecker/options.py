@@ -78,7 +78,8 @@ class CompileOptions:
     or passes.MEMORY for the memory schedule); `schedule` "file", "memory" with an
     optional `memory_budget` in bytes, or "parallel" (the file order, then independent
     Halide steps run side by side where the whole plan gets faster: DOS, selection/parallel.py);
-    `arena`; `library_regions` (None: on, except for the memory schedule); `tune` (tune
+    `arena`; `library_regions` (None: on; a memory-scheduled plan's regions write every
+    value into the arena and never lift its peak, runtime/regions.py); `tune` (tune
     before selecting) and `tuning_log` (a log to select from, and with `tune` to extend;
     `resume` to continue a non-empty one)."""
 
@@ -116,8 +117,7 @@ class CompileOptions:
     @property
     def regions(self) -> bool:
         """Whether consecutive library nodes run as one region (runtime/regions.py)."""
-        return self.schedule != "memory" if self.library_regions is None \
-            else bool(self.library_regions)
+        return self.library_regions is None or bool(self.library_regions)
 
     @classmethod
     def from_kwargs(cls, base: "CompileOptions | None" = None, **kwargs: Any) -> "CompileOptions":

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx import helper
 
 import woodpecker
-from tests.helpers import ort_run, rand
+from tests.helpers import make_model, ort_run, rand
 from tests.schedule.test_rewrite_arena import chains, concat_model
 from woodpecker.assembly.regions import absorb_movement
 from woodpecker.engines.choice import Choice
@@ -102,6 +103,32 @@ def test_default_plan_is_one_session_and_round_trips(tmp_path):
     np.testing.assert_array_equal(loaded(x), model(x))
     memory = woodpecker.compile(concat_model(False, True), threads=1, engines="onnxruntime",
                                 schedule="memory")
-    assert not memory.plan.meta["library_regions"]
-    assert len(memory.steps) == len(memory.graph.nodes)
+    assert memory.plan.meta["library_regions"] and memory.plan.every
     np.testing.assert_allclose(memory(x), model(x), rtol=1e-5, atol=1e-5)
+    memory.save(tmp_path / "m")
+    loaded = woodpecker.load(tmp_path / "m")
+    assert loaded.steps == memory.steps and loaded.plan.every
+    np.testing.assert_array_equal(loaded(x), memory(x))
+
+
+def test_memory_plan_regions_write_every_value_and_keep_the_peak():
+    """A chain of four equal activations on ORT: the order never holds more than two, so the
+    region is cut where a third would be held (runtime/regions.py), and every value the
+    regions produce has arena space of its own."""
+    convs = [helper.make_node("Conv", [f"v{i}", f"w{i}"], [f"v{i + 1}"]) for i in range(4)]
+    weights = {f"w{i}": rand(8, 8, 1, 1, seed=i) for i in range(4)}
+    onnx_model = make_model(convs, [("v0", [1, 8, 6, 6])], [("v4", [1, 8, 6, 6])], weights)
+    m = woodpecker.compile(onnx_model, threads=1, engines="onnxruntime", schedule="memory")
+    assert m.steps == [[0, 1], [2], [3]]
+    size = 8 * 36 * 4
+    assert m.plan.arena.lower_bound == 2 * size
+    assert set(m.plan.arena.offsets) == {f"v{i}" for i in range(1, 5)}
+    x = rand(1, 8, 6, 6, seed=2)
+    np.testing.assert_allclose(m(x), ort_run(onnx_model, {"v0": x})[0], rtol=1e-5, atol=1e-5)
+    # a budget above the peak buys larger regions, still within the budget
+    b = woodpecker.compile(onnx_model, threads=1, engines="onnxruntime", schedule="memory",
+                           memory_budget=3 * size)
+    assert b.steps == [[0, 1, 2], [3]] and b.plan.arena.size <= 3 * size
+    np.testing.assert_allclose(b(x), m(x), rtol=1e-6)
+    free = woodpecker.compile(onnx_model, threads=1, engines="onnxruntime")
+    assert free.steps == [[0, 1, 2, 3]] and not free.plan.every

@@ -81,6 +81,12 @@ def test_split_concat_keeps_outputs_and_lowers_peak(depthwise, relu):
     compiled = woodpecker.compile(model, threads=1, schedule="memory")
     assert compiled.plan.meta["schedule"]["rewrites"] == 1 + depthwise
     np.testing.assert_allclose(compiled(x), ref, rtol=1e-4, atol=1e-4)
+    # each part's depthwise conv and its partial 1x1 conv are then one separable conv, and
+    # the peak stays where it was
+    fused = schedule_memory(optimized(model), rewrite=True, fuse=True)
+    assert fused.fused == (3 if depthwise else 0) and fused.peak <= result.peak
+    assert compiled.plan.meta["schedule"]["fused_separable"] == fused.fused
+    assert sum(n.op == "FusedSeparableConv" for n in compiled.graph.nodes) == fused.fused
 
 
 def test_spatial_slice_moves_onto_the_parts():
@@ -162,10 +168,14 @@ def test_arena_on_random_graphs(model):
     for schedule in ("file", "memory"):
         compiled = woodpecker.compile(model, threads=1, schedule=schedule)
         arena = compiled.plan.arena
-        steps = compiled.steps      # one ONNX Runtime region for "file", nodes for "memory"
-        assert check_arena(compiled.graph, arena, steps) is None
+        steps = compiled.steps      # ONNX Runtime regions; a memory plan's write every value
+        every = compiled.plan.every
+        assert every == (schedule == "memory")
+        assert check_arena(compiled.graph, arena, steps, every) is None
         assert arena.size >= arena.lower_bound == live_peak(
-            lifetimes(compiled.graph, steps, arena.aliases))
+            lifetimes(compiled.graph, steps, arena.aliases, every))
+        if schedule == "memory":    # its regions never lift the memory order's peak
+            assert arena.lower_bound <= live_peak(lifetimes(compiled.graph))
         a, b = plain.run({"x": x}), compiled.run({"x": x})
         for k in a:
             if schedule == "file":
@@ -262,3 +272,34 @@ def test_cli_inspect_memory_and_budget(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc != 0 and "no execution order fits the memory budget of 1.0 KiB" in err
     assert not (tmp_path / "p").exists()
+
+
+def test_memory_plan_goes_without_weight_expanding_kernels(tmp_path):
+    """A memory plan keeps the process small too: Winograd's kernels (transformed filters, 2.8-5×
+    the weights) are neither tuned nor chosen for it, while the speed plan may choose them."""
+    pytest.importorskip("halide")
+    from woodpecker.engines.halide.templates import template_module, weight_expanding
+    from woodpecker.tune.extract import extract_tasks
+    from woodpecker.tune.records import TuningLog
+
+    winograd = "woodpecker.engines.halide.conv_winograd"
+    assert weight_expanding() == {winograd}
+    w = rand(16, 16, 3, 3, seed=1) * 0.1
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                       [("x", [1, 16, 8, 8])], [("y", [1, 16, 8, 8])], {"w": w})
+    (group,) = extract_tasks(optimized(model))
+    assert winograd in group.templates
+    log = TuningLog(tmp_path / "t.jsonl")
+    log.append({"task": group.task.key, "template": winograd, "cost_s": 1e-6, "error": None,
+                "config": template_module(winograd).space(group.task).seeds[0]})
+    kw = dict(threads=1, engines="halide,numpy", tuning_log=log.path)
+    speed = woodpecker.compile(model, **kw)
+    (timed,) = speed.plan.meta["selection"]
+    assert "conv_winograd/co" in timed["halide_finalists_ms"]
+    memory = woodpecker.compile(model, schedule="memory", **kw)
+    assert memory.plan.meta["templates_excluded"] == [winograd]
+    assert memory.plan.meta["selection"] == []
+    assert all(c.kernel is None for c in memory.plan.choices.values())
+    assert len(TuningLog(log.path, exclude=[winograd]).records) == 0
+    x = rand(1, 16, 8, 8, seed=2)
+    np.testing.assert_allclose(memory(x), speed(x), rtol=1e-4, atol=1e-4)

@@ -17,7 +17,7 @@ from typing import Any
 
 from woodpecker.assembly.inplace import concat_aliases
 from woodpecker.assembly.layout import assign_layouts
-from woodpecker.assembly.regions import absorb_movement
+from woodpecker.assembly.regions import absorb_movement, arena_region_starts
 from woodpecker.config import ARENA_EXACT_S
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
@@ -89,11 +89,18 @@ def _place(plan: Plan, arena: bool) -> None:
     # In-place concats make a whole live from its first part: not under the memory schedule,
     # whose peak (and budget) counts the parts as values of their own.
     memory = meta.get("schedule", {}).get("kind") == "memory"
+    meta.pop("arena_regions", None)
+    if memory and meta.get("library_regions"):
+        # regions hold at most the order's peak, or `region_bytes` (a budget) where more
+        limit = meta["schedule"].get("region_bytes")
+        meta["arena_regions"] = {"starts": [graph.nodes[i].name for i in
+                                            arena_region_starts(graph, engines, limit)]}
+        steps = plan.steps()
     aliases = {} if memory else concat_aliases(graph, engines, steps)
     # the memory schedule's footprint is the point: its arena is placed exactly where the
     # greedy placements leave a gap above the live bound
-    plan.arena = plan_arena(graph, steps, aliases, ARENA_EXACT_S if memory else 0.0) \
-        if arena else None
+    plan.arena = plan_arena(graph, steps, aliases, ARENA_EXACT_S if memory else 0.0,
+                            plan.every) if arena else None
     if plan.arena is not None:
         meta["arena"] = {"size": plan.arena.size, "lower_bound": plan.arena.lower_bound,
                          "method": plan.arena.method}

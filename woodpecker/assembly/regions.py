@@ -1,8 +1,13 @@
-"""Cheap data-movement nodes join adjacent library regions (runtime/regions.py)."""
+"""Cheap data-movement nodes join adjacent library regions (runtime/regions.py); where a
+memory-scheduled plan's regions must begin so that none lifts its peak."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from woodpecker.ir.graph import Graph
+from woodpecker.runtime.regions import plan_steps
+from woodpecker.schedule.arena import lifetimes, live_peak
 
 
 def absorb_movement(engines: Sequence[str], movable: Sequence[bool], region: str,
@@ -29,3 +34,34 @@ def absorb_movement(engines: Sequence[str], movable: Sequence[bool], region: str
             out[i:j] = [region] * (j - i)
         i = j
     return out
+
+
+def arena_region_starts(graph: Graph, engines: Sequence[str],
+                        limit: int | None = None) -> list[int]:
+    """Node indices where a region of a memory-scheduled plan must begin, so that no region
+    holds more bytes than the most the node order ever holds (its live peak), or than `limit`
+    where that is more (a memory budget above the peak buys fewer, larger regions).
+
+    Such a region writes every value it produces into the arena (runtime/regions.py), so during
+    the region every value alive at any of its nodes is alive at once: the values live when it
+    starts and each one born inside. Each region is cut greedily, a new one started at the node
+    whose value would lift that sum above the peak. The regions then cost the order nothing in
+    memory, and a region of one node is no worse than the plan without regions."""
+    life = lifetimes(graph)
+    peak = max(live_peak(life), limit or 0)
+    born: dict[int, int] = {}
+    for _, size, first, _ in life:
+        born[first] = born.get(first, 0) + size
+    starts = []
+    for step in plan_steps(engines, True):
+        if len(step) < 2:
+            continue
+        start = step[0]
+        held = sum(size for _, size, first, last in life if first <= start <= last)
+        for k in step[1:]:
+            held += born.get(k, 0)
+            if held > peak:
+                starts.append(k)
+                start = k
+                held = sum(size for _, size, first, last in life if first <= k <= last)
+    return starts

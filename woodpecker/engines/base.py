@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from woodpecker.engines.choice import Choices, KernelSpec
-from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
+from woodpecker.ir.graph import Graph, Node, StepIO, Value, runtime_positions
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ class Engine:
         return None
 
     def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
-                       steps: list[list[Node]], source: Path | None = None) -> dict:
+                       steps: list[StepIO], source: Path | None = None) -> dict:
         """Write into the plan folder `directory` what this engine's `steps` need to be built
         again without compiling (and without the compiler's packages); `source` is the plan
         folder the plan was loaded from (its artifacts are there), None for a plan compiled in

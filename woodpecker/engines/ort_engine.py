@@ -19,7 +19,7 @@ from woodpecker.engines.base import NUMERIC, BuildContext, Capabilities, Engine,
 from woodpecker.engines.choice import Choices, KernelSpec
 from woodpecker.errors import PlanError
 from woodpecker.files import inside, sha256_file, verified, write_bytes
-from woodpecker.ir.graph import Graph, Node, Value, runtime_positions, step_io
+from woodpecker.ir.graph import Graph, Node, StepIO, Value, runtime_positions
 from woodpecker.ops import OPS
 
 ARTIFACTS_DIR = "onnxruntime"   # a saved plan's step models
@@ -119,19 +119,20 @@ class OrtEngine(Engine):
         return saved[nodes[0].name].read_bytes()
 
     def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
-                       steps: list[list[Node]], source: Path | None = None) -> dict:
+                       steps: list[StepIO], source: Path | None = None) -> dict:
         """Each step's serialized model: made from its nodes, or for a loaded plan the model
         it was loaded with (no onnx package needed)."""
         loaded = self._saved.get(source.resolve(), {}) if source is not None else {}
         models = {}
-        for k, nodes in enumerate(steps):
+        for k, step in enumerate(steps):
             name = f"{ARTIFACTS_DIR}/step{k}.onnx"
-            if nodes[0].name in loaded:
-                data = loaded[nodes[0].name].read_bytes()
+            first = step.nodes[0].name
+            if first in loaded:
+                data = loaded[first].read_bytes()
             else:
-                data = _onnx_bytes(nodes, *step_io(nodes, graph), graph.opset)
+                data = _onnx_bytes(step.nodes, step.inputs, step.outputs, graph.opset)
             path = write_bytes(directory / name, data)
-            models[nodes[0].name] = {"file": name, "sha256": sha256_file(path)}
+            models[first] = {"file": name, "sha256": sha256_file(path)}
         return {**self.artifact_meta(), "models": models}
 
     def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:

@@ -21,8 +21,9 @@ tuning): fused kernels with 0.6-1.2 MiB of weights (7² × 960 → 160, 320) too
 against ONNX Runtime's 0.15-0.21 for the two convs, and with 147 KiB (14² × 384 → 96) 0.174
 against 0.150, while those of at most 96 KiB (DARTS' all, MobileNet's up to 14² × 384 → 64)
 beat it.
-The memory schedule does without this pass (passes.MEMORY): SERENITY's rewriting splits the
-depthwise conv itself along its input Concat (passes/split_concat.py).
+The memory schedule runs without this pass (passes.MEMORY), since SERENITY's rewriting splits
+the depthwise conv itself along its input Concat (passes/split_concat.py), and fuses the pairs
+left after the rewriting where the peak allows (`fuse_pair`, schedule/memory.py).
 """
 
 from __future__ import annotations
@@ -73,20 +74,35 @@ def separable_reader(graph: Graph, dw: Node) -> Node | None:
     return y.consumers[0]
 
 
+def _fuse(graph: Graph, dw: Node, pw: Node) -> None:
+    """One FusedSeparableConv, named as the 1×1 conv, where the 1×1 conv was."""
+    index = graph.nodes.index(pw)
+    inputs = [dw.inputs[0], dw.inputs[1], dw.input(2), pw.inputs[1], pw.input(2),
+              *pw.inputs[3:]]
+    attrs = {"depthwise": _fused_attrs(dw), "pointwise": _fused_attrs(pw)}
+    out = pw.outputs[0]
+    graph.remove_node(pw)
+    graph.remove_node(dw)
+    graph.add_node(OP, inputs, [out], attrs, pw.name, index - 1)
+
+
+def fuse_pair(graph: Graph, depthwise: str) -> None:
+    """Fuse the depthwise conv named `depthwise` with its 1×1 reader (see separable_reader)."""
+    dw = next(n for n in graph.nodes if n.name == depthwise)
+    pw = separable_reader(graph, dw)
+    if pw is None:
+        raise ValueError(f"{depthwise} is not the depthwise half of a separable pair")
+    _fuse(graph, dw, pw)
+    graph.dce()
+
+
 def fuse_separable(graph: Graph) -> int:
     fused = 0
     for dw in list(graph.nodes):   # only the 1x1 conv after each is removed: never a dw
         pw = separable_reader(graph, dw)
         if pw is None:
             continue
-        index = graph.nodes.index(pw)
-        inputs = [dw.inputs[0], dw.inputs[1], dw.input(2), pw.inputs[1], pw.input(2),
-                  *pw.inputs[3:]]
-        attrs = {"depthwise": _fused_attrs(dw), "pointwise": _fused_attrs(pw)}
-        out = pw.outputs[0]
-        graph.remove_node(pw)
-        graph.remove_node(dw)
-        graph.add_node(OP, inputs, [out], attrs, pw.name, index - 1)
+        _fuse(graph, dw, pw)
         fused += 1
     if fused:
         graph.dce()

@@ -53,7 +53,7 @@ class CompiledModel:
         built = []
         for step in self.steps:
             nodes = [g.nodes[i] for i in step]
-            ins, outs = step_io(nodes, g)
+            ins, outs = step_io(nodes, g, plan.every)
             if tuple(step) in stages:
                 members = []
                 for n in nodes:
@@ -65,7 +65,7 @@ class CompiledModel:
             else:
                 built.append((nodes, build(nodes, ins, outs)))
             plan.release_weights()    # weights a kernel repacked are not resident twice
-        self._executor = Executor(g, built, plan.arena)
+        self._executor = Executor(g, built, plan.arena, plan.every)
         _trim_heap()
         # per-model runtime state: each engine's process-wide settings made this model's
         # before every run (Engine.activate)

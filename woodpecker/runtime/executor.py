@@ -46,10 +46,11 @@ class Executor:
     """Runs `steps` in order: each a list of consecutive nodes and the one kernel computing
     them (a single node, or a library region, runtime/regions.py). A step reads the runtime
     inputs of its nodes that it does not produce itself and returns the values it produces
-    that later steps or the graph outputs read; the rest stay inside the kernel."""
+    that later steps or the graph outputs read — with `every`, all it produces (a memory
+    plan's regions, runtime/regions.py); the rest stay inside the kernel."""
 
     def __init__(self, graph: Graph, steps: Sequence[tuple[Sequence[Node], Kernel]],
-                 arena: Arena | None = None) -> None:
+                 arena: Arena | None = None, every: bool = False) -> None:
         slot: dict[str, int] = {}
 
         def index(name: str) -> int:
@@ -61,7 +62,7 @@ class Executor:
             raw = np.empty(arena.size + arena.alignment, np.uint8)
             start = -raw.ctypes.data % arena.alignment
             buffer = raw[start:start + arena.size]
-        io = [step_io(nodes, graph) for nodes, _ in steps]
+        io = [step_io(nodes, graph, every) for nodes, _ in steps]
         last_use: dict[str, int] = {}
         for i, (ins, _) in enumerate(io):
             for v in ins:

@@ -27,7 +27,7 @@ from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import PlanError, WoodpeckerError
 from woodpecker.files import inside, sha256_file
-from woodpecker.ir.graph import Graph
+from woodpecker.ir.graph import Graph, StepIO, step_io
 from woodpecker.ops import OPS
 from woodpecker.runtime.regions import plan_steps
 from woodpecker.runtime.weights import MappedWeights, aligned, write_weights
@@ -73,9 +73,26 @@ class Plan:
         index = {n.name: i for i, n in enumerate(self.graph.nodes)}
         return [[index[name] for name in stage["nodes"]] for stage in parallel["stages"]]
 
-    def steps(self) -> list[list[int]]:
-        """Node indices per execution step (runtime/regions.py)."""
-        return plan_steps(self.engines, self.meta.get("library_regions", False), self.stages())
+    @property
+    def every(self) -> bool:
+        """Whether its library regions write every value they produce into the arena (a
+        memory-scheduled plan's, `meta["arena_regions"]`; runtime/regions.py)."""
+        return "arena_regions" in self.meta
+
+    def region_starts(self) -> list[int]:
+        """Node indices where a library region must begin (`meta["arena_regions"]`)."""
+        index = {n.name: i for i, n in enumerate(self.graph.nodes)}
+        return [index[name] for name in self.meta.get("arena_regions", {}).get("starts", [])]
+
+    def steps(self, stages: bool = True) -> list[list[int]]:
+        """Node indices per execution step (runtime/regions.py); with `stages` false, the
+        nodes of each parallel stage as steps of their own (as they are built)."""
+        return plan_steps(self.engines, self.meta.get("library_regions", False),
+                          self.stages() if stages else (), self.region_starts())
+
+    def step_io(self, nodes: list) -> "StepIO":
+        """A step's nodes, the values it reads and those it writes (ir.graph.step_io)."""
+        return StepIO(nodes, *step_io(nodes, self.graph, self.every))
 
 
 # -- attribute encoding (JSON has no arrays or tuples) ---------------------------------------------
@@ -132,11 +149,10 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
     with open(tmp_w, "wb") as f:
         offsets = write_weights(f, [np.asarray(v.data) for v in weights])
     # each engine's steps as they are built (a stage's nodes are built one by one)
-    steps = [[g.nodes[i] for i in step]
-             for step in plan_steps(plan.engines, plan.meta.get("library_regions", False))]
+    steps = [plan.step_io([g.nodes[i] for i in step]) for step in plan.steps(stages=False)]
     artifacts = {}
     for name in sorted(set(plan.engines)):
-        own = [nodes for nodes in steps if plan.choices[nodes[0].name].engine == name]
+        own = [s for s in steps if plan.choices[s.nodes[0].name].engine == name]
         artifacts[name] = get_engine(name).save_artifacts(d, g, plan.choices, own,
                                                           plan.directory)
     values = {}
@@ -340,9 +356,13 @@ def _build(d: Path, doc: dict) -> Plan:
     for name in sorted(used):
         get_engine(name).load_artifacts(d, doc["engines"][name], choices)
     _check_stages(plan)
+    missing = set(plan.meta.get("arena_regions", {}).get("starts", [])) - set(choices)
+    if missing:
+        raise PlanError(f"plan.json: a region starts at unknown node {sorted(missing)[0]!r}")
     if "arena" in doc:
         plan.arena = Arena.from_json(doc["arena"])
-        problem = check_arena(g, plan.arena, plan.steps()) or _arena_oversized(g, plan.arena)
+        problem = check_arena(g, plan.arena, plan.steps(), plan.every) \
+            or _arena_oversized(g, plan.arena)
         if problem:
             raise PlanError(f"plan.json: arena is corrupt: {problem}")
     return plan

@@ -8,8 +8,11 @@ and ORT cannot fuse or pick layouts across node boundaries. System-level explora
 (Woodpecker-DL §2.5) picks an engine per node; the nodes the library wins are then best run by
 the library as the largest subgraphs it can see. Generated (Halide) kernels and other engines
 split regions, and so do the stages of a parallel schedule (each stage is one step whose
-operators run at the same time). Memory-scheduled plans keep one step per node: inside a
-session ORT orders and allocates by itself, which would undo the memory order and the arena.
+operators run at the same time). In a memory-scheduled plan a region writes every value it
+produces into the arena (`every`: ORT allocates only its own scratch, whatever order it runs
+the nodes in, since each of those values has arena space of its own for the whole step), and
+regions start where the plan says (`starts`), so that none lifts the peak of the memory order
+(selection/ is not involved: assembly/regions.arena_region_starts).
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ def multi_node(engine: str) -> bool:
 
 
 def plan_steps(engines: Sequence[str], regions: bool,
-               stages: Sequence[Sequence[int]] = ()) -> list[list[int]]:
+               stages: Sequence[Sequence[int]] = (),
+               starts: Sequence[int] = ()) -> list[list[int]]:
     """Node indices per execution step: each stage of a parallel schedule (`stages`: runs of
     consecutive node indices, runtime/stages.py) is one step; each maximal run of consecutive
-    nodes of one multi-node engine outside them is one step when `regions`; every other node
-    is a step of its own."""
+    nodes of one multi-node engine outside them is one step when `regions`, a node in
+    `starts` beginning a new one; every other node is a step of its own."""
+    starts = set(starts)
     grouping = {e for e in set(engines) if multi_node(e)} if regions else set()
     stage_of = {i: k for k, stage in enumerate(stages) for i in stage}
     steps: list[list[int]] = []
@@ -40,7 +45,7 @@ def plan_steps(engines: Sequence[str], regions: bool,
             joins = last is not None and stage_of.get(last) == k
         else:
             joins = (engine in grouping and last is not None and last not in stage_of
-                     and engines[last] == engine)
+                     and engines[last] == engine and i not in starts)
         if joins:
             steps[-1].append(i)
         else:

@@ -53,14 +53,16 @@ def _aligned(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def lifetimes(graph: Graph, steps: Steps = None,
-              aliases: dict | None = None) -> list[tuple[str, int, int, int]]:
+def lifetimes(graph: Graph, steps: Steps = None, aliases: dict | None = None,
+              every: bool = False) -> list[tuple[str, int, int, int]]:
     """(value name, aligned bytes, first step, last step) for every activation, in order.
 
     `steps`: node indices per execution step (default one node each). A multi-node step (a
     library region, runtime/regions.py) runs as one call: its inputs stay live until it ends,
     its outputs are live from its start, and values produced and read only inside it never
-    reach the arena. `aliases`: parts written in place into a whole (schedule/aliases.py)."""
+    reach the arena — with `every`, they do, live for the whole step (a region whose
+    activations all live in the arena, runtime/regions.py). `aliases`: parts written in place
+    into a whole (schedule/aliases.py)."""
     steps = steps or [[i] for i in range(len(graph.nodes))]
     aliases = aliases or {}
     at = {id(graph.nodes[i]): k for k, step in enumerate(steps) for i in step}
@@ -81,7 +83,7 @@ def lifetimes(graph: Graph, steps: Steps = None,
         k = at[id(node)]
         for v in dict.fromkeys(node.outputs):
             readers = [at[id(c)] for c in v.consumers]
-            if v.name in aliases or (len(steps[k]) > 1 and id(v) not in outputs
+            if v.name in aliases or (len(steps[k]) > 1 and id(v) not in outputs and not every
                                      and all(r == k for r in readers)):
                 continue
             last = end if id(v) in outputs else max(readers, default=k)
@@ -192,13 +194,13 @@ def _exact(life, upper: int, bound: int, seconds: float) -> tuple[int, dict[str,
 
 
 def plan_arena(graph: Graph, steps: Steps = None, aliases: dict | None = None,
-               exact_s: float = 0.0) -> Arena:
+               exact_s: float = 0.0, every: bool = False) -> Arena:
     """Offsets for the activations of `graph` in its current node order (grouped into `steps`,
     see `lifetimes`, with `aliases` placed inside their wholes): every placement order in
     ORDERS with best-fit and first-fit gaps; the smallest arena wins. With `exact_s`, an arena
     still above the live bound is then solved exactly (`_exact`) for up to that many
     seconds: the least arena for this order where the solver finishes."""
-    life = lifetimes(graph, steps, aliases)
+    life = lifetimes(graph, steps, aliases, every)
     bound = live_peak(life)
     best = None
     for name, order in ORDERS.items():
@@ -229,7 +231,8 @@ def plan_arena(graph: Graph, steps: Steps = None, aliases: dict | None = None,
     return best
 
 
-def check_arena(graph: Graph, arena: Arena, steps: Steps = None) -> str | None:
+def check_arena(graph: Graph, arena: Arena, steps: Steps = None,
+                every: bool = False) -> str | None:
     """Why `arena` cannot hold `graph`'s activations in its node order and `steps` (None when
     it can): a value without an offset, out of bounds, misaligned, or overlapping a value
     alive at the same time, or an alias that does not fit its whole."""
@@ -237,7 +240,7 @@ def check_arena(graph: Graph, arena: Arena, steps: Steps = None) -> str | None:
     if problem:
         return problem
     spans = []
-    for name, size, first, last in lifetimes(graph, steps, arena.aliases):
+    for name, size, first, last in lifetimes(graph, steps, arena.aliases, every):
         if name not in arena.offsets:
             return f"value {name!r} has no offset"
         o = arena.offsets[name]

@@ -17,18 +17,23 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from woodpecker.tasks.space import KnobSpace
 
 
 class TuningLog:
-    def __init__(self, path: "str | os.PathLike", target: str | None = None) -> None:
+    def __init__(self, path: "str | os.PathLike", target: str | None = None,
+                 exclude: Collection[str] = ()) -> None:
         """`target`: the `Target.record_key` the log is read and written for (None: every
-        record, none stamped)."""
+        record, none stamped). `exclude`: templates whose records are left out (and which
+        are not tuned: a memory plan's, engines/halide/templates.weight_expanding)."""
         self.path = Path(path)
         self.target = target
+        self.exclude = frozenset(exclude)
         self.foreign = 0   # records measured for another target, left out
+        self.excluded = 0  # records of excluded templates, left out
         self.records: list[dict] = []
         self._best: dict[str, dict] = {}   # task key -> its fastest valid record (first on ties)
         self.skipped_lines = 0
@@ -73,6 +78,9 @@ class TuningLog:
     def _add(self, record: dict) -> None:
         if self.target is not None and record.get("target", self.target) != self.target:
             self.foreign += 1
+            return
+        if record["template"] in self.exclude:
+            self.excluded += 1
             return
         self.records.append(record)
         best = self._best.get(record["task"])

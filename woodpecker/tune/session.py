@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Collection
 from typing import TextIO
 
 import numpy as np
@@ -55,13 +56,15 @@ def work_weights(groups: list[TaskGroup]) -> list[float]:
 
 
 def open_log(path: str, resume: bool, out: TextIO | None = None,
-             target: Target | None = None) -> TuningLog:
+             target: Target | None = None, exclude: Collection[str] = ()) -> TuningLog:
     """The tuning log at `path`, read for `target` (records measured for another are left
-    out, tune/records.py); refuses to add to a non-empty one unless `resume`."""
+    out, tune/records.py) without the templates in `exclude`; refuses to add to a non-empty
+    one unless `resume`."""
     out = out or sys.stderr
-    log = TuningLog(path, None if target is None else target.record_key)
-    if (log.records or log.foreign) and not resume:
-        raise WoodpeckerError(f"{path} already holds {len(log.records) + log.foreign} "
+    log = TuningLog(path, None if target is None else target.record_key, exclude)
+    if (log.records or log.foreign or log.excluded) and not resume:
+        held = len(log.records) + log.foreign + log.excluded
+        raise WoodpeckerError(f"{path} already holds {held} "
                               "records; pass --resume to continue it")
     if log.foreign:
         print(f"note: {log.foreign} record(s) in {path} were measured for another machine or "

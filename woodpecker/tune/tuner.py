@@ -210,7 +210,9 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
     the remaining `max_trials`, times its weight over the weights of the templates left, so
     what a converged search leaves goes to the next template. Each template's searcher is
     seeded with `seed`. `hard_deadline`: see `tune_task`. A conv chain is tuned by AGO's
-    reformer: its parts first (`_split`), then the chain from their composed schedules."""
+    reformer: its parts first (`_split`), then the chain from their composed schedules.
+    Templates the log leaves out (`TuningLog.exclude`) are not tuned."""
+    templates = tuple(t for t in templates if t not in log.exclude)
     n0 = len(log.records)
     joined = _split(task, measurer, log, search=search, seed=seed,
                     vector_registers=vector_registers, deadline=deadline,

@@ -58,6 +58,10 @@ from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 KIND = "conv2d"
+# U holds (m+2)² values per 3×3 filter (16 at m = 2, 36 at m = 4) and the raw 9 follow it: 2.8
+# or 5 times the model's weights (resnet18's 13 Winograd layers: 164 MiB against 45 MiB raw),
+# so a memory plan (templates.weight_expanding) does without this template.
+EXPANDS_WEIGHTS = True
 
 # Lavin & Gray (2016): Bᵀ (input), G (filter), Aᵀ (output) for F(m, 3).
 MATRICES = {

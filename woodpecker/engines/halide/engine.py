@@ -22,7 +22,7 @@ from woodpecker.engines.base import Bound, BuildContext, Capabilities, Engine, K
 from woodpecker.engines.choice import Choices, KernelSpec
 from woodpecker.errors import EngineError, PlanError
 from woodpecker.files import inside, install, sha256_file, verified
-from woodpecker.ir.graph import Graph, Node
+from woodpecker.ir.graph import Graph, Node, StepIO
 from woodpecker.tasks import NHWC, spec_task, task_from_node, task_kinds
 
 KERNELS_DIR = "kernels"   # a saved plan's compiled kernels and Halide runtime
@@ -118,7 +118,7 @@ class HalideEngine(Engine):
         return None
 
     def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
-                       steps: list[list[Node]], source: Path | None = None) -> dict:
+                       steps: list[StepIO], source: Path | None = None) -> dict:
         """Copy each step's compiled kernel and the Halide runtime into `kernels/` (from the
         kernel cache, or from the plan folder the plan was loaded from)."""
         from woodpecker.engines.halide.aot import RUNTIME_NAME, cached_kernel, runtime_path
@@ -127,8 +127,8 @@ class HalideEngine(Engine):
             return cached_kernel(file) if source is None else source / KERNELS_DIR / file
 
         files = {}
-        for nodes in steps:
-            spec = choices[nodes[0].name].kernel
+        for step in steps:
+            spec = choices[step.nodes[0].name].kernel
             if spec is not None and spec.file not in files:
                 dst = install(origin(spec.file), directory / KERNELS_DIR / spec.file)
                 files[spec.file] = sha256_file(dst)

@@ -25,6 +25,13 @@ def templates_for(task) -> tuple[str, ...]:
     return tuple(t for t, m in modules.items() if m.KIND == task.kind and m.supports(task))
 
 
+def weight_expanding() -> frozenset[str]:
+    """The templates whose kernels keep more bytes of weights than the model's own
+    (`EXPANDS_WEIGHTS`: Winograd's transformed filters), which a memory plan goes without."""
+    return frozenset(t for t in TEMPLATES
+                     if getattr(template_module(t), "EXPANDS_WEIGHTS", False))
+
+
 def kernel_arguments(template, task, config: dict, inputs: list) -> list:
     """The task's arguments (`random_inputs` order, argument 1 in the task's own layout) →
     those of `template`'s kernel built with `config`: the weights in the layout the kernel
