@@ -4,6 +4,7 @@
     model = woodpecker.compile("resnet18.onnx")       # → CompiledModel
     outputs = model.run({"input": x})
     model.save("resnet18.wpk"); model = woodpecker.load("resnet18.wpk")
+    sess = woodpecker.InferenceSession("resnet18.onnx")   # ONNX Runtime's API; plan cached
 
 The names below are imported on first use, so `woodpecker.load` of a saved plan pulls in the
 runtime and the engines the plan uses, never the compiler, the tuner or onnx (ARCHITECTURE.md).
@@ -21,14 +22,16 @@ if TYPE_CHECKING:
     from woodpecker.compiler import compile
     from woodpecker.options import CompileOptions, TuneOptions
     from woodpecker.runtime.compiled import CompiledModel, load
+    from woodpecker.session import InferenceSession
     from woodpecker.target import Target
 
 _LAZY = {"compile": "woodpecker.compiler", "load": "woodpecker.runtime.compiled",
          "CompiledModel": "woodpecker.runtime.compiled", "Target": "woodpecker.target",
-         "CompileOptions": "woodpecker.options", "TuneOptions": "woodpecker.options"}
+         "CompileOptions": "woodpecker.options", "TuneOptions": "woodpecker.options",
+         "InferenceSession": "woodpecker.session"}
 
 __all__ = ["compile", "load", "CompiledModel", "CompileOptions", "TuneOptions", "Target",
-           "WoodpeckerError", "__version__"]
+           "InferenceSession", "WoodpeckerError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
