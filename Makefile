@@ -6,17 +6,17 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 RUNS   ?= 30
 BUDGET ?= 3m
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test core-install bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@command -v cc >/dev/null || (apt-get update -qq && apt-get install -y -qq gcc)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[engines,zoo,bench,plot,tune,test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[engines,zoo,bench,plot,tune,test]''
 	@rm -f $(VENV)/.installed-* && touch $@
 
 setup: $(STAMP)
@@ -30,10 +30,18 @@ demo: $(STAMP)
 	$(BIN)/woodpecker run build/resnet18.wpk --input input=build/input.npy --output-dir build/out
 	$(BIN)/woodpecker bench build/resnet18.wpk --runs $(RUNS) --json build/demo_bench.json
 
-test: $(STAMP)
+test: $(STAMP) core-install
 	$(BIN)/ruff check woodpecker tests benchmarks
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
+
+# The core install alone (no torch, no extras) in a fresh venv: compile a model, tune its
+# kernels briefly, run it and check it against ONNX Runtime (tests/core_install_check.py).
+core-install:
+	rm -rf build/core-venv
+	$(PYTHON) -m venv build/core-venv
+	build/core-venv/bin/python -m pip install --quiet -c constraints.txt .
+	cd build && core-venv/bin/python ../tests/core_install_check.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/zoo_e2e.py --runs $(RUNS)

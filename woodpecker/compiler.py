@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, TextIO
 
 import onnx
@@ -80,7 +81,9 @@ def compile(model: Any, options: CompileOptions | None = None, *,
         meta["metadata"] = zoo
     assembly = AssemblyOptions(tuple(allowed), ctx, tgt, meta, opts.arena)
     if (opts.tune is not None or opts.tuning_log is not None) and names.HALIDE in allowed:
-        _generated_kernels(graph, choices, opts, assembly, progress, deadline)
+        # selection's candidate plans: no exact arena placement (only the plan compiled)
+        _generated_kernels(graph, choices, opts, replace(assembly, final=False), progress,
+                           deadline)
     plan = assemble(graph, choices, assembly)
     if opts.schedule == "memory":
         plan = _memory_after_assembly(plan, opts.memory_budget)

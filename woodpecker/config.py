@@ -209,3 +209,10 @@ DOS_SECONDS = 50.0
 # on SERENITY's orders: darts_cifar 640 KiB greedy → 576 KiB exact (= the bound) in 3.3 s,
 # swiftnet_vww 2304 → 2016 KiB (= the bound) in 0.4 s.
 ARENA_EXACT_S = 10.0
+
+# -- progress (progress.py) -----------------------------------------------------------------------
+
+# Seconds between plain progress lines when the output is not a terminal (a log, CI): a 3-minute
+# tuning writes 19 lines instead of one carriage-return fragment per measurement (a `make demo`
+# log had ~1,500).
+PROGRESS_LINE_S = 10.0

@@ -33,13 +33,16 @@ from woodpecker.target import Target
 class AssemblyOptions:
     """What assembly needs of a compile: the engines allowed, the build context and target, the
     plan's metadata so far (copied into each plan), whether to plan an arena and to run
-    consecutive library nodes as one region."""
+    consecutive library nodes as one region. `final`: the plan is the compile's result, whose
+    memory-scheduled arena is placed exactly (a MILP of up to config.ARENA_EXACT_S); the
+    candidate plans selection times take the greedy placement."""
 
     allowed: tuple[str, ...]
     context: BuildContext
     target: Target
     meta: dict[str, Any] = field(default_factory=dict)
     arena: bool = True
+    final: bool = True
 
 
 def assemble(graph: Graph, choices: Choices, options: AssemblyOptions) -> Plan:
@@ -64,7 +67,7 @@ def assemble(graph: Graph, choices: Choices, options: AssemblyOptions) -> Plan:
             if e != choices[n.name].engine:
                 choices[n.name] = Choice(e, why="data movement inside a library region")
     plan = Plan(graph, choices, options.target, meta)
-    _place(plan, options.arena)
+    _place(plan, options.arena, options.final)
     return plan
 
 
@@ -82,7 +85,7 @@ def reordered(plan: Plan, order: Sequence[int], **meta: Any) -> Plan:
     return new
 
 
-def _place(plan: Plan, arena: bool) -> None:
+def _place(plan: Plan, arena: bool, final: bool = True) -> None:
     """Concat parts written in place and the arena, for the plan's steps (fills `arena`)."""
     graph, meta, engines = plan.graph, plan.meta, plan.engines
     steps = plan.steps()
@@ -99,7 +102,7 @@ def _place(plan: Plan, arena: bool) -> None:
     aliases = {} if memory else concat_aliases(graph, engines, steps)
     # the memory schedule's footprint is the point: its arena is placed exactly where the
     # greedy placements leave a gap above the live bound
-    plan.arena = plan_arena(graph, steps, aliases, ARENA_EXACT_S if memory else 0.0,
+    plan.arena = plan_arena(graph, steps, aliases, ARENA_EXACT_S if memory and final else 0.0,
                             plan.every) if arena else None
     if plan.arena is not None:
         meta["arena"] = {"size": plan.arena.size, "lower_bound": plan.arena.lower_bound,

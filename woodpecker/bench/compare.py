@@ -62,7 +62,7 @@ def random_feeds(model: CompiledModel, seed: int = 0) -> dict[str, np.ndarray]:
 
 def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs: int = 50,
               warmup: int = 5, seed: int = 0, zoo_meta: dict | None = None,
-              progress: Callable[[str], None] | None = None, block: int = 1,
+              progress: Callable[[int, int], None] | None = None, block: int = 1,
               variants: dict[str, CompiledModel] | None = None) -> dict:
     """Woodpecker vs `against` on one random input; diffs are against ONNX Runtime's outputs.
     With both ONNX Runtime and OpenVINO, the result also holds `FASTEST_LIBRARY`: per round the

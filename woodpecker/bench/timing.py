@@ -30,14 +30,15 @@ from woodpecker.deadline import Deadline
 
 
 def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup: int,
-                     progress: Callable[[str], None] | None = None,
+                     progress: Callable[[int, int], None] | None = None,
                      block: int = 1,
                      settle: dict[str, Callable[[], object]] | None = None,
                      deadline: Deadline = Deadline.NONE, min_runs: int = MIN_RUNS,
                      ) -> dict[str, list[float]]:
     """`runs` timed calls per runtime, in ms; `settle[name]()`, when given, runs untimed after
     each of that runtime's blocks. Past `deadline` no new round starts once every runtime has
-    `min_runs` calls (fewer runs, same pairing: the rounds are whole)."""
+    `min_runs` calls (fewer runs, same pairing: the rounds are whole). `progress(done,
+    rounds)` after each round."""
     for fn in runners.values():
         for _ in range(warmup):
             fn()
@@ -58,8 +59,8 @@ def time_interleaved(runners: dict[str, Callable[[], object]], runs: int, warmup
                 times[name].append((time.perf_counter() - t0) * 1e3)
             if settle and name in settle:
                 settle[name]()
-        if progress and (r + 1) % max(1, rounds // 10) == 0:
-            progress(f"round {r + 1}/{rounds}")
+        if progress:
+            progress(r + 1, rounds)
         if deadline.passed() and all(len(t) >= min_runs for t in times.values()):
             break
     return times

@@ -98,15 +98,26 @@ def cmd_run(args) -> None:
 
 def cmd_bench(args) -> None:
     from woodpecker.bench.compare import benchmark, default_runtimes, format_table, write_json
+    from woodpecker.progress import Progress
 
     model = _load_or_compile(args)
     onnx_bytes = _reference_onnx(model, args.onnx, args.model)
     meta = model.plan.meta.get("metadata")
     against = default_runtimes(meta) if args.against is None else \
         [a.strip() for a in args.against.split(",") if a.strip()]
-    result = benchmark(model, onnx_bytes, against, runs=args.runs, warmup=args.warmup,
-                       seed=args.seed, zoo_meta=meta, block=args.block,
-                       progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
+    bars: list[Progress] = []
+
+    def progress(done: int, rounds: int) -> None:
+        if not bars:
+            bars.append(Progress("benchmark rounds", rounds, sys.stderr))
+        bars[0].update(done)
+
+    try:
+        result = benchmark(model, onnx_bytes, against, runs=args.runs, warmup=args.warmup,
+                           seed=args.seed, zoo_meta=meta, block=args.block, progress=progress)
+    finally:
+        for bar in bars:
+            bar.close()
     print(format_table(result))
     if args.json:
         print(f"wrote {write_json(args.json, result)}")

@@ -32,6 +32,7 @@ from woodpecker.engines.halide.runtime import host_vector_registers
 from woodpecker.errors import WoodpeckerError
 from woodpecker.ir.graph import Graph
 from woodpecker.options import TuneOptions
+from woodpecker.progress import Progress
 from woodpecker.target import Target, default_threads
 from woodpecker.tune.build_pool import BuildPool
 from woodpecker.tune.extract import TaskGroup, extract_tasks
@@ -94,22 +95,21 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
     weights = work_weights(groups)
     workers = options.build_workers or default_threads()
     with Measurer(threads=target.threads, timeout_s=options.timeout_s) as measurer, \
-            BuildPool(workers, options.timeout_s) as pool:
+            BuildPool(workers, options.timeout_s) as pool, \
+            Progress("tuning", budget, out, unit="s") as bar:
         builder = pool if workers > 1 else None   # one worker: compile in the measurer
         for i, g in enumerate(groups):
             now = time.monotonic()
             share = max(0.0, end - now) * weights[i] / sum(weights[i:])
-            best = {"gflops": 0.0}
+            best = {"gflops": 0.0, "n": 0}
 
             def progress(rec, i=i, best=best):
+                best["n"] += 1
                 if rec.get("gflops") and rec["gflops"] > best["gflops"]:
                     best["gflops"] = rec["gflops"]
-                el = time.monotonic() - start
-                status = f"{rec['gflops']:.1f} GFLOP/s" if rec.get("gflops") else \
-                    f"invalid: {rec['error'][:40]}"
-                print(f"\rtask {i + 1}/{len(groups)}  {status:<48} best {best['gflops']:.1f} "
-                      f"GFLOP/s  elapsed {el:.0f}s  left {max(0, budget - el):.0f}s",
-                      end="", file=out, flush=True)
+                bar.update(time.monotonic() - start,
+                           f"task {i + 1}/{len(groups)}, {best['n']} measured, best "
+                           f"{best['gflops']:.1f} GFLOP/s")
 
             rec = tune_templates(g.task, g.templates, measurer, log, search=options.search,
                                  seed=options.seed + i, vector_registers=regs,
@@ -117,7 +117,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
                                  progress=progress, builder=builder, target=target,
                                  hard_deadline=end)
             got = f"{rec['gflops']:.1f} GFLOP/s" if rec else "no valid configuration"
-            print(f"\rtask {i + 1}/{len(groups)} {g.task.describe()}: best {got}".ljust(100),
-                  file=out, flush=True)
+            bar.note(f"task {i + 1}/{len(groups)} {g.task.describe()}: best {got} "
+                     f"({best['n']} measured)")
             results.append((g, rec))
     return results
