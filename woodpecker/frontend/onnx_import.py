@@ -61,7 +61,7 @@ def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None =
     `input_values` binds graph inputs to fixed values (they become constants): a model whose
     shapes depend on an input's value (a Reshape target fed at run time) is specialised to it.
     """
-    proto = load_model_proto(model)
+    proto = _upgrade_opset(load_model_proto(model))
     _check_opset(proto)
     _check_ops(proto)
     _check_graph(proto)
@@ -80,6 +80,24 @@ def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None =
 class _RuleFailure(ModelError):
     """A shape rule or reference evaluation failed on a node with something other than a
     Woodpecker error (an attribute no rule validates)."""
+
+
+def _upgrade_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A model of an opset below MIN_OPSET converted to MIN_OPSET by onnx.version_converter
+    (a one-line UnsupportedOpError where it cannot be)."""
+    old = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
+    if not old or old[0] >= MIN_OPSET:
+        return proto
+    try:
+        from onnx import version_converter
+
+        converted = version_converter.convert_version(proto, MIN_OPSET)
+        onnx.checker.check_model(converted)
+    except Exception as e:  # noqa: BLE001 - the converter raises its own types
+        raise UnsupportedOpError(f"opset {old[0]} is not supported (need {MIN_OPSET} or newer) "
+                                 f"and onnx.version_converter could not convert it: "
+                                 f"{_first_line(e)}") from None
+    return converted
 
 
 def _check_opset(proto: onnx.ModelProto) -> None:

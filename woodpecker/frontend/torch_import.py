@@ -1,7 +1,11 @@
-"""PyTorch module → ONNX (torch.onnx.export, TorchScript exporter) → the ONNX frontend.
+"""PyTorch module → ONNX → the ONNX frontend.
 
-The TorchScript exporter is used because it is fast and exports eval-mode torchvision and
-nn.TransformerEncoder models to plain opset-17 ONNX; the result is imported like any file.
+The current exporter (`torch.onnx.export(..., dynamo=True)`: torch.export's FX graph translated
+by onnxscript) is used first: it is the one torch maintains, and what `transformers` models
+export with today. Where it fails on a module, the TorchScript exporter (deprecated in torch
+2.9+, still able to trace many eval-mode modules) is tried, and the model records which one
+made it (`woodpecker.exporter` in its metadata). `example_inputs`: a tensor, a tuple of
+positional tensors, or a dict of keyword tensors (as `transformers` models take them).
 """
 
 from __future__ import annotations
@@ -12,27 +16,59 @@ from typing import Any
 
 from woodpecker.errors import ModelError
 
-EXPORT_OPSET = 17
+EXPORT_OPSET = 18    # the exporter's default; Woodpecker reads opsets 13 and newer
 
 
 def export_module(module: Any, example_inputs: Any, input_names=None, output_names=None,
-                  opset: int = EXPORT_OPSET) -> bytes:
+                  opset: int = EXPORT_OPSET,
+                  exporters: tuple[str, ...] = ("dynamo", "torchscript")) -> bytes:
+    """The module as serialized ONNX, by the first of `exporters` that succeeds."""
     import torch
 
     if example_inputs is None:
-        raise ModelError("compiling a torch module needs example_inputs (a tensor or tuple)")
+        raise ModelError("compiling a torch module needs example_inputs (a tensor, a tuple or "
+                         "a dict of tensors)")
+    args, kwargs = (), {}
     if isinstance(example_inputs, torch.Tensor):
-        example_inputs = (example_inputs,)
+        args = (example_inputs,)
+    elif isinstance(example_inputs, dict):
+        kwargs = dict(example_inputs)
+    else:
+        args = tuple(example_inputs)
     module = module.eval()
-    buf = io.BytesIO()
-    # Grad stays enabled: under no_grad nn.TransformerEncoder takes a fused fast path
-    # (aten::_transformer_encoder_layer_fwd) that has no ONNX export.
+    errors = []
+    for exporter in exporters:
+        try:
+            proto = _export(module, args, kwargs, exporter, input_names, output_names, opset)
+        except Exception as e:  # noqa: BLE001 - both exporters raise many types
+            errors.append(f"{exporter}: {_first_line(e)}")
+            continue
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = "woodpecker.exporter", exporter
+        return proto.SerializeToString()
+    raise ModelError(f"torch.onnx.export failed ({'; '.join(errors)})")
+
+
+def _export(module, args, kwargs, exporter, input_names, output_names, opset):
+    import onnx
+    import torch
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            torch.onnx.export(module, tuple(example_inputs), buf, dynamo=False,
-                              opset_version=opset, input_names=input_names,
-                              output_names=output_names, do_constant_folding=True)
-        except Exception as e:
-            raise ModelError(f"torch.onnx.export failed: {str(e).splitlines()[0]}") from None
-    return buf.getvalue()
+        if exporter == "dynamo":
+            program = torch.onnx.export(module, args, kwargs=kwargs or None, dynamo=True,
+                                        opset_version=opset, input_names=input_names,
+                                        output_names=output_names, verbose=False)
+            return program.model_proto
+        buf = io.BytesIO()
+        # Grad stays enabled: under no_grad nn.TransformerEncoder takes a fused fast path
+        # (aten::_transformer_encoder_layer_fwd) that has no TorchScript export.
+        torch.onnx.export(module, args + ((kwargs,) if kwargs else ()), buf, dynamo=False,
+                          opset_version=opset, input_names=input_names,
+                          output_names=output_names, do_constant_folding=True)
+        return onnx.load_from_string(buf.getvalue())
+
+
+def _first_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__

@@ -6,6 +6,8 @@ from woodpecker.ops import (  # noqa: F401
     conv,
     elementwise,
     fused,
+    indexing,
+    logic,
     matmul,
     norm,
     pool,
