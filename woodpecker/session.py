@@ -84,13 +84,14 @@ def _args(values: list[onnx.ValueInfoProto], skip: set[str] = frozenset()) -> li
 class InferenceSession:
     """See the module's docstring. Woodpecker's own keywords: `tune` (a budget such as "3m":
     tune the model's kernels once, before its first plan is saved), `tuning_log`, `engines`,
+    `threads` (instead of `sess_options.intra_op_num_threads`),
     `input_shapes` ({input: shape} for dynamic dimensions), `cache` (the folder for plans;
     default: `<Woodpecker cache>/sessions`), `progress` (where compile progress goes)."""
 
     def __init__(self, path_or_bytes: "str | os.PathLike | bytes", sess_options: Any = None,
                  providers: "list | None" = None, provider_options: "list | None" = None, *,
                  tune: str | None = None, tuning_log: "str | os.PathLike | None" = None,
-                 engines: str | None = None,
+                 engines: str | None = None, threads: int | None = None,
                  input_shapes: "dict[str, tuple[int, ...]] | None" = None,
                  cache: "str | os.PathLike | None" = None, progress: Any = None) -> None:
         names = [p[0] if isinstance(p, tuple) else p for p in providers or []]
@@ -102,7 +103,7 @@ class InferenceSession:
         self._proto = onnx.load_from_string(data)
         self._sha = hashlib.sha256(data).hexdigest()
         self._options = sess_options
-        threads = getattr(sess_options, "intra_op_num_threads", 0) or None
+        threads = threads or getattr(sess_options, "intra_op_num_threads", 0) or None
         log = tuning_log if tuning_log is not None else cache_dir() / "tuning.jsonl"
         self._compile_options = CompileOptions(
             engines=engines, threads=threads,

@@ -11,6 +11,8 @@ positional tensors, or a dict of keyword tensors (as `transformers` models take 
 from __future__ import annotations
 
 import io
+import logging
+import re
 import warnings
 from typing import Any
 
@@ -56,9 +58,16 @@ def _export(module, args, kwargs, exporter, input_names, output_names, opset):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if exporter == "dynamo":
-            program = torch.onnx.export(module, args, kwargs=kwargs or None, dynamo=True,
-                                        opset_version=opset, input_names=input_names,
-                                        output_names=output_names, verbose=False)
+            # onnxscript's constant folding logs each value it could not fold as a warning
+            quiet = logging.getLogger("onnxscript")
+            level = quiet.level
+            quiet.setLevel(logging.ERROR)
+            try:
+                program = torch.onnx.export(module, args, kwargs=kwargs or None, dynamo=True,
+                                            opset_version=opset, input_names=input_names,
+                                            output_names=output_names, verbose=False)
+            finally:
+                quiet.setLevel(level)
             return program.model_proto
         buf = io.BytesIO()
         # Grad stays enabled: under no_grad nn.TransformerEncoder takes a fused fast path
@@ -69,6 +78,14 @@ def _export(module, args, kwargs, exporter, input_names, output_names, opset):
         return onnx.load_from_string(buf.getvalue())
 
 
-def _first_line(e: Exception) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
+def _first_line(e: BaseException) -> str:
+    """The first line of `e`'s message, colour codes removed, with the first line of the
+    innermost cause where there is one (the exporter wraps the error that says what failed)."""
+    def first(x: BaseException) -> str:
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(x).splitlines()]
+        return next((ln for ln in lines if ln), type(x).__name__)
+
+    cause = e
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    return first(e) if cause is e else f"{first(e)} {first(cause)}"
