@@ -13,7 +13,8 @@ BUDGET ?= 3m
 .PHONY: setup demo test core-install bench clean
 
 $(STAMP): pyproject.toml constraints.txt
-	@command -v cc >/dev/null || (apt-get update -qq && apt-get install -y -qq gcc)
+	@command -v cc >/dev/null && command -v chromium >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq gcc chromium)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[engines,zoo,bench,plot,tune,test]''

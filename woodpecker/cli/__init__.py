@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from woodpecker.cli.common import _load_or_compile, _reference_onnx, _shapes
+from woodpecker.cli.common import _is_plan, _load_or_compile, _reference_onnx, _shapes
 from woodpecker.cli.inspect import cmd_inspect
 from woodpecker.config import CANDIDATE_TIMEOUT_S, DEFAULT_SEARCH
 from woodpecker.errors import WoodpeckerError
@@ -163,6 +163,18 @@ def _tune_options(args):
                        args.build_workers)
 
 
+def cmd_report(args) -> None:
+    from woodpecker.files import write_bytes
+    from woodpecker.report import build_report
+    from woodpecker.runtime.plan import plan_digest
+
+    model = _load_or_compile(args)
+    digest = plan_digest(args.model) if _is_plan(args.model) else None
+    page = build_report(model, args.tuning_log, args.runs, digest)
+    path = write_bytes(Path(args.output), page.encode("utf-8"))
+    print(f"wrote {path} ({len(page) // 1024} KiB)")
+
+
 def cmd_ops(args) -> None:
     from woodpecker.ops import SUPPORTED
 
@@ -293,6 +305,17 @@ def build_parser() -> argparse.ArgumentParser:
     tune_opts(t, "tuning")
     model_opts(t)
     t.set_defaults(fn=cmd_tune)
+
+    rp = sub.add_parser("report", help="one self-contained HTML page about a plan: nodes, "
+                                       "time by op and engine, tuning curves, memory")
+    rp.add_argument("model")
+    digest_opt(rp)
+    rp.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    rp.add_argument("--tuning-log", help="draw each task's tuning curve from this log")
+    rp.add_argument("--runs", type=_at_least(0), default=20,
+                    help="profiling runs for the times (0: do not run)")
+    model_opts(rp)
+    rp.set_defaults(fn=cmd_report)
 
     o = sub.add_parser("ops", help="the supported ONNX op types")
     o.set_defaults(fn=cmd_ops)
