@@ -151,7 +151,20 @@ def cmd_tune(args) -> None:
         raise WoodpeckerError("tune needs --tuning-log FILE (or --show-space)")
     options = _tune_options(args)
     log = open_log(args.tuning_log, args.resume, target=target)
-    tune_graph(model.graph, target, log, options)
+    if args.workers == "local":
+        tune_graph(model.graph, target, log, options)
+    elif args.workers == "ray" or args.workers.startswith("ray:"):
+        from woodpecker.tune.distributed import tune_graph_ray
+
+        stats = tune_graph_ray(model.graph, target, log, options,
+                               args.workers.partition(":")[2] or None)
+        print(f"tuned {stats['tasks']} task(s) on {stats['workers']} Ray worker(s): "
+              f"{stats['records']} records" + (f"; restarted after a worker died: "
+                                               f"{', '.join(stats['restarted'])}"
+                                               if stats["restarted"] else ""))
+    else:
+        raise WoodpeckerError(f"--workers {args.workers!r}: use 'local', 'ray' or "
+                              "'ray:ADDRESS'")
     print(f"tuning log: {args.tuning_log} ({len(log.records)} records)")
 
 
@@ -302,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--show-space", action="store_true", help="list tasks and knob spaces")
     t.add_argument("--tuning-log")
     t.add_argument("--resume", action="store_true", help="continue an existing tuning log")
+    t.add_argument("--workers", default="local",
+                   help="where candidates are built and measured: 'local' (this machine's "
+                        "process pool), 'ray' (a local Ray cluster) or 'ray:ADDRESS' (a Ray "
+                        "cluster of identical machines; one tuning task per worker)")
     tune_opts(t, "tuning")
     model_opts(t)
     t.set_defaults(fn=cmd_tune)

@@ -58,11 +58,16 @@ class TuningLog:
                 else:
                     self.skipped_lines += 1
 
+    @staticmethod
+    def line(record: dict) -> str:
+        """A record as the log's line (JSON, keys sorted)."""
+        return json.dumps(record, sort_keys=True) + "\n"
+
     def append(self, record: dict) -> None:
         record = dict(record, time=record.get("time") or time.strftime("%Y-%m-%dT%H:%M:%S"))
         if self.target is not None:
             record.setdefault("target", self.target)
-        line = json.dumps(record, sort_keys=True) + "\n"
+        line = self.line(record)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+b") as f:
             f.seek(0, os.SEEK_END)
