@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 		(apt-get update -qq && apt-get install -y -qq gcc chromium)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[engines,zoo,bench,plot,tune,ray,test]''
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[engines,zoo,bench,plot,tune,ray,test]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 setup: $(STAMP)
