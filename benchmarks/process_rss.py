@@ -7,7 +7,8 @@ session for the model (2 intra-op threads) and running it once.
     python benchmarks/process_rss.py --plan randwire_imagenet=/tmp/rw.wpk \\
         --plan resnet18=/tmp/r18.wpk --json benchmarks/results/process_rss_zen3.json
 
-A plan named after a zoo model is compared with that model's ONNX file.
+A plan named after a zoo model is compared with that model's ONNX file; `MODEL@LABEL=PLAN`
+names a second plan of the model (e.g. `resnet18@memory=…`, a memory-scheduled plan).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def main() -> int:
         cli = max_rss([sys.executable, "-m", "woodpecker.cli", "run", plan, "--input",
                        f"{inp}={x}", "--output-dir", str(tmp / "out")])
         api = max_rss([sys.executable, "-c", _API, plan, str(x)])
-        ort = max_rss([sys.executable, "-c", _ORT, str(zoo.export(name)), str(x)])
+        ort = max_rss([sys.executable, "-c", _ORT, str(zoo.export(name.partition("@")[0])),
+                       str(x)])
         doc["models"][name] = {"plan": plan, "engines": engines, "cli_bytes": cli,
                                "api_bytes": api, "onnxruntime_bytes": ort}
         print(f"{name:<20} {str(engines)[:22]:<22} {cli / 2**20:>7.0f}Mi {api / 2**20:>7.0f}Mi "

@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from woodpecker.engines import names
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.arena import lifetimes
 from woodpecker.tasks import spec_task, task_from_key
@@ -55,8 +56,8 @@ document.body.dataset.rendered = '1';
 
 CURVES = 12    # tuning curves drawn at most
 
-COLORS = {"halide": "#2a7de1", "onnxruntime": "#7a4fd0", "torch": "#e0622a",
-          "numpy": "#6b7788"}
+COLORS = {names.HALIDE: "#2a7de1", names.ONNXRUNTIME: "#7a4fd0", names.TORCH: "#e0622a",
+          names.NUMPY: "#6b7788"}
 
 
 def _e(x: Any) -> str:

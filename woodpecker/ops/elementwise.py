@@ -16,6 +16,7 @@ from woodpecker.ir.types import to_numpy_dtype
 from woodpecker.ops.registry import (
     DataOf,
     broadcast,
+    broadcast_rule,
     dtype_of,
     op,
     output_numel,
@@ -23,14 +24,6 @@ from woodpecker.ops.registry import (
     shape_of,
     where,
 )
-
-
-def _broadcast_rule(out_dtype=None):
-    def infer(node: Node, data_of: DataOf):
-        shapes = [shape_of(node, i) for i in range(len(node.inputs))]
-        dt = out_dtype if out_dtype is not None else dtype_of(node, 0)
-        return [(broadcast(node, *shapes), np.dtype(dt))]
-    return infer
 
 
 def _div(attrs, a, b):
@@ -56,19 +49,19 @@ def _wrapping(fn):
     return ref
 
 
-op("Add", _broadcast_rule(), output_numel)(_wrapping(np.add))
-op("Sub", _broadcast_rule(), output_numel)(_wrapping(np.subtract))
-op("Mul", _broadcast_rule(), output_numel)(_wrapping(np.multiply))
-op("Div", _broadcast_rule(), output_numel)(_div)
-op("Pow", _broadcast_rule(), output_numel)(_pow)
+op("Add", broadcast_rule(), output_numel)(_wrapping(np.add))
+op("Sub", broadcast_rule(), output_numel)(_wrapping(np.subtract))
+op("Mul", broadcast_rule(), output_numel)(_wrapping(np.multiply))
+op("Div", broadcast_rule(), output_numel)(_div)
+op("Pow", broadcast_rule(), output_numel)(_pow)
 def _mod(attrs, a, b):
     """fmod=1: sign of the dividend (C fmod); fmod=0: sign of the divisor (Python %)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return (np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)).astype(a.dtype)
 
 
-op("Mod", _broadcast_rule(), output_numel)(_mod)
-op("Equal", _broadcast_rule(np.bool_), output_numel)(lambda attrs, a, b: np.equal(a, b))
+op("Mod", broadcast_rule(), output_numel)(_mod)
+op("Equal", broadcast_rule(np.bool_), output_numel)(lambda attrs, a, b: np.equal(a, b))
 
 
 def _float_unary(fn):

@@ -11,21 +11,12 @@ import numpy as np
 from woodpecker.ir.graph import Node
 from woodpecker.ops.registry import (
     DataOf,
-    broadcast,
-    dtype_of,
+    broadcast_rule,
     op,
     output_numel,
     same_as_input,
     shape_of,
 )
-
-
-def _to(dtype=None):
-    """Broadcast the inputs; the output type is `dtype` (None: the first input's)."""
-    def infer(node: Node, data_of: DataOf):
-        shapes = [shape_of(node, i) for i in range(len(node.inputs))]
-        return [(broadcast(node, *shapes), np.dtype(dtype or dtype_of(node, 0)))]
-    return infer
 
 
 def _bool_like(node: Node, data_of: DataOf):
@@ -35,7 +26,7 @@ def _bool_like(node: Node, data_of: DataOf):
 for _name, _fn in (("And", np.logical_and), ("Or", np.logical_or), ("Xor", np.logical_xor),
                    ("Less", np.less), ("Greater", np.greater), ("LessOrEqual", np.less_equal),
                    ("GreaterOrEqual", np.greater_equal)):
-    op(_name, _to(np.bool_), output_numel)(lambda attrs, a, b, fn=_fn: fn(a, b))
+    op(_name, broadcast_rule(np.bool_), output_numel)(lambda attrs, a, b, fn=_fn: fn(a, b))
 
 op("Not", _bool_like, output_numel)(lambda attrs, x: np.logical_not(x))
 op("IsNaN", _bool_like, output_numel)(lambda attrs, x: np.isnan(x))
@@ -57,5 +48,6 @@ op("Round", same_as_input, output_numel)(lambda attrs, x: np.round(x))
 op("Reciprocal", same_as_input, output_numel)(lambda attrs, x: (1 / x).astype(x.dtype))
 op("Exp", same_as_input, output_numel)(lambda attrs, x: np.exp(x))
 op("Log", same_as_input, output_numel)(lambda attrs, x: np.log(x))
-op("Max", _to(), output_numel)(lambda attrs, *xs: np.maximum.reduce(np.broadcast_arrays(*xs)))
-op("Min", _to(), output_numel)(lambda attrs, *xs: np.minimum.reduce(np.broadcast_arrays(*xs)))
+for _name, _fn in (("Max", np.maximum), ("Min", np.minimum)):
+    op(_name, broadcast_rule(), output_numel)(
+        lambda attrs, *xs, fn=_fn: fn.reduce(np.broadcast_arrays(*xs)))

@@ -137,6 +137,16 @@ def broadcast(node: Node, *shapes: tuple[int, ...]) -> tuple[int, ...]:
                          "broadcast") from None
 
 
+def broadcast_rule(out_dtype=None) -> Infer:
+    """The shape rule of an op whose inputs broadcast together; the output type is `out_dtype`
+    (None: the first input's)."""
+    def infer(node: Node, data_of: DataOf):
+        shapes = [shape_of(node, i) for i in range(len(node.inputs))]
+        dt = out_dtype if out_dtype is not None else dtype_of(node, 0)
+        return [(broadcast(node, *shapes), np.dtype(dt))]
+    return infer
+
+
 def same_as_input(node: Node, data_of: DataOf) -> list[tuple[tuple[int, ...], np.dtype]]:
     return [(shape_of(node, 0), dtype_of(node, 0))]
 
