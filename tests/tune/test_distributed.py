@@ -33,7 +33,7 @@ def _model():
 
 
 def _workers() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "ray::_tune_remote"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", "ray::_Tuner"], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
 
 

@@ -1,9 +1,10 @@
 """Tuning spread over a Ray cluster of identical machines: `woodpecker tune MODEL --workers
 ray[:ADDRESS]` (the local process pool stays the default).
 
-Unit of work — a tuning task, not a candidate: each Ray task runs one tuning task's whole
-search (its templates, its searcher, its own measuring worker and build processes) on one
-machine, and streams each record back as it is measured. Why tasks: a search is sequential
+Unit of work — a tuning task, not a candidate: each worker (a Ray actor per `--threads` cores
+of the cluster, keeping its measuring and build processes from one task to the next) runs one
+tuning task's whole search (its templates, its searcher) at a time, and streams each record
+back as it is measured. Why tasks: a search is sequential
 (each batch of candidates comes from what the last batch measured), so spreading candidates
 would put a network round trip between every batch and the next and mix the timings of several
 machines into one search, where small differences between "identical" machines look like
@@ -12,15 +13,17 @@ per search keeps its timings comparable. The cost: a model with fewer tasks than
 workers idle.
 
 Budget: with W workers (the cluster's CPUs ÷ the tuning target's threads) the wall-clock budget
-B buys W × B of tuning; each task gets that in proportion to its work (tune/session.py's
-weights), at most B, the largest first, a new one starting whenever a worker frees up, none
-starting past the deadline.
+B buys W × B of tuning. Tasks start largest first whenever a worker frees up, none past the
+deadline; each gets, when it starts, its part by work (tune/session.py's weights) of the
+capacity left — every worker's time to the deadline less what running tasks still hold — among
+itself and the tasks waiting, at most the time to the deadline, so every task gets a turn.
 
 The log: the driver appends every streamed record to the one tuning log at once (same format,
 fsynced, stamped with the target), so a worker that dies loses only the candidate it was
-measuring; its task is started again once with the time its share has left, seeded from the
-records already in the log (the search goes on from them). Workers get the driver's records,
-so searches that learn across tasks (xgb, glimpse) see the whole log.
+measuring; a new worker takes its place, and its task is started again once with the time its
+share has left, seeded from the records already in the log (the search goes on from them).
+Workers get the driver's records, so searches that learn across tasks (xgb, glimpse) see the
+whole log.
 """
 
 from __future__ import annotations
@@ -60,43 +63,52 @@ def connect(address: str | None, threads: int) -> int:
     return cpus // threads
 
 
-def _tune_remote(task, templates, records, exclude, options: TuneOptions, target: Target,
-                 seed: int, budget_s: float, regs: int):
-    """On a worker: tune `task` for `budget_s`, yielding each record as it is measured."""
-    from woodpecker.target import default_threads
-    from woodpecker.tune.build_pool import BuildPool
-    from woodpecker.tune.measure import Measurer
-    from woodpecker.tune.tuner import tune_templates
+class _Tuner:
+    """A Ray actor per worker: its measuring process and build processes stay up from one
+    tuning task to the next (starting them took a good part of a small task's share)."""
 
-    out: queue.Queue = queue.Queue()
-    path = Path(tempfile.mkdtemp()) / "seed.jsonl"
-    path.write_text("".join(TuningLog.line(r) for r in records))
+    def __init__(self, target: Target, options: TuneOptions) -> None:
+        from woodpecker.target import default_threads
+        from woodpecker.tune.build_pool import BuildPool
+        from woodpecker.tune.measure import Measurer
 
-    class Forwarding(TuningLog):
-        def append(self, record: dict) -> None:
-            super().append(record)
-            out.put(self.records[-1] if self.records else record)
+        self.target, self.options = target, options
+        self.measurer = Measurer(threads=target.threads, timeout_s=options.timeout_s)
+        workers = options.build_workers or default_threads()
+        self.pool = BuildPool(workers, options.timeout_s) if workers > 1 else None
 
-    log = Forwarding(path, target.record_key, exclude)
-    done = object()
+    def ready(self) -> bool:
+        return True
 
-    def run():
-        try:
-            workers = options.build_workers or default_threads()
-            with Measurer(threads=target.threads, timeout_s=options.timeout_s) as measurer, \
-                    BuildPool(workers, options.timeout_s) as pool:
+    def tune(self, task, templates, records, exclude, seed: int, budget_s: float, regs: int):
+        """Tune `task` for `budget_s`, yielding each record as it is measured."""
+        from woodpecker.tune.tuner import tune_templates
+
+        out: queue.Queue = queue.Queue()
+        path = Path(tempfile.mkdtemp()) / "seed.jsonl"
+        path.write_text("".join(TuningLog.line(r) for r in records))
+
+        class Forwarding(TuningLog):
+            def append(self, record: dict) -> None:
+                super().append(record)
+                out.put(self.records[-1] if self.records else record)
+
+        log = Forwarding(path, self.target.record_key, exclude)
+        done = object()
+
+        def run():
+            try:
                 end = time.monotonic() + budget_s
-                tune_templates(task, templates, measurer, log, search=options.search,
+                tune_templates(task, templates, self.measurer, log, search=self.options.search,
                                seed=seed, vector_registers=regs, deadline=end,
-                               max_trials=options.max_trials,
-                               builder=pool if workers > 1 else None, target=target,
-                               hard_deadline=end)
-        finally:
-            out.put(done)
+                               max_trials=self.options.max_trials, builder=self.pool,
+                               target=self.target, hard_deadline=end)
+            finally:
+                out.put(done)
 
-    threading.Thread(target=run, daemon=True).start()
-    while (item := out.get()) is not done:
-        yield item
+        threading.Thread(target=run, daemon=True).start()
+        while (item := out.get()) is not done:
+            yield item
 
 
 def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOptions,
@@ -111,10 +123,11 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
     from woodpecker.tune.session import work_weights
 
     out = out or sys.stderr
+    workers = connect(address, target.threads)     # before the budget starts: set-up
     deadline = deadline or Deadline.after(options.budget_s)
-    workers = connect(address, target.threads)
-    remote = ray.remote(num_returns="streaming", max_retries=0,
-                        num_cpus=target.threads)(_tune_remote)
+    actor = ray.remote(num_cpus=target.threads, max_restarts=0)(_Tuner)
+    idle = [actor.remote(target, options) for _ in range(workers)]
+    ray.get([a.ready.remote() for a in idle])
     groups = [g for g in extract_tasks(graph, parts=True)
               if any(t not in log.exclude for t in g.templates)]
     weights = work_weights(groups)
@@ -126,8 +139,10 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
     lock = threading.Lock()
     stats = {"workers": workers, "tasks": len(groups), "records": 0, "restarted": []}
     started: dict[int, float] = {}
+    ends: dict[int, float] = {}    # when each started task's share runs out
+    done: set[int] = set()
 
-    def follow(i: int, stream, bar: Progress) -> None:
+    def follow(i: int, worker, stream, bar: Progress) -> None:
         g: TaskGroup = groups[i]
         try:
             for ref in stream:
@@ -137,36 +152,49 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
                     stats["records"] += 1
                     bar.update(wall - deadline.left(), f"{stats['records']} measured on "
                                                        f"{workers} worker(s)")
+            with lock:
+                idle.append(worker)
+                done.add(i)
         except Exception as e:  # noqa: BLE001 - a worker that died, or a failed task
             left = shares[i] - (time.monotonic() - started[i])
             first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
             with lock:
+                done.add(i)
                 bar.note(f"task {g.task.describe()}: worker lost ({first[:80]}); "
                          f"{'restarting with ' + f'{left:.0f} s' if left > 1 else 'no time left'}")
+                idle.append(actor.remote(target, options))     # a new worker in its place
                 if left > 1 and i not in stats["restarted"]:
                     stats["restarted"].append(i)
                     shares[i] = left
+                    done.discard(i)
                     pending.insert(0, i)
 
-    threads: dict[int, threading.Thread] = {}
+    threads: list[threading.Thread] = []
     with Progress("tuning on Ray", wall, out, unit="s") as bar:
-        while pending or any(t.is_alive() for t in threads.values()):
-            running = sum(t.is_alive() for t in threads.values())
-            while pending and running < workers and not deadline.passed():
-                with lock:
-                    i = pending.pop(0)
-                share = min(shares[i], deadline.left())
-                started[i] = time.monotonic()
-                with lock:
-                    seed_records = list(log.records) if i in stats["restarted"] else shared
-                stream = remote.remote(groups[i].task, groups[i].templates, seed_records,
-                                       log.exclude, options, target, options.seed + i, share,
-                                       regs)
-                threads[i] = threading.Thread(target=follow, args=(i, stream, bar), daemon=True)
-                threads[i].start()
-                running += 1
-            if deadline.passed() and not any(t.is_alive() for t in threads.values()):
+        while True:
+            with lock:
+                while pending and idle and not deadline.passed():
+                    i, worker = pending.pop(0), idle.pop()
+                    now = started[i] = time.monotonic()
+                    # this task's part of the capacity left: every worker's time to the
+                    # deadline less what the running tasks still hold, split by work among
+                    # this task and those waiting
+                    held = sum(max(0.0, ends[j] - now) for j in ends if j not in done)
+                    capacity = deadline.left() * workers - held
+                    part = weights[i] / sum(weights[j] for j in [i, *pending])
+                    shares[i] = min(shares[i], deadline.left(), max(1.0, capacity * part))
+                    ends[i] = now + shares[i]
+                    records = list(log.records) if i in stats["restarted"] else shared
+                    stream = worker.tune.options(num_returns="streaming").remote(
+                        groups[i].task, groups[i].templates, records, log.exclude,
+                        options.seed + i, shares[i], regs)
+                    t = threading.Thread(target=follow, args=(i, worker, stream, bar),
+                                         daemon=True)
+                    t.start()
+                    threads.append(t)
+            busy = any(t.is_alive() for t in threads)
+            if not busy and (not pending or deadline.passed()):
                 break
-            time.sleep(0.2)
+            time.sleep(0.1)
     stats["restarted"] = [groups[i].task.describe() for i in stats["restarted"]]
     return stats
