@@ -10,9 +10,11 @@ Rows per network:
   activations themselves);
 - memory: the memory plan (SERENITY's order; its regions write every value into the arena and
   are cut where they would hold more than the order's peak: runtime/regions.py);
-- memory ≤ f×: the same plan with its regions allowed to hold f × that peak — what `compile
-  --memory-budget` with that budget gives with these kernels (the budget's larger regions);
 - memory, a step per node: the same plan without regions (what memory plans were before);
+- library memory ≤ f×: the memory order compiled for the library engines alone (ONNX Runtime
+  regions, no generated kernels), its regions allowed to hold f × the order's peak (f = 1: the
+  default; more: what `compile --memory-budget` with that budget gives — fewer, larger
+  regions);
 - onnxruntime, openvino: the model file, as a user runs it.
 Time: the median, and the paired median ratio to the speed plan. Footprint, measured the same way
 for every row: the resident-set growth over the first run in a fresh process after loading
@@ -41,27 +43,30 @@ from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.memory import format_bytes
 
 
-def variants(memory: CompiledModel, factors: list[float]) -> dict[str, CompiledModel]:
-    """The memory plan with its regions allowed to hold f × its peak, and without regions
-    (built from the nodes: ONNX Runtime's step models, Halide's kernels from the cache)."""
+def variants(memory: CompiledModel, onnx_path, factors: list[float]
+             ) -> dict[str, CompiledModel]:
+    """The memory plan without regions, and the library engines' memory plan with its regions
+    allowed to hold f × the order's peak (built from the nodes: ONNX Runtime's step models,
+    Halide's kernels from the cache)."""
     plan = memory.plan
-    n = range(len(plan.graph.nodes))
-    peak = plan.meta["schedule"]["peak_bytes"]
-    out = {}
-    for f in factors:
-        p = reordered(plan, n, schedule=dict(plan.meta["schedule"], region_bytes=int(f * peak)))
-        p.directory = None
-        out[f"memory ≤ {f:g}×"] = CompiledModel(p)
-    p = reordered(plan, n, library_regions=False)
+    p = reordered(plan, range(len(plan.graph.nodes)), library_regions=False)
     p.directory = None
-    out["memory, a step per node"] = CompiledModel(p)
+    out = {"memory, a step per node": CompiledModel(p)}
+    library = woodpecker.compile(onnx_path, threads=2, schedule="memory",
+                                 engines="onnxruntime,numpy").plan
+    peak = library.meta["schedule"]["peak_bytes"]
+    for f in factors:
+        p = reordered(library, range(len(library.graph.nodes)),
+                      schedule=dict(library.meta["schedule"], region_bytes=int(f * peak)))
+        out[f"library memory ≤ {f:g}×"] = CompiledModel(p)
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plans", action="append", required=True, metavar="MODEL=SPEED,MEMORY")
-    ap.add_argument("--budgets", default="1.5,2,4", help="region limits, × the memory peak")
+    ap.add_argument("--budgets", default="1,1.5,2,4",
+                    help="region limits of the library memory plan, × the order's peak")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -69,7 +74,7 @@ def main() -> int:
     cpu, isa = cpu_info()
     doc = {"machine": {"cpu": cpu, "isa": isa}, "versions": versions(), "networks": {}}
     tmp = Path(tempfile.mkdtemp())
-    print(f"{'network':<18} {'row':<24} {'steps':>5} {'ms':>8} {'÷speed':>7} {'arena':>10} "
+    print(f"{'network':<18} {'row':<26} {'steps':>5} {'ms':>8} {'÷speed':>7} {'arena':>10} "
           f"{'footprint':>10}")
     for spec in args.plans:
         name, paths = spec.split("=", 1)
@@ -77,7 +82,7 @@ def main() -> int:
         onnx_path = zoo.export(name)
         plans = {"speed": Path(speed_path), "memory": Path(memory_path)}
         models = {k: woodpecker.load(p) for k, p in plans.items()}
-        for label, m in variants(models["memory"], factors).items():
+        for label, m in variants(models["memory"], onnx_path, factors).items():
             plans[label] = tmp / name / label.replace(" ", "_")
             m.save(plans[label])
             models[label] = woodpecker.load(plans[label])
@@ -103,7 +108,7 @@ def main() -> int:
                            engines={e: m.plan.engines.count(e) for e in set(m.plan.engines)},
                            max_abs_diff_vs_ort=float(np.max(np.abs(out - ref))),
                            plan=str(plans[label]))
-            print(f"{name:<18} {label:<24} {row.get('steps', ''):>5} {row['median_ms']:>8.3f} "
+            print(f"{name:<18} {label:<26} {row.get('steps', ''):>5} {row['median_ms']:>8.3f} "
                   f"{row['ratio_to_speed']:>7.3f} "
                   f"{format_bytes(row['arena_bytes']) if m is not None else '':>10} "
                   f"{format_bytes(footprint) if footprint is not None else '':>10}", flush=True)
