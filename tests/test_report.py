@@ -52,11 +52,12 @@ def test_report_is_self_contained_and_renders(tmp_path):
                  "-o", str(out)]) in (0, None)
     page = out.read_text()
     for section in ("Plan", "Nodes", "Time by op type and by engine", "Tuning curves",
-                    "Memory timeline"):
+                    "Memory timeline", "Partition"):
         assert f"<h2>{section}</h2>" in page
     # one row per node (layout conversions included)
     assert page.count("<tr><td class='n'>") == len(compiled.graph.nodes)
     assert page.count("<polyline") >= 2                      # a tuning curve, the timeline
+    assert page.count("<circle") == len(compiled.graph.nodes)  # the partition's picture
     # self-contained: nothing fetched from elsewhere
     assert not re.search(r"(src|href)=['\"]?(https?:|//)", page)
     browser = _chromium()

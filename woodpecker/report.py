@@ -86,7 +86,7 @@ def build_report(model: CompiledModel, tuning_log: "str | Path | None" = None,
              f"{_e(model.graph.name)}</title><style>{_CSS}</style></head><body>",
              f"<h1>Woodpecker plan report — {_e(model.graph.name)}</h1>",
              _summary(model, ms, digest), _by_type(rows, steps, ms), _memory(model),
-             _tuning(plan, tuning_log), _decisions(plan), _nodes(rows),
+             _tuning(plan, tuning_log), _partition(model), _decisions(plan), _nodes(rows),
              f"<script>{_JS}</script></body></html>"]
     return "\n".join(parts)
 
@@ -238,6 +238,50 @@ def _memory(model: CompiledModel) -> str:
             f"stroke-width='1.5'/>{arena}<text x='50' y='{height - 4}' font-size='10'>step 0"
             f"</text><text x='{width - 60}' y='{height - 4}' font-size='10'>step {n - 1}</text>"
             "</svg>")
+
+
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+           "#ff9da7", "#9c755f", "#bab0ac")
+
+
+def _partition(model: CompiledModel) -> str:
+    """AGO's partition of the plan's graph (partition/): operators by topological stage,
+    coloured by subgraph, edges inside a subgraph drawn bold; a parallel stage's operators
+    ringed in black."""
+    from woodpecker.partition.ago import partition_graph
+    from woodpecker.partition.report import layout
+
+    graph = model.graph
+    p = partition_graph(graph)
+    of = p.of()
+    pos, edges = layout(graph)
+    staged = {graph.nodes[i].name for s in model.plan.stages() for i in s}
+    sx = 18 if len(pos) < 150 else 12
+    width = 40 + sx * max(x for x, _ in pos.values())
+    height = 30 + 16 * max(y for _, y in pos.values())
+
+    def xy(n):
+        x, y = pos[n]
+        return 20 + sx * (x - 1), 15 + 16 * (y - 1)
+
+    parts = []
+    for u, v in edges:
+        (x0, y0), (x1, y1) = xy(u), xy(v)
+        same = of[u] == of[v]
+        color = PALETTE[of[u] % len(PALETTE)] if same else "#ccc"
+        parts.append(f"<line x1='{x0}' y1='{y0}' x2='{x1}' y2='{y1}' stroke='{color}' "
+                     f"stroke-width='{2 if same else 0.7}'/>")
+    for n in pos:
+        x, y = xy(n)
+        ring = "#000" if n in staged else "#fff"
+        parts.append(f"<circle cx='{x}' cy='{y}' r='5' fill='{PALETTE[of[n] % len(PALETTE)]}' "
+                     f"stroke='{ring}'><title>{_e(n)}</title></circle>")
+    return (f"<h2>Partition</h2><p>AGO's partition of the plan's graph: "
+            f"{len(p.subgraphs)} subgraphs of {len(pos)} operators (colours; bold edges inside "
+            f"a subgraph), by topological stage left to right"
+            f"{'; parallel stages ringed' if staged else ''}. Hover an operator for its name."
+            f"</p><div class='scroll'><svg width='{width}' height='{height}'>{''.join(parts)}"
+            f"</svg></div>")
 
 
 def _decisions(plan) -> str:

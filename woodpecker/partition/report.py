@@ -50,12 +50,9 @@ def format_rows(rows: list[dict], partition: Partition) -> str:
     return "\n".join(out)
 
 
-def plot_partition(graph: Graph, partition: Partition, path: str, title: str = "") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def layout(graph: Graph) -> tuple[dict[str, tuple[int, int]], list[tuple[str, str]]]:
+    """Each operator's place in the picture — (topological stage, row within the stage) — and
+    the edges (`plot_partition`, and the report's SVG)."""
     names = [n.name for n in graph.nodes]
     succ: dict[str, set[str]] = {n: set() for n in names}
     edges = graph_edges(graph)
@@ -67,6 +64,21 @@ def plot_partition(graph: Graph, partition: Partition, path: str, title: str = "
     for n in names:
         row[stage[n]] = row.get(stage[n], 0) + 1
         pos[n] = (stage[n], row[stage[n]])
+    return pos, edges
+
+
+def plot_partition(graph: Graph, partition: Partition, path: str, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pos, edges = layout(graph)
+    names = list(pos)
+    stage = {n: x for n, (x, _) in pos.items()}
+    row: dict[int, int] = {}
+    for x, y in pos.values():
+        row[x] = max(row.get(x, 0), y)
     of = partition.of()
     cmap = plt.get_cmap("tab20")
     fig, ax = plt.subplots(figsize=(max(6, 0.35 * max(stage.values())),
