@@ -216,3 +216,10 @@ ARENA_EXACT_S = 10.0
 # tuning writes 19 lines instead of one carriage-return fragment per measurement (a `make demo`
 # log had ~1,500).
 PROGRESS_LINE_S = 10.0
+
+# -- distributed tuning (tune/distributed.py) ------------------------------------------------------
+
+# Seconds a Ray worker's task runs past its share (the candidate it is building and measuring
+# when the share ends), reserved per task still to start. Without the reserve, 2 of mobilenet_v2's
+# 26 tasks never started in a 60-second run on 2 one-thread workers (601 records, 0.2 s each).
+RAY_TASK_OVERRUN_S = 1.0

@@ -132,3 +132,25 @@ def test_memory_plan_regions_write_every_value_and_keep_the_peak():
     np.testing.assert_allclose(b(x), m(x), rtol=1e-6)
     free = woodpecker.compile(onnx_model, threads=1, engines="onnxruntime")
     assert free.steps == [[0, 1, 2, 3]] and not free.plan.every
+
+
+def test_memory_plan_regions_on_a_real_network():
+    """randwire_cifar's memory plan on the library engines, its regions allowed twice the
+    order's peak (a memory budget): every region builds (ORT's layout pass loses a graph output
+    of one of them, which is then built without layout passes) and the outputs are ORT's."""
+    from woodpecker import zoo
+
+    path = zoo.export("randwire_cifar")
+    m = woodpecker.compile(str(path), threads=2, engines="onnxruntime,numpy",
+                           schedule="memory")
+    peak = m.plan.meta["schedule"]["peak_bytes"]
+    b = woodpecker.compile(str(path), threads=2, engines="onnxruntime,numpy",
+                           schedule="memory", memory_budget=2 * peak)
+    assert len(b.steps) < len(m.steps) and b.plan.arena.size <= 2 * peak
+    x = zoo.model_input("randwire_cifar")
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ref = s.run(None, {s.get_inputs()[0].name: x})[0]
+    for model in (m, b):
+        np.testing.assert_allclose(model(x), ref, rtol=1e-4, atol=1e-4)

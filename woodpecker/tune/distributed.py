@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from woodpecker.config import RAY_TASK_OVERRUN_S
 from woodpecker.deadline import Deadline
 from woodpecker.errors import WoodpeckerError
 from woodpecker.ir.graph import Graph
@@ -180,9 +181,11 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
                     # deadline less what the running tasks still hold, split by work among
                     # this task and those waiting
                     held = sum(max(0.0, ends[j] - now) for j in ends if j not in done)
-                    capacity = deadline.left() * workers - held
+                    # each task runs on past its share by the candidate it is measuring
+                    capacity = deadline.left() * workers - held \
+                        - RAY_TASK_OVERRUN_S * (len(pending) + 1)
                     part = weights[i] / sum(weights[j] for j in [i, *pending])
-                    shares[i] = min(shares[i], deadline.left(), max(1.0, capacity * part))
+                    shares[i] = min(shares[i], deadline.left(), max(0.5, capacity * part))
                     ends[i] = now + shares[i]
                     records = list(log.records) if i in stats["restarted"] else shared
                     stream = worker.tune.options(num_returns="streaming").remote(
