@@ -60,3 +60,25 @@ def test_unknown_option_is_one_clear_error():
     compiled = torch.compile(torch.nn.ReLU(), backend="woodpecker", options={"budget": "3m"})
     with pytest.raises(Exception, match="unknown woodpecker backend option 'budget'"):
         compiled(torch.randn(3))
+
+
+def test_backend_name_works_without_importing_woodpecker(tmp_path):
+    """The entry point (pyproject.toml) lets torch find "woodpecker" in a fresh process that
+    never imported it."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys, torch
+assert "woodpecker" not in sys.modules
+m = torch.compile(torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.ReLU()).eval(),
+                  backend="woodpecker", options={{"cache": {str(tmp_path)!r}}})
+x = torch.randn(1, 2, 6, 6)
+with torch.no_grad():
+    torch.testing.assert_close(m(x), m._orig_mod(x), rtol=1e-4, atol=1e-5)
+assert "woodpecker.torch_backend" in sys.modules
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
