@@ -82,3 +82,32 @@ print("ok")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
+
+
+def test_graph_break_leaves_the_python_in_between_to_torch(tmp_path):
+    class Branchy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.b = torch.nn.Conv2d(4, 2, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.a(x))
+            if y.sum() > 0:       # data-dependent: Dynamo breaks the graph here
+                y = y * 2
+            return self.b(y)
+
+    module = Branchy().eval()
+    graphs = []
+
+    def counting(gm, example_inputs, options=None):
+        from woodpecker.torch_backend import woodpecker_backend
+
+        graphs.append(gm)
+        return woodpecker_backend(gm, example_inputs, {"cache": str(tmp_path)})
+
+    compiled = torch.compile(module, backend=counting)
+    x = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), module(x), rtol=1e-4, atol=1e-5)
+    assert len(graphs) >= 2
