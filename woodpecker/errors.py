@@ -31,3 +31,20 @@ class EngineError(WoodpeckerError):
 
 class RunError(WoodpeckerError):
     """A step of a plan failed while running (a library engine refused what it was given)."""
+
+
+def first_line(e: BaseException, cause: bool = False) -> str:
+    """The first non-empty line of `e`'s message, terminal colour codes removed (the type's
+    name for an empty message) — what a one-line error quotes of a library's exception. With
+    `cause`, the first line of the innermost `__cause__` follows (exporters wrap the error that
+    says what failed)."""
+    import re
+
+    def first(x: BaseException) -> str:
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(x).splitlines()]
+        return next((ln for ln in lines if ln), type(x).__name__)
+
+    inner = e
+    while cause and inner.__cause__ is not None:
+        inner = inner.__cause__
+    return first(e) if inner is e else f"{first(e)} {first(inner)}"

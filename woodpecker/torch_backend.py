@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from woodpecker.errors import WoodpeckerError
+from woodpecker.errors import WoodpeckerError, first_line
 
 OPTIONS = ("tune", "tuning_log", "engines", "threads", "cache")
 
@@ -49,8 +49,7 @@ def woodpecker_backend(gm: Any, example_inputs: list, options: dict | None = Non
     try:
         return _CompiledGraph(gm, example_inputs, opts)
     except Exception as e:  # noqa: BLE001 - any failure leaves the graph to PyTorch
-        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-        print(f"woodpecker: this graph runs in eager PyTorch: {first}", file=sys.stderr)
+        print(f"woodpecker: this graph runs in eager PyTorch: {first_line(e)}", file=sys.stderr)
         return gm.forward
 
 

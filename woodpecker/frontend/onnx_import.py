@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from woodpecker.errors import ModelError, UnsupportedOpError, WoodpeckerError
+from woodpecker.errors import ModelError, UnsupportedOpError, WoodpeckerError, first_line
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.types import onnx_type_name, to_numpy_dtype
 from woodpecker.ops import OPS, SUPPORTED, run_reference
@@ -45,13 +45,8 @@ def load_model_proto(model: "str | os.PathLike | bytes | onnx.ModelProto") -> on
     try:
         onnx.checker.check_model(proto)
     except Exception as e:
-        raise ModelError(f"invalid ONNX model: {_first_line(e)}") from None
+        raise ModelError(f"invalid ONNX model: {first_line(e)}") from None
     return proto
-
-
-def _first_line(e: Exception) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
 
 
 def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
@@ -96,7 +91,7 @@ def _upgrade_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
     except Exception as e:  # noqa: BLE001 - the converter raises its own types
         raise UnsupportedOpError(f"opset {old[0]} is not supported (need {MIN_OPSET} or newer) "
                                  f"and onnx.version_converter could not convert it: "
-                                 f"{_first_line(e)}") from None
+                                 f"{first_line(e)}") from None
     return converted
 
 
@@ -226,7 +221,7 @@ def _attr(a: onnx.AttributeProto, node_name: str) -> Any:
             return numpy_helper.to_array(t)
         except Exception as e:
             raise ModelError(f"attribute {a.name!r} of node {node_name!r} cannot be read: "
-                             f"{_first_line(e)}") from None
+                             f"{first_line(e)}") from None
     if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
                   onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TENSORS):
         raise UnsupportedOpError(f"node {node_name!r}: attribute {a.name!r} of type "
@@ -261,7 +256,7 @@ def _build(proto: onnx.ModelProto) -> Graph:
             data = numpy_helper.to_array(init)
         except Exception as e:  # raw bytes that do not fill the shape, …
             raise ModelError(f"initializer {init.name!r} cannot be read: "
-                             f"{_first_line(e)}") from None
+                             f"{first_line(e)}") from None
         graph.value(init.name, data.shape, data.dtype, data)
     for vi in g.input:
         if vi.name in graph.values:
@@ -316,7 +311,7 @@ def _infer_shapes(graph: Graph) -> None:
             raise
         except Exception as e:
             raise _RuleFailure(f"node {node.name!r} ({node.op}): its attributes or inputs do "
-                               f"not fit ({type(e).__name__}: {_first_line(e)})") from None
+                               f"not fit ({type(e).__name__}: {first_line(e)})") from None
 
 
 def _infer_node(node: Node, data_of, known: dict, limit: int) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import io
 import logging
-import re
 import warnings
 from typing import Any
 
-from woodpecker.errors import ModelError
+from woodpecker.errors import ModelError, first_line
 
 EXPORT_OPSET = 18    # the exporter's default; Woodpecker reads opsets 13 and newer
 
@@ -43,7 +42,7 @@ def export_module(module: Any, example_inputs: Any, input_names=None, output_nam
         try:
             proto = _export(module, args, kwargs, exporter, input_names, output_names, opset)
         except Exception as e:  # noqa: BLE001 - both exporters raise many types
-            errors.append(f"{exporter}: {_first_line(e)}")
+            errors.append(f"{exporter}: {first_line(e, cause=True)}")
             continue
         entry = proto.metadata_props.add()
         entry.key, entry.value = "woodpecker.exporter", exporter
@@ -76,16 +75,3 @@ def _export(module, args, kwargs, exporter, input_names, output_names, opset):
                           opset_version=opset, input_names=input_names,
                           output_names=output_names, do_constant_folding=True)
         return onnx.load_from_string(buf.getvalue())
-
-
-def _first_line(e: BaseException) -> str:
-    """The first line of `e`'s message, colour codes removed, with the first line of the
-    innermost cause where there is one (the exporter wraps the error that says what failed)."""
-    def first(x: BaseException) -> str:
-        lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(x).splitlines()]
-        return next((ln for ln in lines if ln), type(x).__name__)
-
-    cause = e
-    while cause.__cause__ is not None:
-        cause = cause.__cause__
-    return first(e) if cause is e else f"{first(e)} {first(cause)}"

@@ -38,7 +38,7 @@ from typing import TextIO
 
 from woodpecker.config import RAY_TASK_OVERRUN_S
 from woodpecker.deadline import Deadline
-from woodpecker.errors import WoodpeckerError
+from woodpecker.errors import WoodpeckerError, first_line
 from woodpecker.ir.graph import Graph
 from woodpecker.options import TuneOptions
 from woodpecker.progress import Progress
@@ -139,7 +139,6 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
     shared = ray.put(list(log.records))
     lock = threading.Lock()
     stats = {"workers": workers, "tasks": len(groups), "records": 0, "restarted": []}
-    started: dict[int, float] = {}
     ends: dict[int, float] = {}    # when each started task's share runs out
     done: set[int] = set()
 
@@ -157,11 +156,10 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
                 idle.append(worker)
                 done.add(i)
         except Exception as e:  # noqa: BLE001 - a worker that died, or a failed task
-            left = shares[i] - (time.monotonic() - started[i])
-            first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+            left = ends[i] - time.monotonic()
             with lock:
                 done.add(i)
-                bar.note(f"task {g.task.describe()}: worker lost ({first[:80]}); "
+                bar.note(f"task {g.task.describe()}: worker lost ({first_line(e)[:80]}); "
                          f"{'restarting with ' + f'{left:.0f} s' if left > 1 else 'no time left'}")
                 idle.append(actor.remote(target, options))     # a new worker in its place
                 if left > 1 and i not in stats["restarted"]:
@@ -176,7 +174,7 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
             with lock:
                 while pending and idle and not deadline.passed():
                     i, worker = pending.pop(0), idle.pop()
-                    now = started[i] = time.monotonic()
+                    now = time.monotonic()
                     # this task's part of the capacity left: every worker's time to the
                     # deadline less what the running tasks still hold, split by work among
                     # this task and those waiting
