@@ -6,7 +6,8 @@ a chain is complex, so they are its convs, each a conv2d task (the very task the
 would have). `join_seeds(task, space, part_configs)` composes the parts' best schedules into
 configurations of the chain's template (engines/halide/conv_chain.py), the joined subgraph's
 initial schedules: the last conv's register tile and parallel split become the output's tile,
-each earlier conv's lanes and tile become its stage's, in strips of 4, 2 or 8 rows (a
+each earlier conv's lanes and tile become its stage's (a 1×1 stage's pixels flattened across
+rows when its part's best kernel was conv_gemm's), in strips of 4, 2 or 8 rows (a
 depthwise last conv also in channel tiles), with the first stages whole and the rest per strip,
 and, last, with every earlier stage at the root (the separate kernels' schedules, joined). Invalid
 compositions are repaired knob by knob toward the space's values, or dropped.
@@ -87,6 +88,8 @@ def join_seeds(task: ChainTask | AttentionTask, space: KnobSpace,
         base[f"s{i}_x"] = c.get("x_block", 4)
         if f"s{i}_cb" in knobs:
             base[f"s{i}_cb"] = c.get("co_block", 1)
+        if f"s{i}_flat" in knobs:       # conv_direct's tiles stay in a row; conv_gemm's do not
+            base[f"s{i}_flat"] = "pack" not in c
     variants = []
     for rows in (4, 2, 8):
         variants.append(dict(base, rows=rows, **{f"s{i}_at": "strip"

@@ -18,6 +18,10 @@ keeping the intermediate in cache, which `rows` trades off) or whole before the 
 vectorised over channels by `s{i}_vec` lanes with `s{i}_x` pixels unrolled; a dense stage
 accumulates `s{i}_cb` vectors × `s{i}_x` pixels in registers over its reduction (with one
 vector, the 1×1 expansion of a 64 → 384 block ran at ~30 GFLOP/s against ~130 alone).
+An earlier 1×1 conv of stride 1 may instead run over flattened pixels (`s{i}_flat`: p = y·W + x,
+register tiles across row ends, as conv_gemm's): on mobilenet_v2's 7² and 14² chains (7- and
+14-pixel rows) the tiles within a row left part tiles and the chain ran 2–2.5× its parts'
+time; flattened, 7 of its 10 chains beat their parts in the plan (one 3-minute compile).
 Computing a stage inline in its reader — AGO's third place — is not offered: every reader here
 is a conv reading each value k² or C times, so inlining would recompute it as often.
 """
@@ -44,6 +48,11 @@ def _depthwise(t: ConvTask) -> bool:
     return t.groups == t.c == t.k > 1
 
 
+def _pointwise(t: ConvTask) -> bool:
+    """A dense 1×1 conv of stride 1 without padding: its pixels can be flattened (`s{i}_flat`)."""
+    return t.groups == 1 and t.kh == t.kw == 1 and t.stride == (1, 1) and not any(t.pads)
+
+
 def supports(task: ChainTask) -> bool:
     convs = task.convs
     return task.dtype == "float32" and len(convs) >= 2 \
@@ -56,7 +65,8 @@ def supports(task: ChainTask) -> bool:
 def _seeds(task: ChainTask) -> tuple[dict, ...]:
     """Register tiles of 16 or 24 channels by 4-6 pixels, strips of 2 or 4 rows, earlier
     stages per strip with 16 (or 8) lanes; 8 channels by 4 pixels for narrow outputs; then
-    every earlier stage at the root (what separate kernels would do)."""
+    every earlier stage at the root (what separate kernels would do). Earlier 1×1 stages
+    flattened (`s{i}_flat`), and the first seed once more with them in rows."""
     earlier = range(len(task.convs) - 1)
     out = []
     for vec, cb, xb, rows, lanes, at in ((16, 1, 6, 2, 16, "strip"), (8, 2, 6, 2, 16, "strip"),
@@ -67,9 +77,13 @@ def _seeds(task: ChainTask) -> tuple[dict, ...]:
             seed.update({f"s{i}_at": at, f"s{i}_vec": lanes, f"s{i}_x": 4})
             if not _depthwise(task.convs[i]):
                 seed[f"s{i}_cb"] = 2 if lanes == 8 else 1
+            if _pointwise(task.convs[i]):
+                seed[f"s{i}_flat"] = True
         if _depthwise(task.convs[-1]):
             seed.update(tile="rows", ch_tile=1, co_block=1)
         out.append(seed)
+    if any(_pointwise(t) for t in task.convs[:-1]):
+        out.append({k: False if k.endswith("_flat") else v for k, v in out[0].items()})
     if _depthwise(task.convs[-1]):      # channel tiles of 32 or 16: no halo recomputed
         for vec, ch in ((16, 2), (8, 2), (8, 4)):
             seed = {"vec": vec, "co_block": 1, "x_block": 4, "co_outer": False, "rows": 1,
@@ -78,6 +92,8 @@ def _seeds(task: ChainTask) -> tuple[dict, ...]:
                 seed.update({f"s{i}_at": "strip", f"s{i}_vec": 8, f"s{i}_x": 4})
                 if not _depthwise(task.convs[i]):
                     seed[f"s{i}_cb"] = 2
+                if _pointwise(task.convs[i]):
+                    seed[f"s{i}_flat"] = True
             out.insert(0, seed)
     return tuple(out)
 
@@ -113,7 +129,9 @@ def space(task: ChainTask, vector_registers: int = 16) -> KnobSpace:
     lanes = 16 if vector_registers >= 32 else 8
     for i, t in enumerate(task.convs[:-1]):
         knobs += [Knob(f"s{i}_at", ("strip", "root")), Knob(f"s{i}_vec", (4, 8, 16)),
-                  Knob(f"s{i}_x", (1, 2, 4, 8))]
+                  Knob(f"s{i}_x", (1, 2, 3, 4, 6, 8))]
+        if _pointwise(t):
+            knobs.append(Knob(f"s{i}_flat", (True, False)))
         if not _depthwise(t):       # a dense stage's accumulator tile: cb vectors × x pixels
             knobs.append(Knob(f"s{i}_cb", (1, 2, 3, 4)))
             constraints.append(Constraint(
@@ -141,9 +159,27 @@ def space(task: ChainTask, vector_registers: int = 16) -> KnobSpace:
 views = own_shapes
 
 
+def _flat_stage(hl, t: ConvTask, io: ConvInputs, inp, name: str):
+    """An earlier 1×1 stage over flattened pixels p = y·W + x (`s{i}_flat`): its register
+    tiles run across row ends like conv_gemm's, where a 7- or 14-pixel row otherwise leaves part
+    tiles. Returns (the 2-D view the next stage reads, the accumulator, its RDom vars, the flat
+    Func the schedule tiles)."""
+    c, x, y, n, p = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n"), hl.Var("p")
+    r = hl.RDom([(0, t.c)])
+    acc = hl.Func(name + "_acc")
+    acc[c, p, n] = io.bias(c)
+    acc[c, p, n] += io.w[c, r.x, 0, 0] * inp[r.x, p % t.out_w, p / t.out_w, n]
+    flat = hl.Func(name + "_flat")
+    flat[c, p, n] = epilogue_expr(hl, acc[c, p, n], t.epilogue, [], (c, p, n))
+    f = hl.Func(name)
+    f[c, x, y, n] = flat[c, y * t.out_w + x, n]
+    return f, acc, (r.x,), flat
+
+
 def _stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, last: bool):
     """Stage Funcs for conv `t` reading Func `inp` (zero-padded as needed): returns (the Func
-    the next stage reads, the accumulator of a dense conv or None, its RDom vars or ())."""
+    the next stage reads, the accumulator of a dense conv or None, its RDom vars or (), None —
+    `_flat_stage`'s flat Func)."""
     c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
     (sy, sx), (dy, dx) = t.stride, t.dilation
     top, left = t.pads[0], t.pads[1]
@@ -154,20 +190,20 @@ def _stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, last: bool):
                 e = e + io.w[c, 0, kx, ky] * inp[c, x * sx + kx * dx - left,
                                                   y * sy + ky * dy - top, n]
         if last:
-            return io.output(e, (c, x, y, n)), None, ()
+            return io.output(e, (c, x, y, n)), None, (), None
         f = hl.Func(name)
         f[c, x, y, n] = epilogue_expr(hl, e, t.epilogue, [], (c, x, y, n))
-        return f, None, ()
+        return f, None, (), None
     r = hl.RDom([(0, t.c), (0, t.kw), (0, t.kh)])
     acc = hl.Func(name + "_acc")
     acc[c, x, y, n] = io.bias(c)
     acc[c, x, y, n] += io.w[c, r.x, r.y, r.z] * inp[r.x, x * sx + r.y * dx - left,
                                                      y * sy + r.z * dy - top, n]
     if last:
-        return io.output(acc[c, x, y, n], (c, x, y, n)), acc, (r.x, r.y, r.z)
+        return io.output(acc[c, x, y, n], (c, x, y, n)), acc, (r.x, r.y, r.z), None
     f = hl.Func(name)
     f[c, x, y, n] = epilogue_expr(hl, acc[c, x, y, n], t.epilogue, [], (c, x, y, n))
-    return f, acc, (r.x, r.y, r.z)
+    return f, acc, (r.x, r.y, r.z), None
 
 
 def _zero_exterior(hl, f, t: ConvTask):
@@ -193,21 +229,26 @@ def build(task: ChainTask, config: dict, threads: int = 2) -> AotKernel:
     inp, stages = ios[0].padded, []
     for i, (t, io) in enumerate(zip(convs, ios)):
         last = i == len(convs) - 1
-        f, acc, rvars = _stage(hl, t, io, inp, f"s{i}", last)
-        stages.append((f, acc, rvars))
+        if not last and config.get(f"s{i}_flat"):
+            stage = _flat_stage(hl, t, io, inp, f"s{i}")
+        else:
+            stage = _stage(hl, t, io, inp, f"s{i}", last)
+        stages.append(stage)
+        f = stage[0]
         inp = f if last or not any(convs[i + 1].pads) else _zero_exterior(hl, f, t)
     _schedule(hl, task, stages, config)
     return compiled(__name__, task, config, threads, stages[-1][0], params)
 
 
 def _schedule(hl, task: ChainTask, stages, config: dict) -> None:
-    out, acc, rvars = stages[-1]
+    out, acc, rvars, _ = stages[-1]
     c, x, y, n = out.args()
     vec, cb = config["vec"], config["co_block"]
     tail = hl.TailStrategy.ShiftInwards
     co, ci, xo, xi, yo, yi = (hl.Var(v) for v in ("co", "ci", "xo", "xi", "yo", "yi"))
     if config.get("tile") == "channels":
-        _channel_tiles(hl, stages, config, (c, x, y, n), (co, ci, xo, xi))
+        _channel_tiles(hl, stages, config, (c, x, y, n), (co, ci, xo, xi),
+                       [t.k for t in task.convs])
         return
     out.split(c, co, ci, vec * cb, tail).split(x, xo, xi, config["x_block"], tail)
     out.split(y, yo, yi, config["rows"], tail)
@@ -223,10 +264,10 @@ def _schedule(hl, task: ChainTask, stages, config: dict) -> None:
         ac, ax = acc.args()[0], acc.args()[1]
         acc.compute_at(out, at).vectorize(ac, vec).unroll(ac).unroll(ax)
         acc.update().reorder(ac, ax, *rvars).vectorize(ac, vec).unroll(ac).unroll(ax)
-    _earlier(hl, stages, config, lambda f: f.compute_at(out, yo))
+    _earlier(hl, stages, config, lambda f: f.compute_at(out, yo), [t.k for t in task.convs])
 
 
-def _channel_tiles(hl, stages, config: dict, axes, tile_vars) -> None:
+def _channel_tiles(hl, stages, config: dict, axes, tile_vars, channels: list[int]) -> None:
     """A depthwise last stage in parallel tiles of `ch_tile` channel vectors over the whole
     image, each earlier stage computed per tile (its channels over the whole image: a
     depthwise conv reads only its own channel, so no halo is recomputed)."""
@@ -239,15 +280,18 @@ def _channel_tiles(hl, stages, config: dict, axes, tile_vars) -> None:
     out.split(x, xo, xi, config["x_block"], tail)
     out.reorder(ci, xi, cv, xo, y, co, n).vectorize(ci).unroll(xi)
     out.fuse(co, n, co).parallel(co)
-    _earlier(hl, stages, config, lambda f: f.compute_at(out, co))
+    _earlier(hl, stages, config, lambda f: f.compute_at(out, co), channels)
 
 
-def _earlier(hl, stages, config: dict, per_strip) -> None:
+def _earlier(hl, stages, config: dict, per_strip, channels: list[int]) -> None:
     """Schedule the stages before the last: at the root (rows in parallel) or `per_strip`;
     vectorised over channels with a pixel tile, a dense stage's accumulator per tile."""
     tail = hl.TailStrategy.ShiftInwards
-    for i, (f, facc, frv) in enumerate(stages[:-1]):
+    for i, (f, facc, frv, flat) in enumerate(stages[:-1]):
         lanes, px = config[f"s{i}_vec"], config[f"s{i}_x"]
+        if flat is not None:
+            _flat_schedule(hl, flat, facc, frv, config, i, channels[i], per_strip)
+            continue
         sc, sx, sy = f.args()[0], f.args()[1], f.args()[2]
         if config[f"s{i}_at"] == "root":
             f.compute_root().parallel(sy)
@@ -262,3 +306,38 @@ def _earlier(hl, stages, config: dict, per_strip) -> None:
             fc, fx = facc.args()[0], facc.args()[1]
             facc.compute_at(f, dc).vectorize(fc, lanes).unroll(fc).unroll(fx)
             facc.update().reorder(fc, fx, *frv).vectorize(fc, lanes).unroll(fc).unroll(fx)
+
+
+# Root flat stages parallel over channel tiles from this many tiles up (two per core and more):
+# mobilenet_v2's 7² expansion (960 channels, 20 tiles of 48) ran fastest so, as conv_gemm's
+# `co`; its 56² expansion (144 channels: 3 tiles) has too few for two cores.
+_CO_TASKS = 8
+
+
+def _flat_schedule(hl, flat, acc, rvars, config: dict, i: int, channels: int,
+                   per_strip) -> None:
+    """Stage i over flattened pixels: tiles of `s{i}_cb` vectors × `s{i}_x` pixels, pixels
+    across row ends; at the root, channel tiles in parallel when there are at least
+    `_CO_TASKS` of them (each tile's weights then stay in one core's cache, as conv_gemm's
+    `co`), else pixel tiles."""
+    tail = hl.TailStrategy.ShiftInwards
+    lanes, cb, px = config[f"s{i}_vec"], config.get(f"s{i}_cb", 1), config[f"s{i}_x"]
+    c, p, n = flat.args()
+    co, ci, po, pi = (hl.Var(v) for v in (f"s{i}co", f"s{i}ci", f"s{i}po", f"s{i}pi"))
+    flat.split(c, co, ci, lanes * cb, tail).split(p, po, pi, px, tail)
+    flat.vectorize(ci, lanes).unroll(ci).unroll(pi)
+    if config[f"s{i}_at"] == "root":
+        flat.compute_root()
+        if -(-channels // (lanes * cb)) >= _CO_TASKS:
+            flat.reorder(ci, pi, po, co, n).parallel(co)
+            at = po
+        else:
+            flat.reorder(ci, pi, co, po, n).parallel(po)
+            at = co
+    else:
+        per_strip(flat)
+        flat.reorder(ci, pi, co, po, n)
+        at = co
+    ac, ap = acc.args()[0], acc.args()[1]
+    acc.compute_at(flat, at).vectorize(ac, lanes).unroll(ac).unroll(ap)
+    acc.update().reorder(ac, ap, *rvars).vectorize(ac, lanes).unroll(ac).unroll(ap)
