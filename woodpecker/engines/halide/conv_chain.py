@@ -21,7 +21,9 @@ vector, the 1×1 expansion of a 64 → 384 block ran at ~30 GFLOP/s against ~130
 An earlier 1×1 conv of stride 1 may instead run over flattened pixels (`s{i}_flat`: p = y·W + x,
 register tiles across row ends, as conv_gemm's): on mobilenet_v2's 7² and 14² chains (7- and
 14-pixel rows) the tiles within a row left part tiles and the chain ran 2–2.5× its parts'
-time; flattened, 7 of its 10 chains beat their parts in the plan (one 3-minute compile).
+time; flattened, 7 of its 10 chains beat their parts in the plan (one 3-minute compile). A
+chain ending in a 1×1 conv computes its output over flattened pixels too (`_flat_last`: strips
+of `rows`·W pixels, tiles across row ends).
 Computing a stage inline in its reader — AGO's third place — is not offered: every reader here
 is a conv reading each value k² or C times, so inlining would recompute it as often.
 """
@@ -156,7 +158,16 @@ def space(task: ChainTask, vector_registers: int = 16) -> KnobSpace:
     return KnobSpace(knobs, constraints, _seeds(task))
 
 
-views = own_shapes
+def views(task: ChainTask) -> list | None:
+    """A chain ending in a 1×1 conv (`_pointwise`) computes its output over flattened pixels
+    (`_flat_last`): its residuals and output are then seen as (N, H·W, K), the other
+    arguments in their own shapes."""
+    last = task.convs[-1]
+    if not _pointwise(last):
+        return own_shapes(task)
+    pixels = (last.n, last.out_h * last.out_w, last.k)
+    args = 1 + sum(1 + c.has_bias for c in task.convs)
+    return [None] * args + [pixels] * sum(1 for s in last.epilogue if s[0] == "Add") + [pixels]
 
 
 def _flat_stage(hl, t: ConvTask, io: ConvInputs, inp, name: str):
@@ -174,6 +185,18 @@ def _flat_stage(hl, t: ConvTask, io: ConvInputs, inp, name: str):
     f = hl.Func(name)
     f[c, x, y, n] = flat[c, y * t.out_w + x, n]
     return f, acc, (r.x,), flat
+
+
+def _flat_last(hl, t: ConvTask, io: ConvInputs, inp):
+    """The last stage, a 1×1 conv, over flattened pixels p = y·W + x: the output Func is
+    (c, p, n) (see `views`), so a strip is `rows`·W consecutive pixels and its register tiles
+    run across row ends, as conv_gemm's."""
+    c, n, p = hl.Var("c"), hl.Var("n"), hl.Var("p")
+    r = hl.RDom([(0, t.c)])
+    acc = hl.Func("out_acc")
+    acc[c, p, n] = io.bias(c)
+    acc[c, p, n] += io.w[c, r.x, 0, 0] * inp[r.x, p % t.out_w, p / t.out_w, n]
+    return io.output(acc[c, p, n], (c, p, n)), acc, (r.x,), None
 
 
 def _stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, last: bool):
@@ -222,14 +245,19 @@ def build(task: ChainTask, config: dict, threads: int = 2) -> AotKernel:
     """Compile `task` with `config`; run(*arrays) takes `ChainTask.random_inputs`' order."""
     hl = halide_module()
     convs = task.convs
-    ios = [ConvInputs(hl, t, prefix=f"s{i}") for i, t in enumerate(convs)]
+    flat_last = _pointwise(convs[-1])
+    ios = [ConvInputs(hl, t, prefix=f"s{i}",
+                      out_dims=3 if flat_last and i == len(convs) - 1 else 4)
+           for i, t in enumerate(convs)]
     params = list(ios[0].params)
     for io in ios[1:]:
         params += io.params[1:]
     inp, stages = ios[0].padded, []
     for i, (t, io) in enumerate(zip(convs, ios)):
         last = i == len(convs) - 1
-        if not last and config.get(f"s{i}_flat"):
+        if last and flat_last:
+            stage = _flat_last(hl, t, io, inp)
+        elif not last and config.get(f"s{i}_flat"):
             stage = _flat_stage(hl, t, io, inp, f"s{i}")
         else:
             stage = _stage(hl, t, io, inp, f"s{i}", last)
@@ -237,27 +265,35 @@ def build(task: ChainTask, config: dict, threads: int = 2) -> AotKernel:
         f = stage[0]
         inp = f if last or not any(convs[i + 1].pads) else _zero_exterior(hl, f, t)
     _schedule(hl, task, stages, config)
-    return compiled(__name__, task, config, threads, stages[-1][0], params)
+    return compiled(__name__, task, config, threads, stages[-1][0], params, views(task))
 
 
 def _schedule(hl, task: ChainTask, stages, config: dict) -> None:
     out, acc, rvars, _ = stages[-1]
-    c, x, y, n = out.args()
     vec, cb = config["vec"], config["co_block"]
     tail = hl.TailStrategy.ShiftInwards
     co, ci, xo, xi, yo, yi = (hl.Var(v) for v in ("co", "ci", "xo", "xi", "yo", "yi"))
     if config.get("tile") == "channels":
-        _channel_tiles(hl, stages, config, (c, x, y, n), (co, ci, xo, xi),
+        _channel_tiles(hl, stages, config, tuple(out.args()), (co, ci, xo, xi),
                        [t.k for t in task.convs])
         return
-    out.split(c, co, ci, vec * cb, tail).split(x, xo, xi, config["x_block"], tail)
-    out.split(y, yo, yi, config["rows"], tail)
+    if len(out.args()) == 3:         # flattened pixels (`_flat_last`): strips of rows·W
+        c, p, n = out.args()
+        out.split(c, co, ci, vec * cb, tail)
+        out.split(p, yo, yi, config["rows"] * task.convs[-1].out_w, tail)
+        out.split(yi, xo, xi, config["x_block"], tail)
+        outer = (yo, n)
+    else:
+        c, x, y, n = out.args()
+        out.split(c, co, ci, vec * cb, tail).split(x, xo, xi, config["x_block"], tail)
+        out.split(y, yo, yi, config["rows"], tail)
+        outer = (yi, yo, n)
     out.vectorize(ci, vec).unroll(ci).unroll(xi)
     if config["co_outer"]:
-        out.reorder(ci, xi, xo, co, yi, yo, n)
+        out.reorder(ci, xi, xo, co, *outer)
         at = xo
     else:
-        out.reorder(ci, xi, co, xo, yi, yo, n)
+        out.reorder(ci, xi, co, xo, *outer)
         at = co
     out.fuse(yo, n, yo).parallel(yo)
     if acc is not None:
