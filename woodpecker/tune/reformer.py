@@ -7,9 +7,12 @@ would have). `join_seeds(task, space, part_configs)` composes the parts' best sc
 configurations of the chain's template (engines/halide/conv_chain.py), the joined subgraph's
 initial schedules: the last conv's register tile and parallel split become the output's tile,
 each earlier conv's lanes and tile become its stage's (a 1×1 stage's pixels flattened across
-rows when its part's best kernel was conv_gemm's), in strips of 4, 2 or 8 rows (a
-depthwise last conv also in channel tiles), with the first stages whole and the rest per strip,
-and, last, with every earlier stage at the root (the separate kernels' schedules, joined). Invalid
+rows when its part's best kernel was conv_gemm's or its tile does not divide the row), in
+strips of 4, 2 or 8 rows (a depthwise last conv also in channel tiles), with the first stages
+whole and the rest per strip,
+and, last, with every earlier stage at the root (the separate kernels' schedules, joined); a
+chain ending in a depthwise conv first in channel tiles matched to the producing stage's tile
+(`_matched_channel_tiles`). Invalid
 compositions are repaired knob by knob toward the space's values, or dropped.
 
 Attention (ops/attention.py) splits into its three complex operators' tasks — the scores'
@@ -88,9 +91,12 @@ def join_seeds(task: ChainTask | AttentionTask, space: KnobSpace,
         base[f"s{i}_x"] = c.get("x_block", 4)
         if f"s{i}_cb" in knobs:
             base[f"s{i}_cb"] = c.get("co_block", 1)
-        if f"s{i}_flat" in knobs:       # conv_direct's tiles stay in a row; conv_gemm's do not
-            base[f"s{i}_flat"] = "pack" not in c
-    variants = []
+        if f"s{i}_flat" in knobs:
+            # flattened where the part's kernel tiled flattened pixels (conv_gemm's), or where
+            # the tile does not divide the row (tiles within it would overlap)
+            base[f"s{i}_flat"] = "pack" not in c or task.convs[i].out_w % _nearest(
+                knobs[f"s{i}_x"], base[f"s{i}_x"]) != 0
+    variants = _matched_channel_tiles(task, knobs, base) if "tile" in knobs else []
     for rows in (4, 2, 8):
         variants.append(dict(base, rows=rows, **{f"s{i}_at": "strip"
                                                  for i in range(len(task.convs) - 1)}))
@@ -106,6 +112,29 @@ def join_seeds(task: ChainTask | AttentionTask, space: KnobSpace,
     variants.append(dict(base, rows=1, co_outer=False,
                          **{f"s{i}_at": "root" for i in range(m)}))
     return _valid(space, variants)
+
+
+def _matched_channel_tiles(task: ChainTask, knobs: dict, base: dict) -> list[dict]:
+    """A chain ending in a depthwise conv, in channel tiles over the whole image (no halo to
+    recompute), each tile as wide as the producing stage's register tile — the two nearest
+    `ch_tile`s, the producer's accumulator block adjusted to fill the tile — and the depthwise
+    conv's pixel tile its producer's: the stage's tile and the consumer's then cover the same
+    channels and pixels, where the parts' own tiles (a depthwise conv alone keeps a narrow
+    tile) leave part tiles or recompute."""
+    m = len(task.convs) - 1
+    p, vec = m - 1, base["vec"]
+    width = base[f"s{p}_vec"] * base.get(f"s{p}_cb", 1)
+    near = sorted(knobs["ch_tile"], key=lambda ch: (abs(ch * vec - width), -ch))[:2]
+    out = []
+    for ch in near:
+        v = dict(base, rows=1, co_outer=False, tile="channels", ch_tile=ch,
+                 x_block=_nearest(knobs["x_block"], base[f"s{p}_x"]),
+                 **{f"s{i}_at": "strip" for i in range(m)})
+        cb = ch * vec // base[f"s{p}_vec"]
+        if f"s{p}_cb" in knobs and cb in knobs[f"s{p}_cb"]:
+            v[f"s{p}_cb"] = cb
+        out.append(v)
+    return out
 
 
 def _join_attention(space: KnobSpace, qk: Config, soft: Config, pv: Config) -> list[Config]:
