@@ -87,3 +87,33 @@ def test_attention_splits_into_its_unfused_parts_tasks_and_joins_their_tiles():
     assert all(s["s_block"] == 1 and s["o_block"] == 2 and s["o_rows"] == 4 and s["fast_exp"]
                for s in seeds)
     assert join_seeds(task, space, [qk, None, pv]) == []
+
+
+def test_a_depthwise_ending_chain_joins_first_in_tiles_matched_to_its_producer():
+    """1×1 → depthwise: the first compositions are channel tiles as wide as the 1×1 stage's
+    register tile (the nearest two widths, the stage's block filling the tile), the depthwise
+    conv's pixel tile the 1×1's; a 1×1 tile that does not divide the row is flattened."""
+    from woodpecker.tasks.chain import ChainTask
+    from woodpecker.tasks.conv import ConvTask
+
+    expand = ConvTask(1, 96, 14, 14, 576, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True,
+                      (("Clip", 0.0, 6.0),))
+    dw = ConvTask(1, 576, 14, 14, 576, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 576, True,
+                  (("Clip", 0.0, 6.0),))
+    task = ChainTask((expand, dw))
+    space = conv_chain.space(task, 32)
+    direct = {"co_block": 3, "pack": True, "pad": "inline", "parallel": "co", "rc_block": 0,
+              "skew": 0, "unroll_kw": False, "vec": 16, "x_block": 6}      # 48 channels × 6 px
+    depthwise = {"c_block": 1, "pad": "inline", "parallel": "co", "unroll_k": True,
+                 "vec": 16, "x_block": 1}
+    seeds = join_seeds(task, space, [direct, depthwise])
+    first, second = seeds[:2]
+    for s in (first, second):
+        assert s["tile"] == "channels" and s["s0_at"] == "strip" and s["x_block"] == 6
+        assert s["ch_tile"] * s["vec"] == s["s0_vec"] * s["s0_cb"]       # the tile filled
+        assert s["s0_flat"]                                             # 14 % 6 != 0
+    assert {first["ch_tile"], second["ch_tile"]} == {2, 4}              # 48 lies between
+    gemm = {"co_block": 2, "col": "inline", "pad": "inline", "panel": 1, "parallel": "co",
+            "unroll_kw": False, "vec": 16, "x_block": 7}
+    assert join_seeds(task, space, [gemm, depthwise])[0]["s0_flat"]      # conv_gemm's tiles
+    assert not join_seeds(task, space, [dict(direct, x_block=2), depthwise])[0]["s0_flat"]
