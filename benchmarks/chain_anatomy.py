@@ -22,21 +22,15 @@ config's cost is the same wherever it appears.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from search_compare import Memo, run_one
-from split_join import fused_tasks
+from search_compare import run_one
+from split_join import common_arguments, fused_tasks, measuring
 
 from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import versions
-from woodpecker.engines.halide.runtime import host_vector_registers
 from woodpecker.engines.halide.templates import template_module, templates_for
-from woodpecker.target import Target
 from woodpecker.tasks.space import Constraint, KnobSpace
-from woodpecker.tune.build_pool import BuildPool
-from woodpecker.tune.measure import Measurer
 from woodpecker.tune.reformer import split
 
 CHAIN = "woodpecker.engines.halide.conv_chain"
@@ -60,22 +54,12 @@ def best(run: dict) -> float:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", default="mobilenet_v2")
-    p.add_argument("--tasks", type=int, default=3)
+    p = common_arguments(__doc__, "benchmarks/results/chain_anatomy.json")
     p.add_argument("--budget", type=int, default=40, help="measurements per search")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--memo", default="benchmarks/results/split_join_memo.jsonl")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--json", default="benchmarks/results/chain_anatomy.json")
     args = p.parse_args()
-    target = Target.parse("cpu", args.threads)
-    regs = host_vector_registers(target.isa)
     rows = []
-    with Measurer(threads=target.threads, timeout_s=30) as measurer, \
-            BuildPool(2, 60) as pool:
-        memo = Memo(Path(args.memo), measurer, pool, 2)
+    with measuring(args) as (memo, regs, target):
         for task in fused_tasks(args.model, args.tasks):
             if task.kind != "convchain":
                 continue

@@ -21,6 +21,7 @@ chain to come within 5 % of it (and with the parts' measurements added); its bes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -66,24 +67,34 @@ def first_within(costs: list, target: float) -> int | None:
     return None
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawTextHelpFormatter)
+def common_arguments(doc: str, json_path: str) -> argparse.ArgumentParser:
+    """The options of the benchmarks measuring a model's fused tasks through a memo."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="mobilenet_v2")
     p.add_argument("--tasks", type=int, default=3)
+    p.add_argument("--memo", default="benchmarks/results/split_join_memo.jsonl")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default=json_path)
+    return p
+
+
+@contextlib.contextmanager
+def measuring(args):
+    """(memo, vector registers, target): every distinct config measured once, in a worker."""
+    target = Target.parse("cpu", args.threads)
+    with Measurer(threads=target.threads, timeout_s=30) as measurer, \
+            BuildPool(2, 60) as pool:
+        yield Memo(Path(args.memo), measurer, pool, 2), host_vector_registers(target.isa), target
+
+
+def main() -> int:
+    p = common_arguments(__doc__, "benchmarks/results/split_join.json")
     p.add_argument("--budget", type=int, default=60, help="measurements on the chain")
     p.add_argument("--part-budget", type=int, default=20, help="measurements per part")
     p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--memo", default="benchmarks/results/split_join_memo.jsonl")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--json", default="benchmarks/results/split_join.json")
     args = p.parse_args()
-    target = Target.parse("cpu", args.threads)
-    regs = host_vector_registers(target.isa)
     rows = []
-    with Measurer(threads=target.threads, timeout_s=30) as measurer, \
-            BuildPool(2, 60) as pool:
-        memo = Memo(Path(args.memo), measurer, pool, 2)
+    with measuring(args) as (memo, regs, target):
         for task in fused_tasks(args.model, args.tasks):
             template = templates_for(task)[0]
             pair = {"task": task, "template": template, "name": task.describe()}
