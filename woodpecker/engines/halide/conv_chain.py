@@ -30,6 +30,9 @@ is a conv reading each value k² or C times, so inlining would recompute it as o
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from woodpecker.config import CHAIN_CO_TASKS
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import (
     EPILOGUE_OPS,
@@ -48,6 +51,18 @@ KIND = "convchain"
 
 def _depthwise(t: ConvTask) -> bool:
     return t.groups == t.c == t.k > 1
+
+
+class _Stage(NamedTuple):
+    """One conv of the chain as Funcs: `func` the one the next stage reads (the output for
+    the last), `acc` a dense conv's accumulator (None for a depthwise one) with its reduction
+    `rvars`, `flat` the Func over flattened pixels the schedule tiles (`_flat_stage`; None
+    otherwise)."""
+
+    func: object
+    acc: object = None
+    rvars: tuple = ()
+    flat: object = None
 
 
 def _pointwise(t: ConvTask) -> bool:
@@ -173,36 +188,38 @@ def views(task: ChainTask) -> list | None:
 def _flat_stage(hl, t: ConvTask, io: ConvInputs, inp, name: str):
     """An earlier 1×1 stage over flattened pixels p = y·W + x (`s{i}_flat`): its register
     tiles run across row ends like conv_gemm's, where a 7- or 14-pixel row otherwise leaves part
-    tiles. Returns (the 2-D view the next stage reads, the accumulator, its RDom vars, the flat
-    Func the schedule tiles)."""
+    tiles; the next stage reads it through a 2-D view."""
+    acc, r = _flat_acc(hl, t, io, inp, name + "_acc")
     c, x, y, n, p = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n"), hl.Var("p")
-    r = hl.RDom([(0, t.c)])
-    acc = hl.Func(name + "_acc")
-    acc[c, p, n] = io.bias(c)
-    acc[c, p, n] += io.w[c, r.x, 0, 0] * inp[r.x, p % t.out_w, p / t.out_w, n]
     flat = hl.Func(name + "_flat")
     flat[c, p, n] = epilogue_expr(hl, acc[c, p, n], t.epilogue, [], (c, p, n))
     f = hl.Func(name)
     f[c, x, y, n] = flat[c, y * t.out_w + x, n]
-    return f, acc, (r.x,), flat
+    return _Stage(f, acc, (r.x,), flat)
 
 
 def _flat_last(hl, t: ConvTask, io: ConvInputs, inp):
     """The last stage, a 1×1 conv, over flattened pixels p = y·W + x: the output Func is
     (c, p, n) (see `views`), so a strip is `rows`·W consecutive pixels and its register tiles
     run across row ends, as conv_gemm's."""
+    acc, r = _flat_acc(hl, t, io, inp, "out_acc")
+    c, p, n = acc.args()
+    return _Stage(io.output(acc[c, p, n], (c, p, n)), acc, (r.x,))
+
+
+def _flat_acc(hl, t: ConvTask, io: ConvInputs, inp, name: str):
+    """1×1 conv `t` of Func `inp` as an accumulator over flattened pixels, acc[c, p, n]
+    (p = y·W + x), and its reduction over the input channels."""
     c, n, p = hl.Var("c"), hl.Var("n"), hl.Var("p")
     r = hl.RDom([(0, t.c)])
-    acc = hl.Func("out_acc")
+    acc = hl.Func(name)
     acc[c, p, n] = io.bias(c)
     acc[c, p, n] += io.w[c, r.x, 0, 0] * inp[r.x, p % t.out_w, p / t.out_w, n]
-    return io.output(acc[c, p, n], (c, p, n)), acc, (r.x,), None
+    return acc, r
 
 
 def _stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, last: bool):
-    """Stage Funcs for conv `t` reading Func `inp` (zero-padded as needed): returns (the Func
-    the next stage reads, the accumulator of a dense conv or None, its RDom vars or (), None —
-    `_flat_stage`'s flat Func)."""
+    """Stage Funcs for conv `t` reading Func `inp` (zero-padded as needed), in rows."""
     c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
     (sy, sx), (dy, dx) = t.stride, t.dilation
     top, left = t.pads[0], t.pads[1]
@@ -213,20 +230,20 @@ def _stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, last: bool):
                 e = e + io.w[c, 0, kx, ky] * inp[c, x * sx + kx * dx - left,
                                                   y * sy + ky * dy - top, n]
         if last:
-            return io.output(e, (c, x, y, n)), None, (), None
+            return _Stage(io.output(e, (c, x, y, n)))
         f = hl.Func(name)
         f[c, x, y, n] = epilogue_expr(hl, e, t.epilogue, [], (c, x, y, n))
-        return f, None, (), None
+        return _Stage(f)
     r = hl.RDom([(0, t.c), (0, t.kw), (0, t.kh)])
     acc = hl.Func(name + "_acc")
     acc[c, x, y, n] = io.bias(c)
     acc[c, x, y, n] += io.w[c, r.x, r.y, r.z] * inp[r.x, x * sx + r.y * dx - left,
                                                      y * sy + r.z * dy - top, n]
     if last:
-        return io.output(acc[c, x, y, n], (c, x, y, n)), acc, (r.x, r.y, r.z), None
+        return _Stage(io.output(acc[c, x, y, n], (c, x, y, n)), acc, (r.x, r.y, r.z))
     f = hl.Func(name)
     f[c, x, y, n] = epilogue_expr(hl, acc[c, x, y, n], t.epilogue, [], (c, x, y, n))
-    return f, acc, (r.x, r.y, r.z), None
+    return _Stage(f, acc, (r.x, r.y, r.z))
 
 
 def _zero_exterior(hl, f, t: ConvTask):
@@ -262,20 +279,20 @@ def build(task: ChainTask, config: dict, threads: int = 2) -> AotKernel:
         else:
             stage = _stage(hl, t, io, inp, f"s{i}", last)
         stages.append(stage)
-        f = stage[0]
+        f = stage.func
         inp = f if last or not any(convs[i + 1].pads) else _zero_exterior(hl, f, t)
     _schedule(hl, task, stages, config)
-    return compiled(__name__, task, config, threads, stages[-1][0], params, views(task))
+    return compiled(__name__, task, config, threads, stages[-1].func, params, views(task))
 
 
 def _schedule(hl, task: ChainTask, stages, config: dict) -> None:
     out, acc, rvars, _ = stages[-1]
+    channels = [t.k for t in task.convs]
     vec, cb = config["vec"], config["co_block"]
     tail = hl.TailStrategy.ShiftInwards
     co, ci, xo, xi, yo, yi = (hl.Var(v) for v in ("co", "ci", "xo", "xi", "yo", "yi"))
     if config.get("tile") == "channels":
-        _channel_tiles(hl, stages, config, tuple(out.args()), (co, ci, xo, xi),
-                       [t.k for t in task.convs])
+        _channel_tiles(hl, stages, config, tuple(out.args()), (co, ci, xo, xi), channels)
         return
     if len(out.args()) == 3:         # flattened pixels (`_flat_last`): strips of rows·W
         c, p, n = out.args()
@@ -300,14 +317,14 @@ def _schedule(hl, task: ChainTask, stages, config: dict) -> None:
         ac, ax = acc.args()[0], acc.args()[1]
         acc.compute_at(out, at).vectorize(ac, vec).unroll(ac).unroll(ax)
         acc.update().reorder(ac, ax, *rvars).vectorize(ac, vec).unroll(ac).unroll(ax)
-    _earlier(hl, stages, config, lambda f: f.compute_at(out, yo), [t.k for t in task.convs])
+    _earlier(hl, stages, config, lambda f: f.compute_at(out, yo), channels)
 
 
 def _channel_tiles(hl, stages, config: dict, axes, tile_vars, channels: list[int]) -> None:
     """A depthwise last stage in parallel tiles of `ch_tile` channel vectors over the whole
     image, each earlier stage computed per tile (its channels over the whole image: a
     depthwise conv reads only its own channel, so no halo is recomputed)."""
-    out = stages[-1][0]
+    out = stages[-1].func
     c, x, y, n = axes
     co, ci, xo, xi = tile_vars
     vec, tail = config["vec"], hl.TailStrategy.ShiftInwards
@@ -344,18 +361,12 @@ def _earlier(hl, stages, config: dict, per_strip, channels: list[int]) -> None:
             facc.update().reorder(fc, fx, *frv).vectorize(fc, lanes).unroll(fc).unroll(fx)
 
 
-# Root flat stages parallel over channel tiles from this many tiles up (two per core and more):
-# mobilenet_v2's 7² expansion (960 channels, 20 tiles of 48) ran fastest so, as conv_gemm's
-# `co`; its 56² expansion (144 channels: 3 tiles) has too few for two cores.
-_CO_TASKS = 8
-
-
 def _flat_schedule(hl, flat, acc, rvars, config: dict, i: int, channels: int,
                    per_strip) -> None:
     """Stage i over flattened pixels: tiles of `s{i}_cb` vectors × `s{i}_x` pixels, pixels
     across row ends; at the root, channel tiles in parallel when there are at least
-    `_CO_TASKS` of them (each tile's weights then stay in one core's cache, as conv_gemm's
-    `co`), else pixel tiles."""
+    `config.CHAIN_CO_TASKS` of them (each tile's weights then stay in one core's cache, as
+    conv_gemm's `co`), else pixel tiles."""
     tail = hl.TailStrategy.ShiftInwards
     lanes, cb, px = config[f"s{i}_vec"], config.get(f"s{i}_cb", 1), config[f"s{i}_x"]
     c, p, n = flat.args()
@@ -364,7 +375,7 @@ def _flat_schedule(hl, flat, acc, rvars, config: dict, i: int, channels: int,
     flat.vectorize(ci, lanes).unroll(ci).unroll(pi)
     if config[f"s{i}_at"] == "root":
         flat.compute_root()
-        if -(-channels // (lanes * cb)) >= _CO_TASKS:
+        if -(-channels // (lanes * cb)) >= CHAIN_CO_TASKS:
             flat.reorder(ci, pi, po, co, n).parallel(co)
             at = po
         else:
