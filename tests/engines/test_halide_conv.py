@@ -163,10 +163,40 @@ def test_chain_seeds_and_random_configs_are_correct(task):
     rng = random.Random(1)
     inputs = task.random_inputs(3)
     ref = task.reference(inputs)
-    for config in list(space.seeds[:3]) + [space.sample(rng) for _ in range(2)]:
-        got = conv_chain.build(task, config)(*inputs)
+    configs = list(space.seeds[:3]) + [space.sample(rng) for _ in range(2)]
+    for config in configs + _packed_variants(space, rng):
+        args = kernel_arguments(conv_chain, task, config, inputs)
+        got = conv_chain.build(task, config)(*args)
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, err_msg=str(config))
     assert task.from_json(task.to_json()) == task
+
+
+def _packed_variants(space, rng, n: int = 2) -> list[dict]:
+    """Up to `n` sampled configs with weights packed per channel tile (`s{i}_pack`, `pack`),
+    one in channel tiles when the space has them."""
+    out = []
+    for _ in range(400):
+        c = space.sample(rng)
+        packs = [k for k in c if k == "pack" or k.endswith("_pack")]
+        wanted = "channels" if not out and "tile" in c else c.get("tile")
+        if any(c[k] for k in packs) and c.get("tile") == wanted:
+            out.append(c)
+        if len(out) == n:
+            break
+    return out
+
+
+def test_chain_packs_the_weights_of_its_tiled_stages():
+    """Each packed stage's HWIO weights become (K/T, C, T) for its tile T; others stay."""
+    task = CHAINS[0]
+    config = {**conv_chain.space(task).seeds[0], "s0_pack": True, "s0_vec": 8, "s0_cb": 3,
+              "pack": True, "vec": 8, "co_block": 1}
+    inputs = task.random_inputs(0)
+    args = kernel_arguments(conv_chain, task, config, inputs)
+    w0, w2 = inputs[1], inputs[5]                       # x, w0, b0, w1, b1, w2, b2, residual
+    assert args[1].shape == (1, 8, 24) and np.array_equal(args[1][0, :, 5], w0[0, 0, :, 5])
+    assert args[5].shape == (1, 24, 8) and np.array_equal(args[5][0, :, 3], w2[0, 0, :, 3])
+    assert args[3] is inputs[3] and args[7] is inputs[7]
 
 
 @pytest.mark.parametrize("task", SEPARABLE)

@@ -113,7 +113,18 @@ def test_a_depthwise_ending_chain_joins_first_in_tiles_matched_to_its_producer()
         assert s["ch_tile"] * s["vec"] == s["s0_vec"] * s["s0_cb"]       # the tile filled
         assert s["s0_flat"]                                             # 14 % 6 != 0
     assert {first["ch_tile"], second["ch_tile"]} == {2, 4}              # 48 lies between
+    assert first["s0_pack"] and second["s0_pack"]         # as the part's: 32, 64 divide 576
     gemm = {"co_block": 2, "col": "inline", "pad": "inline", "panel": 1, "parallel": "co",
             "unroll_kw": False, "vec": 16, "x_block": 7}
     assert join_seeds(task, space, [gemm, depthwise])[0]["s0_flat"]      # conv_gemm's tiles
     assert not join_seeds(task, space, [dict(direct, x_block=2), depthwise])[0]["s0_flat"]
+    assert not any(s["s0_pack"] for s in join_seeds(task, space, [dict(direct, pack=False),
+                                                                  depthwise]))
+    odd = ChainTask((ConvTask(1, 96, 14, 14, 600, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True,
+                              (("Clip", 0.0, 6.0),)),
+                     ConvTask(1, 600, 14, 14, 600, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 600,
+                              True, (("Clip", 0.0, 6.0),))))
+    odd_space = conv_chain.space(odd, 32)
+    for s in join_seeds(odd, odd_space, [direct, depthwise]):       # 600 = 8 · 75
+        assert odd_space.is_valid(s)
+        assert not s["s0_pack"] or 600 % (s["s0_vec"] * s["s0_cb"]) == 0

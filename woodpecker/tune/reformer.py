@@ -7,7 +7,8 @@ would have). `join_seeds(task, space, part_configs)` composes the parts' best sc
 configurations of the chain's template (engines/halide/conv_chain.py), the joined subgraph's
 initial schedules: the last conv's register tile and parallel split become the output's tile,
 each earlier conv's lanes and tile become its stage's (a 1×1 stage's pixels flattened across
-rows when its part's best kernel was conv_gemm's or its tile does not divide the row), in
+rows when its part's best kernel was conv_gemm's or its tile does not divide the row; a 1×1
+stage's weights packed per tile, as the part's were, when the tile divides its channels), in
 strips of 4, 2 or 8 rows (a depthwise last conv also in channel tiles), with the first stages
 whole and the rest per strip,
 and, last, with every earlier stage at the root (the separate kernels' schedules, joined); a
@@ -96,6 +97,10 @@ def join_seeds(task: ChainTask | AttentionTask, space: KnobSpace,
             # the tile does not divide the row (tiles within it would overlap)
             base[f"s{i}_flat"] = "pack" not in c or task.convs[i].out_w % _nearest(
                 knobs[f"s{i}_x"], base[f"s{i}_x"]) != 0
+        if f"s{i}_pack" in knobs:       # packed as the part's kernel was (see `_packed`)
+            base[f"s{i}_pack"] = base[f"s{i}_flat"] and c.get("pack", True)
+    if "pack" in knobs:
+        base["pack"] = lc.get("pack", True)
     variants = _matched_channel_tiles(task, knobs, base) if "tile" in knobs else []
     for rows in (4, 2, 8):
         variants.append(dict(base, rows=rows, **{f"s{i}_at": "strip"
@@ -111,7 +116,21 @@ def join_seeds(task: ChainTask | AttentionTask, space: KnobSpace,
                                                for i in range(m)}))
     variants.append(dict(base, rows=1, co_outer=False,
                          **{f"s{i}_at": "root" for i in range(m)}))
-    return _valid(space, variants)
+    return _valid(space, [_packed(task, v) for v in variants])
+
+
+def _packed(task: ChainTask, v: dict) -> dict:
+    """Variant `v` with each stage's weights packed only where its tile divides its
+    channels (the channel tiles of a depthwise last conv too)."""
+    v = dict(v)
+    for i, t in enumerate(task.convs):
+        key = "pack" if i == len(task.convs) - 1 else f"s{i}_pack"
+        if v.get(key):
+            tile = v["vec"] * v["co_block"] if key == "pack" else \
+                v[f"s{i}_vec"] * v.get(f"s{i}_cb", 1)
+            width = v["vec"] * v["ch_tile"] if v.get("tile") == "channels" else tile
+            v[key] = t.k % tile == 0 and task.convs[-1].k % width == 0 and width % tile == 0
+    return v
 
 
 def _matched_channel_tiles(task: ChainTask, knobs: dict, base: dict) -> list[dict]:

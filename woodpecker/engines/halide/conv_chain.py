@@ -8,22 +8,17 @@ accumulator, a depthwise conv as its window's taps written out; each stage's epi
 as the next stage reads it (the last's, with the residuals, on the output).
 
 Schedule: the output (the last conv) is tiled like conv_direct's — `vec` lanes × `co_block`
-vectors of channels by `x_block` pixels (a depthwise last stage: `vec` lanes by `x_block`
-pixels), `co_outer` putting channel tiles outside the pixel tiles — in strips of `rows` output
-rows, each strip a parallel task. Each earlier stage i is computed, by its knob `s{i}_at`,
-either per strip (`strip`: just the rows the strip's later stages read — with a window of k
-rows, k − 1 rows more than the strip, recomputed by the neighbouring strip: the price of
-keeping the intermediate in cache, which `rows` trades off) or whole before the output
-(`root`: rows in parallel; separate kernels' memory traffic, less the calls). A stage is
-vectorised over channels by `s{i}_vec` lanes with `s{i}_x` pixels unrolled; a dense stage
-accumulates `s{i}_cb` vectors × `s{i}_x` pixels in registers over its reduction (with one
-vector, the 1×1 expansion of a 64 → 384 block ran at ~30 GFLOP/s against ~130 alone).
-An earlier 1×1 conv of stride 1 may instead run over flattened pixels (`s{i}_flat`: p = y·W + x,
-register tiles across row ends, as conv_gemm's): on mobilenet_v2's 7² and 14² chains (7- and
-14-pixel rows) the tiles within a row left part tiles and the chain ran 2–2.5× its parts'
-time; flattened, 7 of its 10 chains beat their parts in the plan (one 3-minute compile). A
-chain ending in a 1×1 conv computes its output over flattened pixels too (`_flat_last`: strips
-of `rows`·W pixels, tiles across row ends).
+vectors of channels by `x_block` pixels, `co_outer` putting channel tiles outside the pixel
+tiles — in parallel strips of `rows` output rows. Each earlier stage i is computed (`s{i}_at`)
+per strip (`strip`: the rows the strip's later stages read, a window's k − 1 extra rows
+recomputed by the neighbouring strip — the price of keeping the intermediate in cache) or
+whole before the output (`root`: separate kernels' memory traffic, less the calls), over
+channels by `s{i}_vec` lanes, a dense stage accumulating `s{i}_cb` vectors × `s{i}_x` pixels in
+registers. A 1×1 stage of stride 1 may run over flattened pixels (`s{i}_flat`: p = y·W + x,
+register tiles across row ends as conv_gemm's, where 7- and 14-pixel rows leave part tiles)
+with its weights packed per channel tile (`s{i}_pack`: a tile's reduction streams them
+contiguously, not T floats every K); a last 1×1 conv always computes over flattened pixels
+(`_flat_last`), packed by `pack`.
 Computing a stage inline in its reader — AGO's third place — is not offered: every reader here
 is a conv reading each value k² or C times, so inlining would recompute it as often.
 """
@@ -40,8 +35,9 @@ from woodpecker.engines.halide.conv_common import (
     epilogue_expr,
     fits_registers,
     own_shapes,
+    packed_weights,
 )
-from woodpecker.engines.halide.schedule import compiled
+from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled
 from woodpecker.tasks.chain import ChainTask
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
@@ -54,10 +50,8 @@ def _depthwise(t: ConvTask) -> bool:
 
 
 class _Stage(NamedTuple):
-    """One conv of the chain as Funcs: `func` the one the next stage reads (the output for
-    the last), `acc` a dense conv's accumulator (None for a depthwise one) with its reduction
-    `rvars`, `flat` the Func over flattened pixels the schedule tiles (`_flat_stage`; None
-    otherwise)."""
+    """One conv as Funcs: `func` the next stage reads (the output for the last), `acc` a dense
+    conv's accumulator over `rvars`, `flat` a `_flat_stage`'s Func over flattened pixels."""
 
     func: object
     acc: object = None
@@ -70,6 +64,25 @@ def _pointwise(t: ConvTask) -> bool:
     return t.groups == 1 and t.kh == t.kw == 1 and t.stride == (1, 1) and not any(t.pads)
 
 
+def _packed_tile(task: ChainTask, config: dict, i: int) -> int:
+    """Stage i's channel tile if its weights are packed (`s{i}_pack`, the last's `pack`), or 0."""
+    if i == len(task.convs) - 1:
+        return config["vec"] * config["co_block"] if config.get("pack") else 0
+    return config[f"s{i}_vec"] * config.get(f"s{i}_cb", 1) if config.get(f"s{i}_pack") else 0
+
+
+def arguments(task: ChainTask, config: dict, inputs: list) -> list:
+    """The kernel's arguments (`ChainTask.random_inputs` order): each packed stage's HWIO
+    weights as (K/T, C, T) for its tile T (`conv_common.packed_weights`), the rest as given."""
+    out, at = list(inputs), 1
+    for i, t in enumerate(task.convs):
+        tile = _packed_tile(task, config, i)
+        if tile and out[at] is not None:
+            out[at] = packed_weights(out[at], tile)
+        at += 1 + t.has_bias
+    return out
+
+
 def supports(task: ChainTask) -> bool:
     convs = task.convs
     return task.dtype == "float32" and len(convs) >= 2 \
@@ -80,10 +93,9 @@ def supports(task: ChainTask) -> bool:
 
 
 def _seeds(task: ChainTask) -> tuple[dict, ...]:
-    """Register tiles of 16 or 24 channels by 4-6 pixels, strips of 2 or 4 rows, earlier
-    stages per strip with 16 (or 8) lanes; 8 channels by 4 pixels for narrow outputs; then
-    every earlier stage at the root (what separate kernels would do). Earlier 1×1 stages
-    flattened (`s{i}_flat`), and the first seed once more with them in rows."""
+    """Register tiles of 16 or 24 channels by 4-6 pixels in strips of 2 or 4 rows, earlier
+    stages per strip (16 or 8 lanes; 1×1s flattened and packed where tiles divide); 8 × 4
+    tiles for narrow outputs; every earlier stage at the root; the first once more in rows."""
     earlier = range(len(task.convs) - 1)
     out = []
     for vec, cb, xb, rows, lanes, at in ((16, 1, 6, 2, 16, "strip"), (8, 2, 6, 2, 16, "strip"),
@@ -96,11 +108,15 @@ def _seeds(task: ChainTask) -> tuple[dict, ...]:
                 seed[f"s{i}_cb"] = 2 if lanes == 8 else 1
             if _pointwise(task.convs[i]):
                 seed[f"s{i}_flat"] = True
+                seed[f"s{i}_pack"] = task.convs[i].k % (lanes * seed.get(f"s{i}_cb", 1)) == 0
         if _depthwise(task.convs[-1]):
             seed.update(tile="rows", ch_tile=1, co_block=1)
+        elif _pointwise(task.convs[-1]):
+            seed["pack"] = task.convs[-1].k % (vec * cb) == 0
         out.append(seed)
     if any(_pointwise(t) for t in task.convs[:-1]):
-        out.append({k: False if k.endswith("_flat") else v for k, v in out[0].items()})
+        out.append({k: False if k.endswith(("_flat", "_pack")) else v
+                    for k, v in out[0].items()})
     if _depthwise(task.convs[-1]):      # channel tiles of 32 or 16: no halo recomputed
         for vec, ch in ((16, 2), (8, 2), (8, 4)):
             seed = {"vec": vec, "co_block": 1, "x_block": 4, "co_outer": False, "rows": 1,
@@ -111,6 +127,7 @@ def _seeds(task: ChainTask) -> tuple[dict, ...]:
                     seed[f"s{i}_cb"] = 2
                 if _pointwise(task.convs[i]):
                     seed[f"s{i}_flat"] = True
+                    seed[f"s{i}_pack"] = task.convs[i].k % 16 == 0
             out.insert(0, seed)
     return tuple(out)
 
@@ -127,6 +144,11 @@ def space(task: ChainTask, vector_registers: int = 16) -> KnobSpace:
         Constraint("pixel tile within the output row", lambda c: c["x_block"] <= last.out_w),
         Constraint("strip within the output rows", lambda c: c["rows"] <= last.out_h),
     ]
+    if _pointwise(last):
+        knobs.append(Knob("pack", (False, True)))
+        constraints.append(Constraint(
+            "packed weights: the channel tile divides the output channels",
+            lambda c: not c["pack"] or last.k % (c["vec"] * c["co_block"]) == 0))
     if _depthwise(last):
         knobs += [Knob("tile", ("rows", "channels")), Knob("ch_tile", (1, 2, 4, 8))]
         constraints += [
@@ -142,13 +164,26 @@ def space(task: ChainTask, vector_registers: int = 16) -> KnobSpace:
                        lambda c: c["tile"] == "rows" or
                        all(c[f"s{i}_vec"] * c.get(f"s{i}_cb", 1) <= c["vec"] * c["ch_tile"]
                            for i in range(len(task.convs) - 1))),
+            Constraint("packed stages' blocks tile the channel tiles, which tile the channels",
+                       lambda c: c["tile"] == "rows" or all(
+                           last.k % (c["vec"] * c["ch_tile"]) == 0 and
+                           c["vec"] * c["ch_tile"] % (c[f"s{i}_vec"] * c[f"s{i}_cb"]) == 0
+                           for i in range(len(task.convs) - 1) if c.get(f"s{i}_pack"))),
         ]
     lanes = 16 if vector_registers >= 32 else 8
     for i, t in enumerate(task.convs[:-1]):
         knobs += [Knob(f"s{i}_at", ("strip", "root")), Knob(f"s{i}_vec", (4, 8, 16)),
                   Knob(f"s{i}_x", (1, 2, 3, 4, 6, 8))]
         if _pointwise(t):
-            knobs.append(Knob(f"s{i}_flat", (True, False)))
+            knobs += [Knob(f"s{i}_flat", (True, False)), Knob(f"s{i}_pack", (False, True))]
+            constraints.append(Constraint(
+                f"stage {i}'s weights packed only when flattened, in tiles dividing its channels",
+                lambda c, i=i, t=t: not c[f"s{i}_pack"] or c[f"s{i}_flat"]
+                and t.k % (c[f"s{i}_vec"] * c[f"s{i}_cb"]) == 0))
+            # (one-pixel flattened tiles per strip read past the image: a Halide bounds quirk)
+            constraints.append(Constraint(
+                f"stage {i} flattened in tiles of two pixels or more",
+                lambda c, i=i: not c[f"s{i}_flat"] or c[f"s{i}_x"] > 1))
         if not _depthwise(t):       # a dense stage's accumulator tile: cb vectors × x pixels
             knobs.append(Knob(f"s{i}_cb", (1, 2, 3, 4)))
             constraints.append(Constraint(
@@ -185,37 +220,46 @@ def views(task: ChainTask) -> list | None:
     return [None] * args + [pixels] * sum(1 for s in last.epilogue if s[0] == "Add") + [pixels]
 
 
-def _flat_stage(hl, t: ConvTask, io: ConvInputs, inp, name: str):
+def _flat_stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, tile: int):
     """An earlier 1×1 stage over flattened pixels p = y·W + x (`s{i}_flat`): its register
     tiles run across row ends like conv_gemm's, where a 7- or 14-pixel row otherwise leaves part
-    tiles; the next stage reads it through a 2-D view."""
-    acc, r = _flat_acc(hl, t, io, inp, name + "_acc")
+    tiles; the next stage reads it through a 2-D view. `tile`: see `_flat_acc`."""
+    acc, r, value = _flat_acc(hl, t, io, inp, name + "_acc", tile)
     c, x, y, n, p = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n"), hl.Var("p")
     flat = hl.Func(name + "_flat")
-    flat[c, p, n] = epilogue_expr(hl, acc[c, p, n], t.epilogue, [], (c, p, n))
+    flat[c, p, n] = epilogue_expr(hl, value(c, p, n), t.epilogue, [], (c, p, n))
     f = hl.Func(name)
     f[c, x, y, n] = flat[c, y * t.out_w + x, n]
     return _Stage(f, acc, (r.x,), flat)
 
 
-def _flat_last(hl, t: ConvTask, io: ConvInputs, inp):
+def _flat_last(hl, t: ConvTask, io: ConvInputs, inp, tile: int):
     """The last stage, a 1×1 conv, over flattened pixels p = y·W + x: the output Func is
     (c, p, n) (see `views`), so a strip is `rows`·W consecutive pixels and its register tiles
-    run across row ends, as conv_gemm's."""
-    acc, r = _flat_acc(hl, t, io, inp, "out_acc")
-    c, p, n = acc.args()
-    return _Stage(io.output(acc[c, p, n], (c, p, n)), acc, (r.x,))
+    run across row ends, as conv_gemm's. `tile`: see `_flat_acc`."""
+    acc, r, value = _flat_acc(hl, t, io, inp, "out_acc", tile)
+    c, p, n = hl.Var("c"), hl.Var("p"), hl.Var("n")
+    return _Stage(io.output(value(c, p, n), (c, p, n)), acc, (r.x,))
 
 
-def _flat_acc(hl, t: ConvTask, io: ConvInputs, inp, name: str):
-    """1×1 conv `t` of Func `inp` as an accumulator over flattened pixels, acc[c, p, n]
-    (p = y·W + x), and its reduction over the input channels."""
+def _flat_acc(hl, t: ConvTask, io: ConvInputs, inp, name: str, tile: int):
+    """1×1 conv `t` of Func `inp` over flattened pixels (p = y·W + x): (the accumulator, its
+    reduction over the input channels, value(c, p, n)). With `tile` > 0 the weights are packed
+    ([lane, ci, tile], see `arguments`) and the accumulator blocked like them, acc[lane, p,
+    tile, n] (c % T, c / T inside the reduction defeats dense vector loads)."""
     c, n, p = hl.Var("c"), hl.Var("n"), hl.Var("p")
     r = hl.RDom([(0, t.c)])
     acc = hl.Func(name)
-    acc[c, p, n] = io.bias(c)
-    acc[c, p, n] += io.w[c, r.x, 0, 0] * inp[r.x, p % t.out_w, p / t.out_w, n]
-    return acc, r
+    pixel = inp[r.x, p % t.out_w, p / t.out_w, n]
+    if not tile:
+        acc[c, p, n] = io.bias(c)
+        acc[c, p, n] += io.w[c, r.x, 0, 0] * pixel
+        return acc, r, lambda c, p, n: acc[c, p, n]
+    cl, cot = hl.Var("cl"), hl.Var("cot")
+    acc[cl, p, cot, n] = io.bias(cot * tile + cl)
+    acc[cl, p, cot, n] += io.w[cl, r.x, cot] * pixel
+    acc.bound(cl, 0, tile)
+    return acc, r, lambda c, p, n: acc[c % tile, p, c / tile, n]
 
 
 def _stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, last: bool):
@@ -263,7 +307,8 @@ def build(task: ChainTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     convs = task.convs
     flat_last = _pointwise(convs[-1])
-    ios = [ConvInputs(hl, t, prefix=f"s{i}",
+    tiles = [_packed_tile(task, config, i) for i in range(len(convs))]
+    ios = [ConvInputs(hl, t, prefix=f"s{i}", weight_dims=3 if tiles[i] else 4,
                       out_dims=3 if flat_last and i == len(convs) - 1 else 4)
            for i, t in enumerate(convs)]
     params = list(ios[0].params)
@@ -273,9 +318,9 @@ def build(task: ChainTask, config: dict, threads: int = 2) -> AotKernel:
     for i, (t, io) in enumerate(zip(convs, ios)):
         last = i == len(convs) - 1
         if last and flat_last:
-            stage = _flat_last(hl, t, io, inp)
+            stage = _flat_last(hl, t, io, inp, tiles[i])
         elif not last and config.get(f"s{i}_flat"):
-            stage = _flat_stage(hl, t, io, inp, f"s{i}")
+            stage = _flat_stage(hl, t, io, inp, f"s{i}", tiles[i])
         else:
             stage = _stage(hl, t, io, inp, f"s{i}", last)
         stages.append(stage)
@@ -296,7 +341,10 @@ def _schedule(hl, task: ChainTask, stages, config: dict) -> None:
         return
     if len(out.args()) == 3:         # flattened pixels (`_flat_last`): strips of rows·W
         c, p, n = out.args()
-        out.split(c, co, ci, vec * cb, tail)
+        if config.get("pack"):       # tiles aligned with the packed weights' blocks
+            aligned_channel_tiles(hl, out, c, co, ci, vec * cb)
+        else:
+            out.split(c, co, ci, vec * cb, tail)
         out.split(p, yo, yi, config["rows"] * task.convs[-1].out_w, tail)
         out.split(yi, xo, xi, config["x_block"], tail)
         outer = (yo, n)
@@ -328,8 +376,12 @@ def _channel_tiles(hl, stages, config: dict, axes, tile_vars, channels: list[int
     c, x, y, n = axes
     co, ci, xo, xi = tile_vars
     vec, tail = config["vec"], hl.TailStrategy.ShiftInwards
-    cv = hl.Var("cv")
-    out.split(c, co, ci, vec * config["ch_tile"], tail).split(ci, cv, ci, vec, tail)
+    cv, width = hl.Var("cv"), vec * config["ch_tile"]
+    if any(config.get(f"s{i}_pack") for i in range(len(stages) - 1)):
+        aligned_channel_tiles(hl, out, c, co, ci, width)    # so are the packed stages' tiles
+    else:
+        out.split(c, co, ci, width, tail)
+    out.split(ci, cv, ci, vec, tail)
     out.split(x, xo, xi, config["x_block"], tail)
     out.reorder(ci, xi, cv, xo, y, co, n).vectorize(ci).unroll(xi)
     out.fuse(co, n, co).parallel(co)
@@ -371,7 +423,15 @@ def _flat_schedule(hl, flat, acc, rvars, config: dict, i: int, channels: int,
     lanes, cb, px = config[f"s{i}_vec"], config.get(f"s{i}_cb", 1), config[f"s{i}_x"]
     c, p, n = flat.args()
     co, ci, po, pi = (hl.Var(v) for v in (f"s{i}co", f"s{i}ci", f"s{i}po", f"s{i}pi"))
-    flat.split(c, co, ci, lanes * cb, tail).split(p, po, pi, px, tail)
+    if config.get(f"s{i}_pack"):
+        # Tiles start at the weights' blocks, provably (else Halide computes two blocks per
+        # tile): aligned output channel tiles (`_channel_tiles`), else all channels per strip.
+        if config.get("tile") != "channels":
+            flat.bound(c, 0, channels)
+        flat.split(c, co, ci, lanes * cb, hl.TailStrategy.RoundUp)
+    else:
+        flat.split(c, co, ci, lanes * cb, tail)
+    flat.split(p, po, pi, px, tail)
     flat.vectorize(ci, lanes).unroll(ci).unroll(pi)
     if config[f"s{i}_at"] == "root":
         flat.compute_root()

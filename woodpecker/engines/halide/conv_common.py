@@ -5,6 +5,8 @@ with the prologue applied, and the fused epilogue."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from woodpecker.engines.halide import ieee
 from woodpecker.engines.halide.schedule import PARALLEL, TILE_PAD
 from woodpecker.tasks.conv import ConvTask
@@ -153,6 +155,17 @@ def whole_channel_tiles(task: ConvTask) -> Constraint:
     return Constraint("packed weights: the channel tile divides the output channels",
                       lambda c: not c.get("pack", True)
                       or task.k % (c["vec"] * c["co_block"]) == 0)
+
+
+def packed_weights(w, tile: int):
+    """HWIO weights (numpy) as (⌈K/T⌉, kh·kw·C, T) for channel tile T, zero-padded to whole
+    tiles: a tile's weights for its whole reduction in the order a register-tiled reduction
+    reads them, one contiguous stream per tile (Halide sees [lane, (ky·kw + kx)·C + ci,
+    tile])."""
+    kh, kw, c, k = w.shape
+    padded = -(-k // tile) * tile
+    w = np.pad(w.reshape(kh * kw * c, k), ((0, 0), (0, padded - k)))
+    return np.ascontiguousarray(w.reshape(kh * kw * c, -1, tile).transpose(1, 0, 2))
 
 
 def own_shapes(task: ConvTask) -> None:

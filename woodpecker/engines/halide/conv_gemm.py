@@ -27,14 +27,13 @@ the weights are zero-padded to whole tiles and the last tile's stores are masked
 
 from __future__ import annotations
 
-import numpy as np
-
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import (
     ConvInputs,
     dense_conv,
     fits_registers,
     flat_views,
+    packed_weights,
     scale_knob,
 )
 from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled, pad_input
@@ -93,13 +92,8 @@ def padded_channels(k: int, config: dict) -> int:
 
 
 def weights(task: ConvTask, config: dict, w):
-    """HWIO weights as (⌈K/T⌉, kh·kw·C, T), zero-padded to whole tiles: tile T's weights for
-    the whole reduction in the order the micro-kernel reads them, one contiguous stream per
-    channel tile."""
-    tile = config["vec"] * config["co_block"]
-    kh, kw, c, k = w.shape
-    w = np.pad(w.reshape(kh * kw * c, k), ((0, 0), (0, padded_channels(k, config) - k)))
-    return np.ascontiguousarray(w.reshape(kh * kw * c, -1, tile).transpose(1, 0, 2))
+    """HWIO weights packed per channel tile (`conv_common.packed_weights`)."""
+    return packed_weights(w, config["vec"] * config["co_block"])
 
 
 views = flat_views   # NHWC residuals and output read as (N, H·W, K) (see aot.AotKernel)

@@ -2,9 +2,10 @@
 
 Every template module offers `KIND` (the task kind it computes), `supports(task)`,
 `space(task, vector_registers)`, `views(task)`, `build(task, config, threads)` and optionally
-`weights(task, config, w)` (argument 1 turned into the layout the kernel reads). Every template
-that supports a task is tuned for it and the fastest measured config wins (Woodpecker-DL §2.2:
-several schedule templates per operator)."""
+`weights(task, config, w)` (argument 1 turned into the layout the kernel reads) or, for a
+kernel with several weight arguments, `arguments(task, config, inputs)` (every argument).
+Every template that supports a task is tuned for it and the fastest measured config wins
+(Woodpecker-DL §2.2: several schedule templates per operator)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ def kernel_arguments(template, task, config: dict, inputs: list) -> list:
     """The task's arguments (`random_inputs` order, argument 1 in the task's own layout) →
     those of `template`'s kernel built with `config`: the weights in the layout the kernel
     reads, computed once per kernel, never per call. A None (an argument that arrives at run
-    time) is left as it is."""
+    time) is left as it is (a template's `arguments` does the same)."""
+    arguments = getattr(template, "arguments", None)
+    if arguments is not None:
+        return arguments(task, config, list(inputs))
     weights = getattr(template, "weights", None)
     if weights is None or len(inputs) < 2 or inputs[1] is None:
         return list(inputs)
