@@ -199,6 +199,25 @@ def test_chain_packs_the_weights_of_its_tiled_stages():
     assert args[3] is inputs[3] and args[7] is inputs[7]
 
 
+def test_chain_packs_channels_no_tile_divides_in_padded_tiles():
+    """ShuffleNet-like channel counts (12 here; 58, 116, 232 there): weights zero-padded to
+    whole tiles of 8, the last tile's stores masked, the bias added past the padding."""
+    pw = ConvTask(1, 12, 7, 6, 12, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, True, (("Relu",),))
+    task = ChainTask((pw, _after(pw, 12, 3, groups=12, pad=1, epilogue=()),
+                      _after(pw, 12, epilogue=(("Relu",),))))
+    space = conv_chain.space(task)
+    inputs = task.random_inputs(4)
+    for rows, at in ((2, "strip"), (1, "root")):
+        config = {"vec": 8, "co_block": 1, "x_block": 4, "co_outer": False, "rows": rows,
+                  "pack": True, "s0_at": at, "s0_vec": 8, "s0_cb": 1, "s0_x": 4,
+                  "s0_flat": True, "s0_pack": True, "s1_at": at, "s1_vec": 4, "s1_x": 2}
+        assert space.is_valid(config), space.violations(config)
+        args = kernel_arguments(conv_chain, task, config, inputs)
+        assert args[1].shape == (2, 12, 8) and not args[1][1, :, 4:].any()   # zero padding
+        got = conv_chain.build(task, config)(*args)
+        np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("task", SEPARABLE)
 @pytest.mark.parametrize("pad", ["inline", "strip"])
 def test_separable_seeds_are_correct(task, pad):

@@ -92,7 +92,8 @@ def test_attention_splits_into_its_unfused_parts_tasks_and_joins_their_tiles():
 def test_a_depthwise_ending_chain_joins_first_in_tiles_matched_to_its_producer():
     """1×1 → depthwise: the first compositions are channel tiles as wide as the 1×1 stage's
     register tile (the nearest two widths, the stage's block filling the tile), the depthwise
-    conv's pixel tile the 1×1's; a 1×1 tile that does not divide the row is flattened."""
+    conv's pixel tile the widest dividing its row; a 1×1 tile that does not divide the row is
+    flattened."""
     from woodpecker.tasks.chain import ChainTask
     from woodpecker.tasks.conv import ConvTask
 
@@ -109,11 +110,13 @@ def test_a_depthwise_ending_chain_joins_first_in_tiles_matched_to_its_producer()
     seeds = join_seeds(task, space, [direct, depthwise])
     first, second = seeds[:2]
     for s in (first, second):
-        assert s["tile"] == "channels" and s["s0_at"] == "strip" and s["x_block"] == 6
+        assert s["tile"] == "channels" and s["s0_at"] == "strip" and s["x_block"] == 7  # 14/7
         assert s["ch_tile"] * s["vec"] == s["s0_vec"] * s["s0_cb"]       # the tile filled
         assert s["s0_flat"]                                             # 14 % 6 != 0
     assert {first["ch_tile"], second["ch_tile"]} == {2, 4}              # 48 lies between
     assert first["s0_pack"] and second["s0_pack"]         # as the part's: 32, 64 divide 576
+    narrow = join_seeds(task, space, [dict(direct, co_block=1), depthwise])      # 16 wide
+    assert [(s["ch_tile"], s["s0_cb"]) for s in narrow[:3]] == [(4, 4), (1, 1), (2, 2)]
     gemm = {"co_block": 2, "col": "inline", "pad": "inline", "panel": 1, "parallel": "co",
             "unroll_kw": False, "vec": 16, "x_block": 7}
     assert join_seeds(task, space, [gemm, depthwise])[0]["s0_flat"]      # conv_gemm's tiles
@@ -125,6 +128,9 @@ def test_a_depthwise_ending_chain_joins_first_in_tiles_matched_to_its_producer()
                      ConvTask(1, 600, 14, 14, 600, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 600,
                               True, (("Clip", 0.0, 6.0),))))
     odd_space = conv_chain.space(odd, 32)
-    for s in join_seeds(odd, odd_space, [direct, depthwise]):       # 600 = 8 · 75
-        assert odd_space.is_valid(s)
-        assert not s["s0_pack"] or 600 % (s["s0_vec"] * s["s0_cb"]) == 0
+    odd_seeds = join_seeds(odd, odd_space, [direct, depthwise])     # 600 = 8 · 75
+    assert all(odd_space.is_valid(s) for s in odd_seeds)
+    # in rows, packed in tiles of 48 zero-padded to 624; in channel tiles only exact blocks
+    assert any(s["s0_pack"] and s["tile"] == "rows" for s in odd_seeds)
+    assert all(600 % (s["s0_vec"] * s["s0_cb"]) == 0 for s in odd_seeds
+               if s["s0_pack"] and s["tile"] == "channels")

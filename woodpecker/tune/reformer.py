@@ -5,16 +5,16 @@ subgraph by Algorithm 1 into mini-subgraphs of at most one complex operator each
 a chain is complex, so they are its convs, each a conv2d task (the very task the unfused graph
 would have). `join_seeds(task, space, part_configs)` composes the parts' best schedules into
 configurations of the chain's template (engines/halide/conv_chain.py), the joined subgraph's
-initial schedules: the last conv's register tile and parallel split become the output's tile,
-each earlier conv's lanes and tile become its stage's (a 1×1 stage's pixels flattened across
-rows when its part's best kernel was conv_gemm's or its tile does not divide the row; a 1×1
-stage's weights packed per tile, as the part's were, when the tile divides its channels), in
-strips of 4, 2 or 8 rows (a depthwise last conv also in channel tiles), with the first stages
-whole and the rest per strip,
-and, last, with every earlier stage at the root (the separate kernels' schedules, joined); a
-chain ending in a depthwise conv first in channel tiles matched to the producing stage's tile
-(`_matched_channel_tiles`). Invalid
-compositions are repaired knob by knob toward the space's values, or dropped.
+initial schedules: the last conv's register tile and parallel split become the output's tile
+(a depthwise last conv's: one vector by the widest pixel tile dividing its row), each earlier
+conv's lanes and tile become its stage's (a 1×1 stage's pixels flattened across rows when its
+part's best kernel was conv_gemm's or its tile does not divide the row; its weights packed per
+tile, as the part's were, where the space allows it), in strips of 4, 2 or 8 rows (a depthwise
+last conv also in channel tiles), with the first stages whole and the rest per strip, and,
+last, with every earlier stage at the root (the separate kernels' schedules, joined); a chain
+ending in a depthwise conv first in channel tiles matched to the producing stage's tile
+(`_matched_channel_tiles`). Invalid compositions are repaired knob by knob toward the space's
+values, or dropped.
 
 Attention (ops/attention.py) splits into its three complex operators' tasks — the scores'
 product (with the scale and mask), the softmax rows, the product with V — the very tasks its
@@ -31,10 +31,10 @@ are tasks of their own, tune/extract.py), then the fused task with these seeds f
 
 from __future__ import annotations
 
+from woodpecker.engines.halide.chain_space import depthwise, packable
 from woodpecker.tasks import Task
 from woodpecker.tasks.attention import AttentionTask
 from woodpecker.tasks.chain import ChainTask
-from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.dense import DenseTask
 from woodpecker.tasks.rows import RowTask
 from woodpecker.tasks.space import Config, KnobSpace
@@ -67,10 +67,6 @@ def _nearest(values: tuple, v) -> object:
     return min(nums, key=lambda x: (abs(x - v), x))
 
 
-def _depthwise(t: ConvTask) -> bool:
-    return t.groups == t.c == t.k > 1
-
-
 def join_seeds(task: ChainTask | AttentionTask, space: KnobSpace,
                part_configs: list[Config | None]) -> list[Config]:
     """Configurations of the fused task composed from the parts' configurations (None: a part
@@ -83,10 +79,13 @@ def join_seeds(task: ChainTask | AttentionTask, space: KnobSpace,
     knobs = {k.name: k.values for k in space.knobs}
     last, lc = task.convs[-1], part_configs[-1]
     base: dict = {"vec": lc.get("vec", 8), "x_block": lc.get("x_block", 4),
-                  "co_block": 1 if _depthwise(last) else lc.get("co_block", 1),
-                  "co_outer": lc.get("parallel") == "co" and not _depthwise(last)}
+                  "co_block": 1 if depthwise(last) else lc.get("co_block", 1),
+                  "co_outer": lc.get("parallel") == "co" and not depthwise(last)}
     if "tile" in knobs:
-        base.update(tile="rows", ch_tile=1)
+        # a depthwise output tile is one vector by x_block pixels, not the part's c_block
+        # vectors by x_block: the widest pixel tile that divides the row instead
+        base.update(tile="rows", ch_tile=1,
+                    x_block=_row_tile(knobs["x_block"], last.out_w, base["x_block"]))
     for i, c in enumerate(part_configs[:-1]):
         base[f"s{i}_vec"] = c.get("vec", 8)
         base[f"s{i}_x"] = c.get("x_block", 4)
@@ -120,40 +119,56 @@ def join_seeds(task: ChainTask | AttentionTask, space: KnobSpace,
 
 
 def _packed(task: ChainTask, v: dict) -> dict:
-    """Variant `v` with each stage's weights packed only where its tile divides its
-    channels (the channel tiles of a depthwise last conv too)."""
+    """Variant `v` with each stage's weights packed only where the space allows it: tiles
+    padded a little (`chain_space.packable`), or in a depthwise last conv's channel tiles
+    blocks that tile them exactly."""
     v = dict(v)
     for i, t in enumerate(task.convs):
         key = "pack" if i == len(task.convs) - 1 else f"s{i}_pack"
         if v.get(key):
-            tile = v["vec"] * v["co_block"] if key == "pack" else \
-                v[f"s{i}_vec"] * v.get(f"s{i}_cb", 1)
-            width = v["vec"] * v["ch_tile"] if v.get("tile") == "channels" else tile
-            v[key] = t.k % tile == 0 and task.convs[-1].k % width == 0 and width % tile == 0
+            lanes = v["vec"] if key == "pack" else v[f"s{i}_vec"]
+            tile = lanes * (v["co_block"] if key == "pack" else v.get(f"s{i}_cb", 1))
+            if v.get("tile") == "channels":
+                width = v["vec"] * v["ch_tile"]
+                v[key] = task.convs[-1].k % width == 0 and width % tile == 0
+            else:
+                v[key] = packable(t.k, tile, lanes)
     return v
 
 
 def _matched_channel_tiles(task: ChainTask, knobs: dict, base: dict) -> list[dict]:
     """A chain ending in a depthwise conv, in channel tiles over the whole image (no halo to
-    recompute), each tile as wide as the producing stage's register tile — the two nearest
-    `ch_tile`s, the producer's accumulator block adjusted to fill the tile — and the depthwise
-    conv's pixel tile its producer's: the stage's tile and the consumer's then cover the same
-    channels and pixels, where the parts' own tiles (a depthwise conv alone keeps a narrow
-    tile) leave part tiles or recompute."""
+    recompute), each tile filled by the producing stage's register tile (its accumulator
+    block adjusted): the widest such tile, then the two `ch_tile`s nearest the producer's own
+    width — so that the stage's tile and the consumer's cover the same channels, where the
+    parts' own tiles (a depthwise conv alone keeps a narrow one) leave part tiles."""
     m = len(task.convs) - 1
     p, vec = m - 1, base["vec"]
     width = base[f"s{p}_vec"] * base.get(f"s{p}_cb", 1)
     near = sorted(knobs["ch_tile"], key=lambda ch: (abs(ch * vec - width), -ch))[:2]
+    # First the widest tile the producer's accumulator block can fill: each channel tile
+    # reads the stage's whole input, so wider tiles read it fewer times.
+    blocks = max(knobs.get(f"s{p}_cb", (1,)))
+    wide = max((ch for ch in knobs["ch_tile"] if ch * vec <= blocks * base[f"s{p}_vec"]
+                and task.convs[-1].k % (ch * vec) == 0), default=None)
+    if wide is not None and wide not in near:
+        near.insert(0, wide)
     out = []
     for ch in near:
         v = dict(base, rows=1, co_outer=False, tile="channels", ch_tile=ch,
-                 x_block=_nearest(knobs["x_block"], base[f"s{p}_x"]),
                  **{f"s{i}_at": "strip" for i in range(m)})
         cb = ch * vec // base[f"s{p}_vec"]
         if f"s{p}_cb" in knobs and cb in knobs[f"s{p}_cb"]:
             v[f"s{p}_cb"] = cb
         out.append(v)
     return out
+
+
+def _row_tile(values: tuple, width: int, fallback: int) -> int:
+    """The widest pixel tile of `values` that divides a row of `width` pixels (shifted
+    tiles would recompute the overlap), else the value nearest `fallback`."""
+    return max((x for x in values if width % x == 0 and x > 1), default=None) or \
+        _nearest(values, fallback)
 
 
 def _join_attention(space: KnobSpace, qk: Config, soft: Config, pv: Config) -> list[Config]:

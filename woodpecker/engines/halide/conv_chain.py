@@ -18,7 +18,7 @@ registers. A 1×1 stage of stride 1 may run over flattened pixels (`s{i}_flat`: 
 register tiles across row ends as conv_gemm's, where 7- and 14-pixel rows leave part tiles)
 with its weights packed per channel tile (`s{i}_pack`: a tile's reduction streams them
 contiguously, not T floats every K); a last 1×1 conv always computes over flattened pixels
-(`_flat_last`), packed by `pack`.
+(`_flat_last`), packed by `pack`. The knobs, their constraints and seeds: chain_space.py.
 Computing a stage inline in its reader — AGO's third place — is not offered: every reader here
 is a conv reading each value k² or C times, so inlining would recompute it as often.
 """
@@ -29,24 +29,20 @@ from typing import NamedTuple
 
 from woodpecker.config import CHAIN_CO_TASKS
 from woodpecker.engines.halide.aot import AotKernel, halide_module
+from woodpecker.engines.halide.chain_space import depthwise, padded, pointwise
+from woodpecker.engines.halide.chain_space import space as space  # the template's knob space
 from woodpecker.engines.halide.conv_common import (
     EPILOGUE_OPS,
     ConvInputs,
     epilogue_expr,
-    fits_registers,
     own_shapes,
     packed_weights,
 )
 from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled
 from woodpecker.tasks.chain import ChainTask
 from woodpecker.tasks.conv import ConvTask
-from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 KIND = "convchain"
-
-
-def _depthwise(t: ConvTask) -> bool:
-    return t.groups == t.c == t.k > 1
 
 
 class _Stage(NamedTuple):
@@ -59,11 +55,6 @@ class _Stage(NamedTuple):
     flat: object = None
 
 
-def _pointwise(t: ConvTask) -> bool:
-    """A dense 1×1 conv of stride 1 without padding: its pixels can be flattened (`s{i}_flat`)."""
-    return t.groups == 1 and t.kh == t.kw == 1 and t.stride == (1, 1) and not any(t.pads)
-
-
 def _packed_tile(task: ChainTask, config: dict, i: int) -> int:
     """Stage i's channel tile if its weights are packed (`s{i}_pack`, the last's `pack`), or 0."""
     if i == len(task.convs) - 1:
@@ -73,7 +64,8 @@ def _packed_tile(task: ChainTask, config: dict, i: int) -> int:
 
 def arguments(task: ChainTask, config: dict, inputs: list) -> list:
     """The kernel's arguments (`ChainTask.random_inputs` order): each packed stage's HWIO
-    weights as (K/T, C, T) for its tile T (`conv_common.packed_weights`), the rest as given."""
+    weights as (⌈K/T⌉, C, T) for its tile T (`conv_common.packed_weights`: zero-padded to whole
+    tiles), the rest as given."""
     out, at = list(inputs), 1
     for i, t in enumerate(task.convs):
         tile = _packed_tile(task, config, i)
@@ -86,126 +78,10 @@ def arguments(task: ChainTask, config: dict, inputs: list) -> list:
 def supports(task: ChainTask) -> bool:
     convs = task.convs
     return task.dtype == "float32" and len(convs) >= 2 \
-        and all(c.groups == 1 or _depthwise(c) for c in convs) \
+        and all(c.groups == 1 or depthwise(c) for c in convs) \
         and all(s[0] in EPILOGUE_OPS for c in convs for s in c.epilogue) \
         and all(s[0] != "Add" for c in convs[:-1] for s in c.epilogue) \
         and not any(c.prologue for c in convs)
-
-
-def _seeds(task: ChainTask) -> tuple[dict, ...]:
-    """Register tiles of 16 or 24 channels by 4-6 pixels in strips of 2 or 4 rows, earlier
-    stages per strip (16 or 8 lanes; 1×1s flattened and packed where tiles divide); 8 × 4
-    tiles for narrow outputs; every earlier stage at the root; the first once more in rows."""
-    earlier = range(len(task.convs) - 1)
-    out = []
-    for vec, cb, xb, rows, lanes, at in ((16, 1, 6, 2, 16, "strip"), (8, 2, 6, 2, 16, "strip"),
-                                         (8, 3, 4, 4, 16, "strip"), (8, 2, 4, 4, 8, "strip"),
-                                         (8, 1, 4, 2, 8, "strip"), (16, 1, 6, 1, 16, "root")):
-        seed = {"vec": vec, "co_block": cb, "x_block": xb, "co_outer": False, "rows": rows}
-        for i in earlier:
-            seed.update({f"s{i}_at": at, f"s{i}_vec": lanes, f"s{i}_x": 4})
-            if not _depthwise(task.convs[i]):
-                seed[f"s{i}_cb"] = 2 if lanes == 8 else 1
-            if _pointwise(task.convs[i]):
-                seed[f"s{i}_flat"] = True
-                seed[f"s{i}_pack"] = task.convs[i].k % (lanes * seed.get(f"s{i}_cb", 1)) == 0
-        if _depthwise(task.convs[-1]):
-            seed.update(tile="rows", ch_tile=1, co_block=1)
-        elif _pointwise(task.convs[-1]):
-            seed["pack"] = task.convs[-1].k % (vec * cb) == 0
-        out.append(seed)
-    if any(_pointwise(t) for t in task.convs[:-1]):
-        out.append({k: False if k.endswith(("_flat", "_pack")) else v
-                    for k, v in out[0].items()})
-    if _depthwise(task.convs[-1]):      # channel tiles of 32 or 16: no halo recomputed
-        for vec, ch in ((16, 2), (8, 2), (8, 4)):
-            seed = {"vec": vec, "co_block": 1, "x_block": 4, "co_outer": False, "rows": 1,
-                    "tile": "channels", "ch_tile": ch}
-            for i in earlier:
-                seed.update({f"s{i}_at": "strip", f"s{i}_vec": 8, f"s{i}_x": 4})
-                if not _depthwise(task.convs[i]):
-                    seed[f"s{i}_cb"] = 2
-                if _pointwise(task.convs[i]):
-                    seed[f"s{i}_flat"] = True
-                    seed[f"s{i}_pack"] = task.convs[i].k % 16 == 0
-            out.insert(0, seed)
-    return tuple(out)
-
-
-def space(task: ChainTask, vector_registers: int = 16) -> KnobSpace:
-    last = task.convs[-1]
-    knobs = [Knob("vec", (4, 8, 16)), Knob("co_block", (1, 2, 3, 4)),
-             Knob("x_block", (1, 2, 3, 4, 5, 6, 7, 8)), Knob("co_outer", (False, True)),
-             Knob("rows", (1, 2, 4, 8, 16))]
-    constraints = [
-        fits_registers(vector_registers, "co_block", 1),
-        Constraint("channel tile within the output channels",
-                   lambda c: c["vec"] * c["co_block"] <= last.k),
-        Constraint("pixel tile within the output row", lambda c: c["x_block"] <= last.out_w),
-        Constraint("strip within the output rows", lambda c: c["rows"] <= last.out_h),
-    ]
-    if _pointwise(last):
-        knobs.append(Knob("pack", (False, True)))
-        constraints.append(Constraint(
-            "packed weights: the channel tile divides the output channels",
-            lambda c: not c["pack"] or last.k % (c["vec"] * c["co_block"]) == 0))
-    if _depthwise(last):
-        knobs += [Knob("tile", ("rows", "channels")), Knob("ch_tile", (1, 2, 4, 8))]
-        constraints += [
-            Constraint("a depthwise output tile is one vector of channels",
-                       lambda c: c["co_block"] == 1),
-            Constraint("channel tiles within the channels",
-                       lambda c: c["vec"] * c["ch_tile"] <= last.k),
-            Constraint("channel tiles are the tasks, not strips",
-                       lambda c: c["tile"] == "rows" and c["ch_tile"] == 1 or
-                       c["tile"] == "channels" and c["rows"] == 1 and not c["co_outer"]
-                       and all(c[f"s{i}_at"] == "strip" for i in range(len(task.convs) - 1))),
-            Constraint("earlier stages' lanes within a channel tile",
-                       lambda c: c["tile"] == "rows" or
-                       all(c[f"s{i}_vec"] * c.get(f"s{i}_cb", 1) <= c["vec"] * c["ch_tile"]
-                           for i in range(len(task.convs) - 1))),
-            Constraint("packed stages' blocks tile the channel tiles, which tile the channels",
-                       lambda c: c["tile"] == "rows" or all(
-                           last.k % (c["vec"] * c["ch_tile"]) == 0 and
-                           c["vec"] * c["ch_tile"] % (c[f"s{i}_vec"] * c[f"s{i}_cb"]) == 0
-                           for i in range(len(task.convs) - 1) if c.get(f"s{i}_pack"))),
-        ]
-    lanes = 16 if vector_registers >= 32 else 8
-    for i, t in enumerate(task.convs[:-1]):
-        knobs += [Knob(f"s{i}_at", ("strip", "root")), Knob(f"s{i}_vec", (4, 8, 16)),
-                  Knob(f"s{i}_x", (1, 2, 3, 4, 6, 8))]
-        if _pointwise(t):
-            knobs += [Knob(f"s{i}_flat", (True, False)), Knob(f"s{i}_pack", (False, True))]
-            constraints.append(Constraint(
-                f"stage {i}'s weights packed only when flattened, in tiles dividing its channels",
-                lambda c, i=i, t=t: not c[f"s{i}_pack"] or c[f"s{i}_flat"]
-                and t.k % (c[f"s{i}_vec"] * c[f"s{i}_cb"]) == 0))
-            # (one-pixel flattened tiles per strip read past the image: a Halide bounds quirk)
-            constraints.append(Constraint(
-                f"stage {i} flattened in tiles of two pixels or more",
-                lambda c, i=i: not c[f"s{i}_flat"] or c[f"s{i}_x"] > 1))
-        if not _depthwise(t):       # a dense stage's accumulator tile: cb vectors × x pixels
-            knobs.append(Knob(f"s{i}_cb", (1, 2, 3, 4)))
-            constraints.append(Constraint(
-                f"stage {i}'s accumulators fit the vector registers",
-                lambda c, i=i: c[f"s{i}_cb"] * c[f"s{i}_x"] * max(1, c[f"s{i}_vec"] // lanes)
-                <= vector_registers - 1))
-        constraints += [
-            Constraint(f"stage {i}'s lanes within its channels",
-                       lambda c, i=i, t=t: c[f"s{i}_vec"] * c.get(f"s{i}_cb", 1) <= t.k),
-            Constraint(f"stage {i}'s pixels within its row",
-                       lambda c, i=i, t=t: c[f"s{i}_x"] <= t.out_w),
-        ]
-    n = len(task.convs) - 1
-    constraints.append(Constraint(
-        "a stage per strip only before stages per strip (a root stage's inputs are whole)",
-        lambda c: all(c[f"s{j}_at"] == "strip" for i in range(n) if c[f"s{i}_at"] == "strip"
-                      for j in range(i + 1, n))))
-    constraints.append(Constraint(
-        "strips of one row when every earlier stage is at the root",
-        lambda c: any(c[f"s{i}_at"] == "strip" for i in range(n)) or
-        (c["rows"] == 1 and not c["co_outer"])))
-    return KnobSpace(knobs, constraints, _seeds(task))
 
 
 def views(task: ChainTask) -> list | None:
@@ -213,7 +89,7 @@ def views(task: ChainTask) -> list | None:
     (`_flat_last`): its residuals and output are then seen as (N, H·W, K), the other
     arguments in their own shapes."""
     last = task.convs[-1]
-    if not _pointwise(last):
+    if not pointwise(last):
         return own_shapes(task)
     pixels = (last.n, last.out_h * last.out_w, last.k)
     args = 1 + sum(1 + c.has_bias for c in task.convs)
@@ -255,11 +131,15 @@ def _flat_acc(hl, t: ConvTask, io: ConvInputs, inp, name: str, tile: int):
         acc[c, p, n] = io.bias(c)
         acc[c, p, n] += io.w[c, r.x, 0, 0] * pixel
         return acc, r, lambda c, p, n: acc[c, p, n]
-    cl, cot = hl.Var("cl"), hl.Var("cot")
-    acc[cl, p, cot, n] = io.bias(cot * tile + cl)
+    cl, cot, whole = hl.Var("cl"), hl.Var("cot"), t.k % tile == 0
+    # A padded last tile would read the bias past its end: add it to the value instead (an
+    # intermediate is computed over the padded channels too, which no reader reads).
+    acc[cl, p, cot, n] = io.bias(cot * tile + cl) if whole else hl.f32(0.0)
     acc[cl, p, cot, n] += io.w[cl, r.x, cot] * pixel
     acc.bound(cl, 0, tile)
-    return acc, r, lambda c, p, n: acc[c % tile, p, c / tile, n]
+    if whole:
+        return acc, r, lambda c, p, n: acc[c % tile, p, c / tile, n]
+    return acc, r, lambda c, p, n: acc[c % tile, p, c / tile, n] + io.bias(hl.min(c, t.k - 1))
 
 
 def _stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, last: bool):
@@ -267,7 +147,7 @@ def _stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, last: bool):
     c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
     (sy, sx), (dy, dx) = t.stride, t.dilation
     top, left = t.pads[0], t.pads[1]
-    if _depthwise(t):
+    if depthwise(t):
         e = io.bias(c)
         for ky in range(t.kh):
             for kx in range(t.kw):
@@ -306,7 +186,7 @@ def build(task: ChainTask, config: dict, threads: int = 2) -> AotKernel:
     """Compile `task` with `config`; run(*arrays) takes `ChainTask.random_inputs`' order."""
     hl = halide_module()
     convs = task.convs
-    flat_last = _pointwise(convs[-1])
+    flat_last = pointwise(convs[-1])
     tiles = [_packed_tile(task, config, i) for i in range(len(convs))]
     ios = [ConvInputs(hl, t, prefix=f"s{i}", weight_dims=3 if tiles[i] else 4,
                       out_dims=3 if flat_last and i == len(convs) - 1 else 4)
@@ -342,7 +222,8 @@ def _schedule(hl, task: ChainTask, stages, config: dict) -> None:
     if len(out.args()) == 3:         # flattened pixels (`_flat_last`): strips of rows·W
         c, p, n = out.args()
         if config.get("pack"):       # tiles aligned with the packed weights' blocks
-            aligned_channel_tiles(hl, out, c, co, ci, vec * cb)
+            aligned_channel_tiles(hl, out, c, co, ci, vec * cb,
+                                  whole=task.convs[-1].k % (vec * cb) == 0)
         else:
             out.split(c, co, ci, vec * cb, tail)
         out.split(p, yo, yi, config["rows"] * task.convs[-1].out_w, tail)
@@ -427,7 +308,7 @@ def _flat_schedule(hl, flat, acc, rvars, config: dict, i: int, channels: int,
         # Tiles start at the weights' blocks, provably (else Halide computes two blocks per
         # tile): aligned output channel tiles (`_channel_tiles`), else all channels per strip.
         if config.get("tile") != "channels":
-            flat.bound(c, 0, channels)
+            flat.bound(c, 0, padded(channels, lanes * cb))
         flat.split(c, co, ci, lanes * cb, hl.TailStrategy.RoundUp)
     else:
         flat.split(c, co, ci, lanes * cb, tail)

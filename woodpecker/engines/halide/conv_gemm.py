@@ -128,11 +128,7 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     pp, pi, pt, px = hl.Var("pp"), hl.Var("pi"), hl.Var("pt"), hl.Var("px")
     oco, oci = hl.Var("oco"), hl.Var("oci")
     tail = hl.TailStrategy.ShiftInwards
-    if whole:
-        aligned_channel_tiles(hl, out, co, oco, oci, tile)
-    else:
-        out.output_buffer().dim(0).set_min(0)
-        out.split(co, oco, oci, tile, hl.TailStrategy.GuardWithIf)
+    aligned_channel_tiles(hl, out, co, oco, oci, tile, whole)
     out.split(p, pp, pi, xb * config["panel"], tail) \
         .split(pi, pt, px, xb, tail)
     out.vectorize(oci, vec).unroll(oci).unroll(px)

@@ -47,13 +47,14 @@ def register_tile(hl, out, acc, axes, rvars, vec: int, c_block: int, x_block: in
     return acc.update().reorder(ac, ox, *rvars).vectorize(ac, vec).unroll(ac).unroll(ox)
 
 
-def aligned_channel_tiles(hl, out, c, co, ci, tile: int) -> None:
-    """Split `out`'s channels `c` into tiles that start at multiples of `tile` (which must
-    divide the channel count): a channel-blocked accumulator (lane, …, tile) is then read with
-    dense vectors. Shifted tiles (ShiftInwards) made Halide compute two blocks per tile and
-    gather the output through `% tile`."""
+def aligned_channel_tiles(hl, out, c, co, ci, tile: int, whole: bool = True) -> None:
+    """Split `out`'s channels `c` into tiles that start at multiples of `tile`: a
+    channel-blocked accumulator (lane, …, tile) is then read with dense vectors. Shifted tiles
+    (ShiftInwards) made Halide compute two blocks per tile and gather the output through
+    `% tile`. `whole`: the tile divides the channel count; else the last tile's stores are
+    masked (its blocks zero-padded)."""
     out.output_buffer().dim(0).set_min(0)
-    out.split(c, co, ci, tile, hl.TailStrategy.RoundUp)
+    out.split(c, co, ci, tile, hl.TailStrategy.RoundUp if whole else hl.TailStrategy.GuardWithIf)
 
 
 # Why `tile` padding (for per-channel window kernels: depthwise convs, pools): inline bounds
