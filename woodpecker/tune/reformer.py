@@ -31,7 +31,8 @@ are tasks of their own, tune/extract.py), then the fused task with these seeds f
 
 from __future__ import annotations
 
-from woodpecker.engines.halide.chain_space import depthwise, packable
+from woodpecker.engines.halide.chain_space import depthwise
+from woodpecker.engines.halide.conv_common import packable
 from woodpecker.tasks import Task
 from woodpecker.tasks.attention import AttentionTask
 from woodpecker.tasks.chain import ChainTask
@@ -120,7 +121,7 @@ def join_seeds(task: ChainTask | AttentionTask, space: KnobSpace,
 
 def _packed(task: ChainTask, v: dict) -> dict:
     """Variant `v` with each stage's weights packed only where the space allows it: tiles
-    padded a little (`chain_space.packable`), or in a depthwise last conv's channel tiles
+    padded a little (`conv_common.packable`), or in a depthwise last conv's channel tiles
     blocks that tile them exactly."""
     v = dict(v)
     for i, t in enumerate(task.convs):

@@ -4,14 +4,13 @@ fusion): the output's register tile and strips, and per earlier stage where it i
 packed per channel tile (`s{i}_pack`; the last 1×1 conv's `pack`).
 
 Contract: `space(task, vector_registers)` → KnobSpace with seeds; `depthwise(t)`,
-`pointwise(t)` classify a chain's convs; `packable(k, tile, lanes)` says whether `k` channels
-may be packed in tiles of `tile` (zero-padded to whole tiles by less than a vector or a third of
-the channels, as conv_gemm's).
+`pointwise(t)` classify a chain's convs. Packed stages follow conv_gemm's rule for padded
+tiles (`conv_common.packable`).
 """
 
 from __future__ import annotations
 
-from woodpecker.engines.halide.conv_common import fits_registers
+from woodpecker.engines.halide.conv_common import fits_registers, packable
 from woodpecker.tasks.chain import ChainTask
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
@@ -24,16 +23,6 @@ def depthwise(t: ConvTask) -> bool:
 def pointwise(t: ConvTask) -> bool:
     """A dense 1×1 conv of stride 1 without padding: its pixels can be flattened (`s{i}_flat`)."""
     return t.groups == 1 and t.kh == t.kw == 1 and t.stride == (1, 1) and not any(t.pads)
-
-
-def padded(k: int, tile: int) -> int:
-    """`k` channels rounded up to whole tiles."""
-    return -(-k // tile) * tile
-
-
-def packable(k: int, tile: int, lanes: int) -> bool:
-    """Whether `k` channels may be packed in tiles of `tile` (`lanes` to a vector)."""
-    return padded(k, tile) - k < max(lanes, k / 3)
 
 
 def _seeds(task: ChainTask) -> tuple[dict, ...]:
@@ -72,7 +61,7 @@ def _seeds(task: ChainTask) -> tuple[dict, ...]:
                     seed[f"s{i}_cb"] = 2
                 if pointwise(task.convs[i]):
                     seed[f"s{i}_flat"] = True
-                    seed[f"s{i}_pack"] = task.convs[i].k % 16 == 0
+                    seed[f"s{i}_pack"] = task.convs[i].k % (8 * 2) == 0   # exact blocks
             out.insert(0, seed)
     return tuple(out)
 

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from woodpecker.config import CHAIN_CO_TASKS
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.chain_space import depthwise, padded, pointwise
+from woodpecker.engines.halide.chain_space import depthwise, pointwise
 from woodpecker.engines.halide.chain_space import space as space  # the template's knob space
 from woodpecker.engines.halide.conv_common import (
     EPILOGUE_OPS,
@@ -37,6 +37,7 @@ from woodpecker.engines.halide.conv_common import (
     epilogue_expr,
     own_shapes,
     packed_weights,
+    whole_tiles,
 )
 from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled
 from woodpecker.tasks.chain import ChainTask
@@ -85,7 +86,7 @@ def supports(task: ChainTask) -> bool:
 
 
 def views(task: ChainTask) -> list | None:
-    """A chain ending in a 1×1 conv (`_pointwise`) computes its output over flattened pixels
+    """A chain ending in a 1×1 conv (`pointwise`) computes its output over flattened pixels
     (`_flat_last`): its residuals and output are then seen as (N, H·W, K), the other
     arguments in their own shapes."""
     last = task.convs[-1]
@@ -137,9 +138,11 @@ def _flat_acc(hl, t: ConvTask, io: ConvInputs, inp, name: str, tile: int):
     acc[cl, p, cot, n] = io.bias(cot * tile + cl) if whole else hl.f32(0.0)
     acc[cl, p, cot, n] += io.w[cl, r.x, cot] * pixel
     acc.bound(cl, 0, tile)
-    if whole:
-        return acc, r, lambda c, p, n: acc[c % tile, p, c / tile, n]
-    return acc, r, lambda c, p, n: acc[c % tile, p, c / tile, n] + io.bias(hl.min(c, t.k - 1))
+
+    def value(c, p, n):
+        v = acc[c % tile, p, c / tile, n]
+        return v if whole else v + io.bias(hl.min(c, t.k - 1))
+    return acc, r, value
 
 
 def _stage(hl, t: ConvTask, io: ConvInputs, inp, name: str, last: bool):
@@ -308,7 +311,7 @@ def _flat_schedule(hl, flat, acc, rvars, config: dict, i: int, channels: int,
         # Tiles start at the weights' blocks, provably (else Halide computes two blocks per
         # tile): aligned output channel tiles (`_channel_tiles`), else all channels per strip.
         if config.get("tile") != "channels":
-            flat.bound(c, 0, padded(channels, lanes * cb))
+            flat.bound(c, 0, whole_tiles(channels, lanes * cb))
         flat.split(c, co, ci, lanes * cb, hl.TailStrategy.RoundUp)
     else:
         flat.split(c, co, ci, lanes * cb, tail)

@@ -157,14 +157,24 @@ def whole_channel_tiles(task: ConvTask) -> Constraint:
                       or task.k % (c["vec"] * c["co_block"]) == 0)
 
 
+def whole_tiles(k: int, tile: int) -> int:
+    """`k` channels rounded up to whole tiles of `tile`."""
+    return -(-k // tile) * tile
+
+
+def packable(k: int, tile: int, lanes: int) -> bool:
+    """Whether `k` channels may be packed in tiles of `tile` (`lanes` to a vector): zero-padded
+    to whole tiles by less than a vector or a third of the channels."""
+    return whole_tiles(k, tile) - k < max(lanes, k / 3)
+
+
 def packed_weights(w, tile: int):
     """HWIO weights (numpy) as (⌈K/T⌉, kh·kw·C, T) for channel tile T, zero-padded to whole
     tiles: a tile's weights for its whole reduction in the order a register-tiled reduction
     reads them, one contiguous stream per tile (Halide sees [lane, (ky·kw + kx)·C + ci,
     tile])."""
     kh, kw, c, k = w.shape
-    padded = -(-k // tile) * tile
-    w = np.pad(w.reshape(kh * kw * c, k), ((0, 0), (0, padded - k)))
+    w = np.pad(w.reshape(kh * kw * c, k), ((0, 0), (0, whole_tiles(k, tile) - k)))
     return np.ascontiguousarray(w.reshape(kh * kw * c, -1, tile).transpose(1, 0, 2))
 
 

@@ -33,6 +33,7 @@ from woodpecker.engines.halide.conv_common import (
     dense_conv,
     fits_registers,
     flat_views,
+    packable,
     packed_weights,
     scale_knob,
 )
@@ -75,7 +76,7 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     constraints = [
         fits_registers(vector_registers, "co_block", 1),
         Constraint("channel tiles padded by less than a vector or a third of the channels",
-                   lambda c: padded_channels(task.k, c) - task.k < max(c["vec"], task.k / 3)),
+                   lambda c: packable(task.k, c["vec"] * c["co_block"], c["vec"])),
         Constraint("panel within the output pixels",
                    lambda c: c["x_block"] * c["panel"] <= pixels),
         Constraint("per-panel gathering needs panels in parallel",
@@ -83,12 +84,6 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     ]
     knobs, seeds = scale_knob(task, knobs, SEEDS)
     return KnobSpace(knobs, constraints, seeds)
-
-
-def padded_channels(k: int, config: dict) -> int:
-    """The output channels rounded up to whole channel tiles."""
-    tile = config["vec"] * config["co_block"]
-    return -(-k // tile) * tile
 
 
 def weights(task: ConvTask, config: dict, w):
