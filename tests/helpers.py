@@ -75,10 +75,10 @@ def conv_bn_relu_residual() -> onnx.ModelProto:
     return make_model(nodes, [("x", [1, c, 6, 6])], [("y", [1, c * 36])], inits)
 
 
-def seed_tuning_log(graph, path):
-    """A tuning log holding, for every task of the optimised `graph`, its first template's
-    hand-picked seed schedule (a random valid config where it has none): a plan's generated
-    kernels without any tuning."""
+def seed_tuning_log(graph, path, parts: bool = False):
+    """A tuning log holding, for every task of the optimised `graph` (with `parts`, also of
+    each intensive fusion's parts), its first template's hand-picked seed schedule (a random
+    valid config where it has none): a plan's generated kernels without any tuning."""
     import random
 
     from woodpecker.engines.halide.templates import template_module
@@ -86,7 +86,7 @@ def seed_tuning_log(graph, path):
     from woodpecker.tune.records import TuningLog
 
     log = TuningLog(path)
-    for g in extract_tasks(graph):
+    for g in extract_tasks(graph, parts):
         space = template_module(g.templates[0]).space(g.task)
         config = space.seeds[0] if space.seeds else space.sample(random.Random(0))
         log.append({"task": g.task.key, "template": g.templates[0], "config": config,

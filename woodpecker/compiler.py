@@ -159,7 +159,7 @@ def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
     spent."""
     from woodpecker.cache import cache_dir
     from woodpecker.engines.halide.templates import weight_expanding
-    from woodpecker.selection.fusion import weigh_fusions
+    from woodpecker.selection.fusion import confirm_fusions, weigh_fusions
     from woodpecker.selection.in_plan import choose_in_plan
     from woodpecker.selection.per_node import select_kernels
     from woodpecker.selection.refine import refine_selection
@@ -220,6 +220,13 @@ def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
             if engine != choice.engine:
                 choice.why += f"; whole-plan check: {engine}"
             choice.engine = engine
+        if meta.get("fusion"):
+            check = meta["fusion_check"] = confirm_fusions(graph, choices, log, assembly,
+                                                           out=progress, deadline=deadline)
+            for record in meta["fusion"] if check is not None and not check["kept"] else []:
+                if record["node"] in check["nodes"]:
+                    record.update(fused=False, whole_plan="apart")
+            lap("fusion_check")
     for choice in choices.values():
         if choice.engine != names.HALIDE:
             choice.kernel = None

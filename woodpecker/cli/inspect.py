@@ -91,7 +91,13 @@ def cmd_inspect(args) -> None:
         fused = "no tuned kernel" if f["fused_ms"] is None else f"{f['fused_ms']:.3f} ms"
         apart = "" if f["parts_ms"] is None else f" vs apart {f['parts_ms']:.3f} ms"
         print(f"fusion {f['node']} ({f['op']}): fused {fused}{apart} -> "
-              f"{'kept fused' if f['fused'] else 'run apart'}")
+              f"{'kept fused' if f['fused'] else 'run apart'}"
+              f"{' (whole-plan check)' if f.get('whole_plan') else ''}")
+    check = doc["fusion_check"] = model.plan.meta.get("fusion_check")
+    if check:
+        print(f"whole-plan fusion check: {len(check['nodes'])} fusion(s) "
+              f"{check['fused_ms']:.3f} ms fused vs {check['apart_ms']:.3f} ms apart "
+              f"(paired {check['paired_ratio']:.3f}) -> {'fused' if check['kept'] else 'apart'}")
     doc["parallel"] = _show_parallel(model.plan.meta.get("parallel"))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))

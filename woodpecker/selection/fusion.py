@@ -14,6 +14,18 @@ plan runs them — interleaved over `config.SELECTION_RUNS` rounds (bench/timing
 task has no usable record while every part's has is unfused without timing; a node with a part
 that has no tuned kernel stays fused (a library runs either way). Choice: the parts' kernels
 are timed on inputs of their own, not chained, as per-node selection times every kernel.
+
+Kernel against kernels cannot see what the fusion changes around it (layout conversions, which
+values stay in cache for the next kernel), so once selection is done the whole plan decides
+too: `confirm_fusions(graph, choices, log, assembly, out=, deadline=)` times the plan as
+chosen against the same plan with every fusion it runs on a generated kernel undone, each part
+on its task's best tuned kernel (checked, as the plan check gives untimed nodes theirs; a part
+without one on its library), interleaved over `config.REFINE_RUNS` rounds, and keeps the fused
+plan only when its paired ratio (bench.timing.paired_ratio) is under 1; otherwise it unfuses
+them in `graph` and `choices`. Fusion is then never kept where the same tuning runs the whole
+plan faster without it (issue 31: "no zoo model slower"). Measured on the same tuning log
+(closing note of issue 31): kernel-level weighing kept 3 of shufflenet_v2's 7 chains, and that
+plan ran 1.010× the default pipeline's.
 """
 
 from __future__ import annotations
@@ -23,8 +35,9 @@ from typing import TextIO
 
 import numpy as np
 
-from woodpecker.bench.timing import time_interleaved
-from woodpecker.config import SELECTION_RUNS
+from woodpecker.assembly import AssemblyOptions
+from woodpecker.bench.timing import paired_ratio, time_interleaved
+from woodpecker.config import REFINE_RUNS, SELECTION_RUNS
 from woodpecker.deadline import Deadline
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
@@ -34,7 +47,8 @@ from woodpecker.ir.graph import Graph, Node
 from woodpecker.ops import INTENSIVE
 from woodpecker.passes.unfuse import apart, unfuse
 from woodpecker.selection.finalists import finalist_runners, leaders
-from woodpecker.selection.per_node import buildable
+from woodpecker.selection.per_node import best_tuned_spec, buildable
+from woodpecker.selection.refine import plan_runner
 from woodpecker.tasks import task_from_node
 from woodpecker.tune.records import TuningLog
 
@@ -91,3 +105,47 @@ def weigh_fusions(graph: Graph, choices: Choices, log: TuningLog, allowed: list[
             for p in unfuse(graph, node):
                 choices[p.name] = Choice(choose(p, allowed, ctx), why="library preference")
     return records
+
+
+def confirm_fusions(graph: Graph, choices: Choices, log: TuningLog, assembly: AssemblyOptions,
+                    runs: int = REFINE_RUNS, out: TextIO | None = None,
+                    deadline: Deadline = Deadline.NONE) -> dict | None:
+    """The whole-plan check of the fusions `choices` run on generated kernels (module
+    docstring); returns its record, None where no fusion runs on one. Past `deadline` the
+    comparison stops at half its rounds."""
+    out = out or sys.stderr
+    fused = [n.name for n in graph.nodes
+             if n.op in INTENSIVE and choices[n.name].engine == names.HALIDE]
+    if not fused:
+        return None
+    print(f"checking {len(fused)} fusion(s) on the whole plan against their parts",
+          file=out, flush=True)
+    ctx, allowed = assembly.context, list(assembly.allowed)
+    apart_graph = graph.copy()
+    by_name = {n.name: n for n in apart_graph.nodes}
+    apart_choices = {name: c for name, c in choices.items() if name not in fused}
+    for name in fused:
+        for part in unfuse(apart_graph, by_name[name]):
+            task = task_from_node(part)
+            spec = None if task is None else best_tuned_spec(task, log, ctx.threads, out)
+            apart_choices[part.name] = (
+                Choice(names.HALIDE, spec, "whole-plan fusion check: its best tuned kernel")
+                if spec is not None else
+                Choice(choose(part, allowed, ctx), why="library preference"))
+    times = time_interleaved({"fused": plan_runner(graph, choices, assembly),
+                              "apart": plan_runner(apart_graph, apart_choices, assembly)},
+                             runs, 2, block=3, deadline=deadline, min_runs=runs // 2)
+    ratio = paired_ratio(times, "apart", "fused")
+    record = {"nodes": fused, "fused_ms": float(np.median(times["fused"])),
+              "apart_ms": float(np.median(times["apart"])), "paired_ratio": ratio,
+              "kept": ratio < 1.0}
+    print(f"  whole plan: fused {record['fused_ms']:.2f} ms, apart {record['apart_ms']:.2f} ms "
+          f"(paired {ratio:.3f}) -> {'fused' if record['kept'] else 'apart'}", file=out,
+          flush=True)
+    if not record["kept"]:
+        by_name = {n.name: n for n in graph.nodes}
+        for name in fused:
+            del choices[name]
+            for part in unfuse(graph, by_name[name]):
+                choices[part.name] = apart_choices[part.name]
+    return record

@@ -106,16 +106,21 @@ def _untimed_kernels(groups: list, choices: Choices, log: TuningLog, ctx: BuildC
     for g in groups:
         if deadline.passed():
             return
-        records = leaders(log, g.task, buildable(g.task))[:1]
-        finalists = finalist_runners(g.task, records, ctx.threads,
-                                     lambda msg: print(f"  {msg}", file=out))
-        if not finalists:
+        spec = best_tuned_spec(g.task, log, ctx.threads, out)
+        if spec is None:
             continue
-        spec = _specs(g.task, finalists, [next(iter(finalists))])[0]
         for name in g.nodes:
             choices[name] = Choice(choices[name].engine, spec,
                                    "not timed (selection budget spent); its best tuned kernel "
                                    "is tried in the whole-plan check")
+
+
+def best_tuned_spec(task: Task, log: TuningLog, threads: int, out: TextIO) -> KernelSpec | None:
+    """The kernel of `task`'s best usable record in `log`, built and checked against the
+    reference (not timed); None without one that passes."""
+    records = leaders(log, task, buildable(task))[:1]
+    finalists = finalist_runners(task, records, threads, lambda msg: print(f"  {msg}", file=out))
+    return _specs(task, finalists, list(finalists))[0] if finalists else None
 
 
 def _specs(task: Task, finalists: dict, order: list[str]) -> list[KernelSpec]:

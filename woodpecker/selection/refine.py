@@ -85,6 +85,14 @@ def halide_chains(graph: Graph, candidates: set[int]) -> list[list[int]]:
     return list(chains.values())
 
 
+def plan_runner(graph: Graph, choices: Choices, assembly: AssemblyOptions):
+    """A no-argument run of the plan `assembly` makes of `graph` (copied) with `choices`, on
+    one seeded input."""
+    model = CompiledModel(assemble(graph.copy(), choices, assembly))
+    feeds = random_feeds(model)
+    return lambda: model.run(feeds)
+
+
 def refine_selection(graph: Graph, before: list[str], choices: Choices, records: list[dict],
                      assembly: AssemblyOptions, runs: int = REFINE_RUNS,
                      out: TextIO | None = None, deadline: Deadline = Deadline.NONE,
@@ -115,11 +123,8 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
     report, seen = [], set()
 
     def runner(engines: list[str]):
-        trial = {name: Choice(e, choices[name].kernel if e == HALIDE else None)
-                 for name, e in zip(names, engines)}
-        model = CompiledModel(assemble(graph.copy(), trial, assembly))
-        feeds = random_feeds(model)
-        return lambda: model.run(feeds)
+        return plan_runner(graph, {name: Choice(e, choices[name].kernel if e == HALIDE else None)
+                                   for name, e in zip(names, engines)}, assembly)
 
     best_run = runner(current)
 

@@ -1,0 +1,86 @@
+"""The whole-plan fusion check (selection/fusion.confirm_fusions): a plan running an inverted
+residual block as one generated kernel is timed against the same plan with the block taken
+apart, each part on its tuned kernel; the fused node stays exactly when the paired ratio is
+under 1, and the plan either way computes what ONNX Runtime does."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from tests.helpers import ort_run, rand, seed_tuning_log
+from tests.passes.test_fuse_chain import BLOCK, SHAPE, _model
+
+pytest.importorskip("halide")
+
+
+def _fused_plan(tmp_path):
+    """The block's AGO graph, its seeded tuning log, the fused node on its Halide kernel."""
+    from woodpecker.assembly import AssemblyOptions
+    from woodpecker.engines.base import BuildContext
+    from woodpecker.engines.choice import Choice
+    from woodpecker.frontend.onnx_import import import_onnx
+    from woodpecker.passes import AGO, optimize
+    from woodpecker.selection.per_node import best_tuned_spec
+    from woodpecker.target import Target
+    from woodpecker.tasks import task_from_node
+
+    model = _model(BLOCK)
+    graph = import_onnx(model)
+    optimize(graph, AGO)
+    log = seed_tuning_log(graph, tmp_path / "log.jsonl", parts=True)
+    (node,) = graph.nodes
+    spec = best_tuned_spec(task_from_node(node), log, 2, io.StringIO())
+    assert spec is not None and spec.template.endswith("conv_chain")
+    choices = {node.name: Choice("halide", spec, "test")}
+    ctx = BuildContext(2, graph.opset)
+    assembly = AssemblyOptions(("halide", "numpy"), ctx, Target.parse("cpu", 2),
+                               {"library_regions": True})
+    return model, graph, log, choices, assembly
+
+
+def _matches_onnx_runtime(model, graph, choices, assembly):
+    from woodpecker.assembly import assemble
+    from woodpecker.runtime.compiled import CompiledModel
+
+    x = rand(*SHAPE, seed=5)
+    got = CompiledModel(assemble(graph.copy(), choices, assembly))(x)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("apart_faster", [False, True])
+def test_the_fused_plan_stays_only_when_the_whole_plan_is_faster(tmp_path, monkeypatch,
+                                                                   apart_faster):
+    """Timed for real; the second case makes the apart plan's runs count as faster (the
+    ratio the check compares, not its timing, is replaced) to reach the unfusing branch."""
+    from woodpecker.selection import fusion
+
+    model, graph, log, choices, assembly = _fused_plan(tmp_path)
+    (fused,) = graph.nodes
+    if apart_faster:
+        monkeypatch.setattr(fusion, "paired_ratio", lambda times, base, other: 1.2)
+    record = fusion.confirm_fusions(graph, choices, log, assembly, runs=4, out=io.StringIO())
+    assert record["nodes"] == [fused.name]
+    assert record["fused_ms"] > 0 and record["apart_ms"] > 0
+    assert record["kept"] == (record["paired_ratio"] < 1.0)
+    if record["kept"]:
+        assert [n.name for n in graph.nodes] == [fused.name]
+    else:   # the default pipeline's 1×1 and separable conv, each on its tuned kernel
+        assert [n.op for n in graph.nodes] == ["FusedConv", "FusedSeparableConv"]
+        assert set(choices) == {n.name for n in graph.nodes}
+        assert all(choices[n.name].engine == "halide" and choices[n.name].kernel is not None
+                   for n in graph.nodes)
+    _matches_onnx_runtime(model, graph, choices, assembly)
+
+
+def test_no_fusion_on_a_generated_kernel_means_no_check(tmp_path):
+    from woodpecker.engines.choice import Choice
+    from woodpecker.selection.fusion import confirm_fusions
+
+    model, graph, log, choices, assembly = _fused_plan(tmp_path)
+    (node,) = graph.nodes
+    choices[node.name] = Choice("numpy", why="test")
+    assert confirm_fusions(graph, choices, log, assembly, runs=4, out=io.StringIO()) is None
+    assert graph.nodes == [node]
