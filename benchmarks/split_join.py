@@ -92,13 +92,18 @@ def main() -> int:
     p.add_argument("--budget", type=int, default=60, help="measurements on the chain")
     p.add_argument("--part-budget", type=int, default=20, help="measurements per part")
     p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="seeds --first-seed .. --first-seed + --seeds - 1")
+    p.add_argument("--match", default="",
+                   help="only the chosen tasks whose description contains this")
     args = p.parse_args()
     rows = []
     with measuring(args) as (memo, regs, target):
-        for task in fused_tasks(args.model, args.tasks):
+        for task in [t for t in fused_tasks(args.model, args.tasks)
+                     if args.match in t.describe()]:
             template = templates_for(task)[0]
             pair = {"task": task, "template": template, "name": task.describe()}
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 scratch = run_one(pair, "glimpse", seed, None, args.budget, memo, regs, target)
                 part_configs, part_meas = [], 0
                 for part in split(task):
