@@ -70,3 +70,20 @@ def test_report_is_self_contained_and_renders(tmp_path):
     assert 'data-rendered="1"' in run.stdout
     assert ":CONSOLE" not in run.stderr, [ln for ln in run.stderr.splitlines()
                                           if ":CONSOLE" in ln]
+
+
+def test_the_fusion_decisions_are_reported():
+    """AGO's fusions, each weighed against its parts, and the whole-plan check of them."""
+    from types import SimpleNamespace
+
+    from woodpecker.report import _decisions
+
+    meta = {"fusion": [{"node": "a", "op": "FusedConvChain", "fused": True},
+                       {"node": "b", "op": "FusedConvChain", "fused": False}],
+            "fusion_check": {"nodes": ["a"], "fused_ms": 1.25, "apart_ms": 1.5,
+                             "paired_ratio": 0.83, "kept": True}}
+    page = _decisions(SimpleNamespace(meta=meta))
+    assert "<h2>AGO fusions</h2>" in page
+    assert "a (FusedConvChain): kept fused" in page and "b (FusedConvChain): run apart" in page
+    assert "1.250 ms fused, 1.500 ms taken apart (paired 0.830): kept fused" in page
+    assert "taken apart" not in _decisions(SimpleNamespace(meta={"fusion": meta["fusion"]}))

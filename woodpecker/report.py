@@ -297,5 +297,10 @@ def _decisions(plan) -> str:
     if fusion:
         items = "".join(f"<li>{_e(f['node'])} ({_e(f['op'])}): "
                         f"{'kept fused' if f['fused'] else 'run apart'}</li>" for f in fusion)
-        out.append(f"<h2>AGO fusions</h2><ul>{items}</ul>")
+        check = plan.meta.get("fusion_check")
+        said = "" if not check else (
+            f"<p>Whole plan with its {len(check['nodes'])} generated fusion(s): "
+            f"{check['fused_ms']:.3f} ms fused, {check['apart_ms']:.3f} ms taken apart (paired "
+            f"{check['paired_ratio']:.3f}): {'kept fused' if check['kept'] else 'run apart'}.</p>")
+        out.append(f"<h2>AGO fusions</h2><ul>{items}</ul>{said}")
     return "".join(out)
