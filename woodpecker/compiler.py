@@ -159,7 +159,7 @@ def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
     spent."""
     from woodpecker.cache import cache_dir
     from woodpecker.engines.halide.templates import weight_expanding
-    from woodpecker.selection.fusion import confirm_fusions, weigh_fusions
+    from woodpecker.selection.fusion import weigh_fusions
     from woodpecker.selection.in_plan import choose_in_plan
     from woodpecker.selection.per_node import select_kernels
     from woodpecker.selection.refine import refine_selection
@@ -220,13 +220,27 @@ def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
             if engine != choice.engine:
                 choice.why += f"; whole-plan check: {engine}"
             choice.engine = engine
-        if meta.get("fusion"):
-            check = meta["fusion_check"] = confirm_fusions(graph, choices, log, assembly,
-                                                           out=progress, deadline=deadline)
-            for record in meta["fusion"] if check is not None and not check["kept"] else []:
-                if record["node"] in check["nodes"]:
-                    record.update(fused=False, whole_plan="apart")
+        if any(n.op in INTENSIVE for n in graph.nodes):
+            _check_fusions(graph, choices, log, assembly, progress, deadline)
             lap("fusion_check")
     for choice in choices.values():
         if choice.engine != names.HALIDE:
             choice.kernel = None
+
+
+def _check_fusions(graph, choices: Choices, log, assembly: AssemblyOptions,
+                   progress: TextIO, deadline: Deadline) -> None:
+    """After the plan check: conv chains left on a library taken apart, then the fusions on
+    generated kernels kept only where the whole plan is faster with them
+    (selection/fusion.py); `plan.meta["fusion"]` records say which were taken apart."""
+    from woodpecker.selection.fusion import confirm_fusions, unfuse_on_libraries
+
+    meta = assembly.meta
+    on_library = unfuse_on_libraries(graph, choices, list(assembly.allowed), assembly.context)
+    check = meta["fusion_check"] = confirm_fusions(graph, choices, log, assembly, out=progress,
+                                                   deadline=deadline)
+    apart = set() if check is None or check["kept"] else set(check["nodes"])
+    for record in meta.get("fusion", []):
+        if record["node"] in on_library or record["node"] in apart:
+            record.update(fused=False,
+                          whole_plan="library" if record["node"] in on_library else "apart")

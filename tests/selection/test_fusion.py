@@ -84,3 +84,26 @@ def test_no_fusion_on_a_generated_kernel_means_no_check(tmp_path):
     choices[node.name] = Choice("numpy", why="test")
     assert confirm_fusions(graph, choices, log, assembly, runs=4, out=io.StringIO()) is None
     assert graph.nodes == [node]
+
+
+def test_a_chain_left_on_a_library_is_the_default_pipelines_nodes(tmp_path):
+    """A chain selection put on a library is taken apart (its parts on their library
+    preference), so the library runs the default pipeline's graph; one on a generated kernel
+    stays."""
+    from woodpecker.engines.choice import Choice
+    from woodpecker.frontend.onnx_import import import_onnx
+    from woodpecker.passes import DEFAULT, optimize
+    from woodpecker.selection.fusion import unfuse_on_libraries
+
+    model, graph, log, choices, assembly = _fused_plan(tmp_path)
+    allowed, ctx = ["halide", "onnxruntime", "numpy"], assembly.context
+    assert unfuse_on_libraries(graph, choices, allowed, ctx) == []
+    (node,) = graph.nodes
+    choices[node.name] = Choice("onnxruntime", why="test")
+    assert unfuse_on_libraries(graph, choices, allowed, ctx) == [node.name]
+    default = import_onnx(model)
+    optimize(default, DEFAULT)
+    assert [n.op for n in graph.nodes] == [n.op for n in default.nodes]
+    assert set(choices) == {n.name for n in graph.nodes}
+    assert all(choices[n.name].engine == "onnxruntime" for n in graph.nodes)
+    _matches_onnx_runtime(model, graph, choices, assembly)

@@ -92,7 +92,7 @@ def cmd_inspect(args) -> None:
         apart = "" if f["parts_ms"] is None else f" vs apart {f['parts_ms']:.3f} ms"
         print(f"fusion {f['node']} ({f['op']}): fused {fused}{apart} -> "
               f"{'kept fused' if f['fused'] else 'run apart'}"
-              f"{' (whole-plan check)' if f.get('whole_plan') else ''}")
+              f"{WHOLE_PLAN.get(f.get('whole_plan'), '')}")
     check = doc["fusion_check"] = model.plan.meta.get("fusion_check")
     if check:
         print(f"whole-plan fusion check: {len(check['nodes'])} fusion(s) "
@@ -102,6 +102,10 @@ def cmd_inspect(args) -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
+
+
+# why a fusion weighed fused ended apart (compiler._check_fusions)
+WHOLE_PLAN = {"apart": " (whole-plan check)", "library": " (left on a library: taken apart)"}
 
 
 def _show_parallel(record: dict | None) -> dict | None:

@@ -26,6 +26,13 @@ them in `graph` and `choices`. Fusion is then never kept where the same tuning r
 plan faster without it (issue 31: "no zoo model slower"). Measured on the same tuning log
 (closing note of issue 31): kernel-level weighing kept 3 of shufflenet_v2's 7 chains, and that
 plan ran 1.010× the default pipeline's.
+
+A conv chain that selection left on a library is taken apart first
+(`unfuse_on_libraries`): the fusion is there for a generated kernel, and apart (passes/unfuse:
+the default pipeline's nodes) the library sees the very graph it has without AGO's passes
+(mnasnet1_0 and mobilenet_v3_small, both plans all ONNX Runtime from one tuning log: 1.043×
+and 1.016× with chains left fused on it, 60 paired rounds). Attention stays fused there: apart,
+its head split is strided views on numpy, not the model's reshapes.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import choose, get_engine
 from woodpecker.ir.graph import Graph, Node
-from woodpecker.ops import INTENSIVE
+from woodpecker.ops import INTENSIVE, chain
 from woodpecker.passes.unfuse import apart, unfuse
 from woodpecker.selection.finalists import finalist_runners, leaders
 from woodpecker.selection.per_node import best_tuned_spec, buildable
@@ -149,3 +156,17 @@ def confirm_fusions(graph: Graph, choices: Choices, log: TuningLog, assembly: As
             for part in unfuse(graph, by_name[name]):
                 choices[part.name] = apart_choices[part.name]
     return record
+
+
+def unfuse_on_libraries(graph: Graph, choices: Choices, allowed: list[str],
+                        ctx: BuildContext) -> list[str]:
+    """Take apart each conv chain `choices` run on a library, its parts on their library
+    preference (module docstring); returns the chains' names."""
+    left = [n.name for n in graph.nodes
+              if n.op == chain.OP and not get_engine(choices[n.name].engine).caps.generated]
+    by_name = {n.name: n for n in graph.nodes}
+    for name in left:
+        del choices[name]
+        for part in unfuse(graph, by_name[name]):
+            choices[part.name] = Choice(choose(part, allowed, ctx), why="library preference")
+    return left
