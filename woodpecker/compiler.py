@@ -23,6 +23,7 @@ from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.ops import INTENSIVE
 from woodpecker.options import CompileOptions
 from woodpecker.passes import DEFAULT, MEMORY, optimize
+from woodpecker.passes import INTENSIVE as INTENSIVE_PASSES
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.memory import MemoryBudgetError, format_bytes, schedule_memory
 from woodpecker.target import Target
@@ -32,7 +33,8 @@ def compile(model: Any, options: CompileOptions | None = None, *,
             target: "str | Target" = "cpu",
             input_shapes: Mapping[str, tuple[int, ...]] | None = None,
             input_values: Mapping[str, Any] | None = None, example_inputs: Any = None,
-            progress: TextIO | None = None, **option_fields: Any) -> CompiledModel:
+            progress: TextIO | None = None, deadline: Deadline | None = None,
+            **option_fields: Any) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) or a torch.nn.Module.
 
     What to do is `options` (a `CompileOptions`; see woodpecker/options.py), whose fields may
@@ -52,10 +54,15 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     with `memory_budget` (bytes) a MemoryBudgetError says when no order fits.
     `schedule="parallel"` keeps the file order, then runs independent Halide steps side by
     side where the whole plan gets faster (DOS, selection/parallel.py).
+    With AGO's intensive fusions among the passes (`compile --fusion ago`) and a tuning log,
+    the plan is timed against the one the same compile makes without them, from the same log,
+    and the faster kept (`_against_unfused`). `deadline` bounds the whole compile (default:
+    the tuning budget from now).
     """
     opts = CompileOptions.from_kwargs(options, **option_fields)
     # `--budget` is the whole compile: import and passes, tuning, selection, assembly
-    deadline = Deadline.after(opts.tune.budget_s if opts.tune is not None else None)
+    if deadline is None:
+        deadline = Deadline.after(opts.tune.budget_s if opts.tune is not None else None)
     if _is_torch_module(model):
         from woodpecker.frontend.torch_import import export_module
         model = export_module(model, example_inputs)
@@ -80,10 +87,14 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     if zoo:
         meta["metadata"] = zoo
     assembly = AssemblyOptions(tuple(allowed), ctx, tgt, meta, opts.arena)
-    if (opts.tune is not None or opts.tuning_log is not None) and names.HALIDE in allowed:
+    generated = (opts.tune is not None or opts.tuning_log is not None) and \
+        names.HALIDE in allowed
+    unfused = tuple(p for p in passes if p not in INTENSIVE_PASSES)
+    against = generated and unfused != passes and any(n.op in INTENSIVE for n in graph.nodes)
+    if generated:
         # selection's candidate plans: no exact arena placement (only the plan compiled)
         _generated_kernels(graph, choices, opts, replace(assembly, final=False), progress,
-                           deadline)
+                           deadline, selection_share=0.5 if against else 1.0)
     plan = assemble(graph, choices, assembly)
     if opts.schedule == "memory":
         plan = _memory_after_assembly(plan, opts.memory_budget)
@@ -91,7 +102,39 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     if opts.schedule == "parallel":
         from woodpecker.selection.parallel import schedule_parallel
         compiled = schedule_parallel(compiled, progress, deadline)
+    if against:
+        return _against_unfused(compiled, proto, opts, unfused, tgt, input_shapes,
+                                input_values, progress, deadline)
     return compiled
+
+
+def _against_unfused(fused: CompiledModel, proto, opts: CompileOptions,
+                     passes: tuple[str, ...], target: Target, input_shapes, input_values,
+                     progress: TextIO | None, deadline: Deadline) -> CompiledModel:
+    """`fused` (a plan with AGO's intensive fusions) or the plan compiled with `passes` (the
+    same without them) from the same tuning log, no tuning, whichever runs faster
+    (selection/fusion.faster_plan); the result records the comparison in
+    `meta["against_unfused"]` and the options asked for."""
+    from woodpecker.selection.fusion import faster_plan
+
+    print("compiling the plan without AGO's fusions from the same tuning log, to compare",
+          file=progress or sys.stderr, flush=True)
+    log = fused.plan.meta.get("tuning", {}).get("log", opts.tuning_log)
+    try:
+        unfused = compile(proto, replace(opts, passes=passes, tune=None, tuning_log=log,
+                                         resume=True),
+                          target=target, input_shapes=input_shapes, input_values=input_values,
+                          progress=progress, deadline=deadline)
+    except MemoryBudgetError:
+        return fused
+    record = faster_plan(fused, unfused, out=progress, deadline=deadline)
+    kept = fused if record["kept"] else unfused
+    if not record["kept"]:
+        for key in ("options", "tuning", "fusion", "fusion_check"):
+            if key in fused.plan.meta:
+                kept.plan.meta[key] = fused.plan.meta[key]
+    kept.plan.meta["against_unfused"] = record
+    return kept
 
 
 def _schedule(graph, schedule: str, budget: int | None, fuse: bool) -> dict:
@@ -149,14 +192,15 @@ def _is_torch_module(model: Any) -> bool:
 
 def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
                        assembly: AssemblyOptions, progress: TextIO | None,
-                       deadline: Deadline) -> None:
+                       deadline: Deadline, selection_share: float = 1.0) -> None:
     """Tune (optionally), select kernels by measurement per node, pick each task's finalist in
     the plan (selection/in_plan.py), then confirm the winners on the whole plan
     (selection/refine.py; plans built by assembly/); updates `choices`, fills
     `assembly.meta` (with each stage's seconds in `stages_s`). Tuning ends when
     `config.SELECTION_SHARE` of the time to `deadline` is left; the selection stages split
     that (config.PER_NODE_SHARE, IN_PLAN_SHARE), each stopping new work when its share is
-    spent."""
+    spent; `selection_share` of the time left after tuning is this selection's (the rest:
+    the plan without AGO's fusions, `_against_unfused`)."""
     from woodpecker.cache import cache_dir
     from woodpecker.engines.halide.templates import weight_expanding
     from woodpecker.selection.fusion import weigh_fusions
@@ -191,6 +235,9 @@ def _generated_kernels(graph, choices: Choices, opts: CompileOptions,
         meta["tuning"] = {"log": path, "search": tune.search, "seed": tune.seed,
                           "budget_s": tune.budget_s, "seconds": stages["tuning"],
                           "measurements": len(log.records) - n0}
+    else:
+        meta["tuning"] = {"log": path}
+    deadline = deadline.share(selection_share)
     if any(n.op in INTENSIVE for n in graph.nodes):
         print("weighing each fusion against its parts on their own kernels", file=progress,
               flush=True)

@@ -27,6 +27,14 @@ plan faster without it (issue 31: "no zoo model slower"). Measured on the same t
 (closing note of issue 31): kernel-level weighing kept 3 of shufflenet_v2's 7 chains, and that
 plan ran 1.010× the default pipeline's.
 
+Last, the compile (compiler._against_unfused) times the finished plan against the plan it
+makes from the same tuning log without AGO's passes, and keeps the faster:
+`faster_plan(fused, unfused, out=, deadline=)` — paired over `config.REFINE_RUNS` interleaved
+rounds on one seeded input, the fused plan kept when its paired ratio is under 1. It covers
+what taking nodes apart cannot: attention apart is strided views on numpy, not the model's own
+head split (vit_tiny from a 1-minute tuning log: the fused plan ran 1.154× the default
+pipeline's, its attention kept over that apart form at 0.648).
+
 A conv chain that selection left on a library is taken apart first
 (`unfuse_on_libraries`): the fusion is there for a generated kernel, and apart (passes/unfuse:
 the default pipeline's nodes) the library sees the very graph it has without AGO's passes
@@ -43,6 +51,7 @@ from typing import TextIO
 import numpy as np
 
 from woodpecker.assembly import AssemblyOptions
+from woodpecker.bench.compare import random_feeds
 from woodpecker.bench.timing import paired_ratio, time_interleaved
 from woodpecker.config import REFINE_RUNS, SELECTION_RUNS
 from woodpecker.deadline import Deadline
@@ -53,6 +62,7 @@ from woodpecker.engines.registry import choose, get_engine
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.ops import INTENSIVE, chain
 from woodpecker.passes.unfuse import apart, unfuse
+from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.selection.finalists import finalist_runners, leaders
 from woodpecker.selection.per_node import best_tuned_spec, buildable
 from woodpecker.selection.refine import plan_runner
@@ -170,3 +180,21 @@ def unfuse_on_libraries(graph: Graph, choices: Choices, allowed: list[str],
         for part in unfuse(graph, by_name[name]):
             choices[part.name] = Choice(choose(part, allowed, ctx), why="library preference")
     return left
+
+
+def faster_plan(fused: CompiledModel, unfused: CompiledModel, runs: int = REFINE_RUNS,
+                out: TextIO | None = None, deadline: Deadline = Deadline.NONE) -> dict:
+    """`fused` against `unfused` (module docstring): the record of the comparison, `kept`
+    saying whether the fused plan stays. Past `deadline` it stops at half its rounds."""
+    feeds = random_feeds(fused)
+    times = time_interleaved({"fused": lambda: fused.run(feeds),
+                              "unfused": lambda: unfused.run(feeds)},
+                             runs, 2, block=3, deadline=deadline, min_runs=runs // 2)
+    ratio = paired_ratio(times, "unfused", "fused")
+    record = {"fused_ms": float(np.median(times["fused"])),
+              "unfused_ms": float(np.median(times["unfused"])), "paired_ratio": ratio,
+              "kept": ratio < 1.0}
+    print(f"  plan with AGO's fusions {record['fused_ms']:.2f} ms, without "
+          f"{record['unfused_ms']:.2f} ms (paired {ratio:.3f}) -> "
+          f"{'with' if record['kept'] else 'without'}", file=out or sys.stderr, flush=True)
+    return record
