@@ -102,7 +102,8 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     if opts.schedule == "parallel":
         from woodpecker.selection.parallel import schedule_parallel
         compiled = schedule_parallel(compiled, progress, deadline)
-    if against:
+    if against and any(n.op in INTENSIVE for n in compiled.graph.nodes):
+        # (selection may have taken every fusion apart: the plans would be of one graph)
         return _against_unfused(compiled, proto, opts, unfused, tgt, input_shapes,
                                 input_values, progress, deadline)
     return compiled
