@@ -120,7 +120,7 @@ def _against_unfused(fused: CompiledModel, proto, opts: CompileOptions,
 
     print("compiling the plan without AGO's fusions from the same tuning log, to compare",
           file=progress or sys.stderr, flush=True)
-    log = fused.plan.meta.get("tuning", {}).get("log", opts.tuning_log)
+    log = fused.plan.meta["tuning"]["log"]     # the log the fused plan was selected from
     try:
         unfused = compile(proto, replace(opts, passes=passes, tune=None, tuning_log=log,
                                          resume=True),

@@ -63,8 +63,7 @@ from woodpecker.ir.graph import Graph, Node
 from woodpecker.ops import INTENSIVE, chain
 from woodpecker.passes.unfuse import apart, unfuse
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.selection.finalists import finalist_runners, leaders
-from woodpecker.selection.per_node import best_tuned_spec, buildable
+from woodpecker.selection.per_node import best_tuned, best_tuned_spec
 from woodpecker.selection.refine import plan_runner
 from woodpecker.tasks import task_from_node
 from woodpecker.tune.records import TuningLog
@@ -75,9 +74,8 @@ def _kernel_runner(task, log: TuningLog, threads: int, out: TextIO):
     without one (or without a task)."""
     if task is None:
         return None
-    records = leaders(log, task, buildable(task))[:1]
-    runners = finalist_runners(task, records, threads, lambda msg: print(f"  {msg}", file=out))
-    return next(iter(runners.values())).run if runners else None
+    finalists = best_tuned(task, log, threads, out)
+    return next(iter(finalists.values())).run if finalists else None
 
 
 def _part_runner(node: Node, log: TuningLog, ctx: BuildContext, out: TextIO):
@@ -149,16 +147,12 @@ def confirm_fusions(graph: Graph, choices: Choices, log: TuningLog, assembly: As
                 Choice(names.HALIDE, spec, "whole-plan fusion check: its best tuned kernel")
                 if spec is not None else
                 Choice(choose(part, allowed, ctx), why="library preference"))
-    times = time_interleaved({"fused": plan_runner(graph, choices, assembly),
-                              "apart": plan_runner(apart_graph, apart_choices, assembly)},
-                             runs, 2, block=3, deadline=deadline, min_runs=runs // 2)
-    ratio = paired_ratio(times, "apart", "fused")
-    record = {"nodes": fused, "fused_ms": float(np.median(times["fused"])),
-              "apart_ms": float(np.median(times["apart"])), "paired_ratio": ratio,
-              "kept": ratio < 1.0}
+    record = {"nodes": fused, **_fused_or(plan_runner(graph, choices, assembly), "apart",
+                                          plan_runner(apart_graph, apart_choices, assembly),
+                                          runs, deadline)}
     print(f"  whole plan: fused {record['fused_ms']:.2f} ms, apart {record['apart_ms']:.2f} ms "
-          f"(paired {ratio:.3f}) -> {'fused' if record['kept'] else 'apart'}", file=out,
-          flush=True)
+          f"(paired {record['paired_ratio']:.3f}) -> {'fused' if record['kept'] else 'apart'}",
+          file=out, flush=True)
     if not record["kept"]:
         by_name = {n.name: n for n in graph.nodes}
         for name in fused:
@@ -173,7 +167,7 @@ def unfuse_on_libraries(graph: Graph, choices: Choices, allowed: list[str],
     """Take apart each conv chain `choices` run on a library, its parts on their library
     preference (module docstring); returns the chains' names."""
     left = [n.name for n in graph.nodes
-              if n.op == chain.OP and not get_engine(choices[n.name].engine).caps.generated]
+            if n.op == chain.OP and not get_engine(choices[n.name].engine).caps.generated]
     by_name = {n.name: n for n in graph.nodes}
     for name in left:
         del choices[name]
@@ -187,14 +181,21 @@ def faster_plan(fused: CompiledModel, unfused: CompiledModel, runs: int = REFINE
     """`fused` against `unfused` (module docstring): the record of the comparison, `kept`
     saying whether the fused plan stays. Past `deadline` it stops at half its rounds."""
     feeds = random_feeds(fused)
-    times = time_interleaved({"fused": lambda: fused.run(feeds),
-                              "unfused": lambda: unfused.run(feeds)},
-                             runs, 2, block=3, deadline=deadline, min_runs=runs // 2)
-    ratio = paired_ratio(times, "unfused", "fused")
-    record = {"fused_ms": float(np.median(times["fused"])),
-              "unfused_ms": float(np.median(times["unfused"])), "paired_ratio": ratio,
-              "kept": ratio < 1.0}
+    record = _fused_or(lambda: fused.run(feeds), "unfused", lambda: unfused.run(feeds), runs,
+                       deadline)
     print(f"  plan with AGO's fusions {record['fused_ms']:.2f} ms, without "
-          f"{record['unfused_ms']:.2f} ms (paired {ratio:.3f}) -> "
+          f"{record['unfused_ms']:.2f} ms (paired {record['paired_ratio']:.3f}) -> "
           f"{'with' if record['kept'] else 'without'}", file=out or sys.stderr, flush=True)
     return record
+
+
+def _fused_or(fused, name: str, other, runs: int, deadline: Deadline) -> dict:
+    """Run `fused` and `other` (no-argument calls) interleaved over `runs` rounds (half of them
+    at least, past `deadline`): their median milliseconds (`fused_ms`, `{name}_ms`), the paired
+    ratio of fused over other, and `kept`, whether it is under 1."""
+    times = time_interleaved({"fused": fused, name: other}, runs, 2, block=3,
+                             deadline=deadline, min_runs=runs // 2)
+    ratio = paired_ratio(times, name, "fused")
+    return {"fused_ms": float(np.median(times["fused"])),
+            f"{name}_ms": float(np.median(times[name])), "paired_ratio": ratio,
+            "kept": ratio < 1.0}

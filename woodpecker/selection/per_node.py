@@ -115,11 +115,17 @@ def _untimed_kernels(groups: list, choices: Choices, log: TuningLog, ctx: BuildC
                                    "is tried in the whole-plan check")
 
 
-def best_tuned_spec(task: Task, log: TuningLog, threads: int, out: TextIO) -> KernelSpec | None:
-    """The kernel of `task`'s best usable record in `log`, built and checked against the
-    reference (not timed); None without one that passes."""
+def best_tuned(task: Task, log: TuningLog, threads: int, out: TextIO) -> dict:
+    """`task`'s best usable record in `log` as a finalist (selection/finalists.py: its kernel
+    built and checked against the reference, not timed), by its name; empty without one that
+    passes."""
     records = leaders(log, task, buildable(task))[:1]
-    finalists = finalist_runners(task, records, threads, lambda msg: print(f"  {msg}", file=out))
+    return finalist_runners(task, records, threads, lambda msg: print(f"  {msg}", file=out))
+
+
+def best_tuned_spec(task: Task, log: TuningLog, threads: int, out: TextIO) -> KernelSpec | None:
+    """The kernel spec of `best_tuned`; None without one."""
+    finalists = best_tuned(task, log, threads, out)
     return _specs(task, finalists, list(finalists))[0] if finalists else None
 
 
