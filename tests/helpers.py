@@ -9,6 +9,17 @@ from onnx import TensorProto, helper, numpy_helper
 F32 = TensorProto.FLOAT
 
 
+def custom_op_model(shape=(2, 3)) -> onnx.ModelProto:
+    """One node of an op no library knows (domain example.custom): no engine runs it."""
+    node = helper.make_node("Frobnicate", ["x"], ["y"], domain="example.custom", name="f1")
+    graph = helper.make_graph([node], "test", [helper.make_tensor_value_info("x", F32, shape)],
+                              [helper.make_tensor_value_info("y", F32, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("example.custom", 1)])
+    model.ir_version = 9
+    return model
+
+
 def make_model(nodes, inputs, outputs, initializers=None, opset=17) -> onnx.ModelProto:
     """`inputs`/`outputs`: (name, shape) pairs or ValueInfoProtos; float32 unless given."""
     def vi(x):

@@ -18,7 +18,8 @@ from woodpecker.deadline import Deadline
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice, Choices
-from woodpecker.engines.registry import choose, parse_engines
+from woodpecker.engines.registry import choose, get_engine, parse_engines
+from woodpecker.errors import DynamicShapeError, UnsupportedOpError, first_line
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.ops import INTENSIVE
 from woodpecker.options import CompileOptions
@@ -26,6 +27,7 @@ from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.passes import INTENSIVE as INTENSIVE_PASSES
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.memory import MemoryBudgetError, format_bytes, schedule_memory
+from woodpecker.selection.library_first import LibraryRefusal
 from woodpecker.target import Target
 
 
@@ -69,7 +71,35 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     proto = load_model_proto(model)
     tgt = Target.parse(target, opts.threads, opts.force_threads)
     allowed = parse_engines(opts.engines)
-    graph = import_onnx(proto, input_shapes, input_values)
+    meta = {"source_sha256": hashlib.sha256(proto.SerializeToString()).hexdigest(),
+            "options": opts.to_json(), "engines_allowed": allowed,
+            "library_regions": opts.regions}
+    if isinstance(model, (str, os.PathLike)):
+        meta["source"] = os.path.basename(os.fspath(model))
+    zoo = {p.key: p.value for p in proto.metadata_props if p.key.startswith("woodpecker.")}
+    if zoo:
+        meta["metadata"] = zoo
+    try:
+        graph = import_onnx(proto, input_shapes, input_values)
+    except (UnsupportedOpError, DynamicShapeError) as e:
+        # Woodpecker cannot plan it node by node: the libraries run the user's graph whole
+        if not any(get_engine(n).caps.multi_node for n in allowed):
+            raise
+        try:
+            return _whole_on_library(proto, opts, tgt, allowed, meta, input_shapes,
+                                     input_values, progress, deadline, why=first_line(e))
+        except LibraryRefusal as refusal:
+            raise LibraryRefusal(f"{first_line(e)}; and {refusal}") from None
+    known = {v.name: (list(v.shape), v.dtype) for v in graph.outputs}
+    generated = (opts.tune is not None or opts.tuning_log is not None) and \
+        names.HALIDE in allowed
+    if opts.starts_from_library and not generated:
+        # no generated kernel can be chosen: the plan is the faster library's session
+        try:
+            return _whole_on_library(proto, opts, tgt, allowed, meta, input_shapes,
+                                     input_values, progress, deadline, known=known)
+        except LibraryRefusal:
+            pass    # the node-level plan says which node no engine runs, and why
     passes = opts.passes if opts.passes is not None else \
         MEMORY if opts.schedule == "memory" else DEFAULT
     stats = optimize(graph, passes)
@@ -78,17 +108,8 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     ctx = BuildContext(tgt.threads, graph.opset)
     choices = {n.name: Choice(choose(n, allowed, ctx), why="library preference")
                for n in graph.nodes}
-    meta = {"source_sha256": hashlib.sha256(proto.SerializeToString()).hexdigest(),
-            "options": opts.to_json(), "passes": stats, "engines_allowed": allowed,
-            "schedule": memory, "library_regions": opts.regions}
-    if isinstance(model, (str, os.PathLike)):
-        meta["source"] = os.path.basename(os.fspath(model))
-    zoo = {p.key: p.value for p in proto.metadata_props if p.key.startswith("woodpecker.")}
-    if zoo:
-        meta["metadata"] = zoo
+    meta = {**meta, "passes": stats, "schedule": memory}
     assembly = AssemblyOptions(tuple(allowed), ctx, tgt, meta, opts.arena)
-    generated = (opts.tune is not None or opts.tuning_log is not None) and \
-        names.HALIDE in allowed
     unfused = tuple(p for p in passes if p not in INTENSIVE_PASSES)
     against = generated and unfused != passes and any(n.op in INTENSIVE for n in graph.nodes)
     if generated:
@@ -104,9 +125,63 @@ def compile(model: Any, options: CompileOptions | None = None, *,
         compiled = schedule_parallel(compiled, progress, deadline)
     if against and any(n.op in INTENSIVE for n in compiled.graph.nodes):
         # (selection may have taken every fusion apart: the plans would be of one graph)
-        return _against_unfused(compiled, proto, opts, unfused, tgt, input_shapes,
-                                input_values, progress, deadline)
-    return compiled
+        compiled = _against_unfused(compiled, proto, opts, unfused, tgt, input_shapes,
+                                    input_values, progress, deadline)
+    if not opts.starts_from_library or not generated:
+        return compiled
+    try:
+        library = _whole_on_library(proto, opts, tgt, allowed, meta, input_shapes,
+                                    input_values, progress, deadline, known=known)
+    except LibraryRefusal:
+        return compiled    # no library runs the original graph: Woodpecker's plan does
+    return _against_library(compiled, library, progress, deadline)
+
+
+def _whole_on_library(proto, opts: CompileOptions, tgt: Target, allowed: list[str],
+                      meta: dict, input_shapes, input_values, progress: TextIO | None,
+                      deadline: Deadline, why: str | None = None,
+                      known=None) -> CompiledModel:
+    """The faster allowed library running the user's original graph as one session
+    (frontend/whole.py, selection/library_first.py); `why` Woodpecker could not plan it node by
+    node, when that is the reason; `known`: the node-level import's output types, where there
+    is one. LibraryRefusal (one line, each library's reason) where no
+    library runs it."""
+    from woodpecker.frontend.whole import whole_graph
+    from woodpecker.selection.library_first import fastest_library, library_plans
+
+    whole = whole_graph(proto, input_shapes, input_values, known)
+    out = progress or sys.stderr
+    if why is not None:
+        print(f"Woodpecker has no node-level plan for this model ({why}); the libraries run "
+              "its original graph", file=out, flush=True)
+    assembly = AssemblyOptions(tuple(allowed), BuildContext(tgt.threads, whole.opset), tgt,
+                               {**meta, "schedule": {"kind": "file"}}, opts.arena)
+    plans = library_plans(whole, assembly)
+    library, record = fastest_library(plans, out, deadline)
+    library.plan.meta["library_first"] = {**record, **({"why": why} if why else {})}
+    return library
+
+
+def _against_library(ours: CompiledModel, library: CompiledModel, progress: TextIO | None,
+                     deadline: Deadline) -> CompiledModel:
+    """`ours` where it has a generated kernel and runs faster than `library` (paired), else
+    `library` carrying what the compile measured (tuning, selection) in its meta."""
+    from woodpecker.selection.library_first import keep_faster
+
+    generated = any(get_engine(e).caps.generated for e in ours.plan.engines)
+    record = library.plan.meta["library_first"]
+    if generated:
+        kept, record["against"] = keep_faster(ours, library, progress, deadline)
+        if kept:
+            ours.plan.meta["library_first"] = record
+            return ours
+    else:
+        record["against"] = {"kept": "library", "why": "no generated kernel in the plan"}
+    for key in ("tuning", "stages_s", "selection", "in_plan", "plan_check", "fusion",
+                "fusion_check", "against_unfused", "passes"):
+        if key in ours.plan.meta:
+            library.plan.meta[key] = ours.plan.meta[key]
+    return library
 
 
 def _against_unfused(fused: CompiledModel, proto, opts: CompileOptions,
@@ -123,7 +198,7 @@ def _against_unfused(fused: CompiledModel, proto, opts: CompileOptions,
     log = fused.plan.meta["tuning"]["log"]     # the log the fused plan was selected from
     try:
         unfused = compile(proto, replace(opts, passes=passes, tune=None, tuning_log=log,
-                                         resume=True),
+                                         resume=True, library_first=False),
                           target=target, input_shapes=input_shapes, input_values=input_values,
                           progress=progress, deadline=deadline)
     except MemoryBudgetError:

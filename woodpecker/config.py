@@ -99,6 +99,12 @@ REFINE_MARGIN = 0.02
 # transformer_encoder's all-Halide trial measured 0.998 of the library plan in one tuning run
 # and 1.177 in the next.
 REFINE_RUNS = 40
+# Interleaved calls per plan in the library-first comparisons (selection/library_first.py):
+# the libraries on the original graph, then Woodpecker's plan against the library kept. 20
+# calls (10 rounds of 3, the first discarded) keep both comparisons of a 80 ms model under
+# 10 s, under 10 % of a 3-minute budget (issue 50); the paired ratio of two sessions of one
+# library over the same graph came out within ±1 % at this count (tests/selection).
+LIBRARY_FIRST_RUNS = 20
 
 # -- graph passes (passes/) -------------------------------------------------------------------
 

@@ -81,7 +81,10 @@ class CompileOptions:
     `arena`; `library_regions` (None: on; a memory-scheduled plan's regions write every
     value into the arena and never lift its peak, runtime/regions.py); `tune` (tune
     before selecting) and `tuning_log` (a log to select from, and with `tune` to extend;
-    `resume` to continue a non-empty one)."""
+    `resume` to continue a non-empty one); `library_first` (None: on when the engines are
+    not restricted and the schedule is the file's): the plan starts as the faster library
+    running the user's original graph and stays it unless Woodpecker's plan measures faster
+    (selection/library_first.py)."""
 
     engines: tuple[str, ...] | None = None
     threads: int | None = None
@@ -94,6 +97,7 @@ class CompileOptions:
     tune: TuneOptions | None = None
     tuning_log: str | None = None
     resume: bool = False
+    library_first: bool | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.engines, str):
@@ -113,6 +117,14 @@ class CompileOptions:
         if self.memory_budget is not None and self.schedule != "memory":
             raise WoodpeckerError("a memory budget needs the memory schedule "
                                   "(--schedule memory)")
+
+    @property
+    def starts_from_library(self) -> bool:
+        """Whether the compile is library-first (see the class)."""
+        if self.library_first is not None:
+            return self.library_first
+        return self.engines is None and self.schedule == "file" and \
+            self.library_regions is not False
 
     @property
     def regions(self) -> bool:

@@ -8,8 +8,8 @@ import pytest
 from onnx import helper
 
 import woodpecker
-from tests.helpers import make_model, rand
-from woodpecker.errors import ModelError, UnsupportedOpError
+from tests.helpers import custom_op_model, make_model, rand
+from woodpecker.errors import ModelError, WoodpeckerError
 
 
 def test_garbage_file(tmp_path):
@@ -24,18 +24,27 @@ def test_missing_file(tmp_path):
         woodpecker.compile(str(tmp_path / "nope.onnx"))
 
 
-def test_every_unsupported_op_listed_once():
+def test_ops_without_a_definition_become_opaque_library_nodes():
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
              helper.make_node("Einsum", ["a", "a"], ["b"], equation="ij,ij->ij", name="e1"),
              helper.make_node("TopK", ["b", "k"], ["c", "i"], name="t1"),
              helper.make_node("Einsum", ["c", "c"], ["y"], equation="ij,ij->ij", name="e2")]
     model = make_model(nodes, [("x", [2, 3])], [("y", [2, 1])],
                        {"k": np.array([1], np.int64)})
-    with pytest.raises(UnsupportedOpError) as e:
-        woodpecker.compile(model)
+    m = woodpecker.compile(model, library_first=False)
+    assert [(n.op, n.attrs.get("op_type")) for n in m.graph.nodes] == [
+        ("Relu", None), ("Opaque", "Einsum"), ("Opaque", "TopK"), ("Opaque", "Einsum")]
+    x = rand(2, 3)
+    b = np.maximum(x, 0) ** 2
+    np.testing.assert_allclose(m(x), np.sort(b, axis=1)[:, -1:] ** 2, rtol=1e-6)
+
+
+def test_an_op_no_library_runs_is_one_line_naming_each_refusal():
+    with pytest.raises(WoodpeckerError) as e:
+        woodpecker.compile(custom_op_model())
     msg = str(e.value)
-    assert "Einsum (first node 'e1')" in msg and "TopK (first node 't1')" in msg
-    assert "e2" not in msg and "\n" not in msg
+    assert "\n" not in msg and "example.custom.Frobnicate" in msg
+    assert "onnxruntime: " in msg
 
 
 def _dynamic_model():
@@ -65,14 +74,17 @@ def test_given_shape_must_fit_static_dims():
 def test_old_opset_converted_or_one_line_error():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [2])], [("y", [2])],
                        opset=11)
-    m = woodpecker.compile(model)
+    m = woodpecker.compile(model, library_first=False)
     assert m.graph.opset == 13
+    # library-first, the library runs the user's graph as written, at its own opset
+    assert woodpecker.compile(model).graph.opset == 11
     np.testing.assert_array_equal(m(np.array([-1, 2], np.float32)), [0, 2])
     # onnx.version_converter has no adapter for Cast from opset 5
     old = make_model([helper.make_node("Cast", ["x"], ["y"], to="FLOAT")], [("x", [2])],
                      [("y", [2])], opset=5)
-    with pytest.raises(UnsupportedOpError,
-                       match="opset 5 is not supported .* could not convert it: .*Cast"):
+    with pytest.raises(ModelError,
+                       match="opset 5 is not supported .* could not convert it: .*Cast.*; "
+                             "and no library runs this model .onnxruntime: "):
         woodpecker.compile(old)
 
 

@@ -46,7 +46,7 @@ def test_absorb_moves_only_movable_numpy_runs_next_to_ort(nodes):
 def test_concat_between_library_convs_joins_their_region():
     """The fixed preference gives Concat to numpy; with regions it joins the ORT session."""
     split = woodpecker.compile(concat_model(False, True), threads=1, library_regions=False)
-    joined = woodpecker.compile(concat_model(False, True), threads=1)
+    joined = woodpecker.compile(concat_model(False, True), threads=1, library_first=False)
     cat = [i for i, n in enumerate(joined.graph.nodes) if n.op == "Concat"]
     assert [split.plan.engines[i] for i in cat] == ["numpy"]
     assert [joined.plan.engines[i] for i in cat] == ["onnxruntime"]

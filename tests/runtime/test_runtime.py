@@ -15,7 +15,7 @@ from woodpecker.runtime.plan import PLAN_FILE, WEIGHTS_FILE
 
 @pytest.fixture
 def compiled():
-    return woodpecker.compile(conv_bn_relu_residual(), threads=1)
+    return woodpecker.compile(conv_bn_relu_residual(), threads=1, library_first=False)
 
 
 @pytest.fixture

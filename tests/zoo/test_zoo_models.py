@@ -81,7 +81,7 @@ def test_memory_schedule_on_irregular_networks(name):
 
     path = zoo.export(name)
     x = zoo.model_input(name, seed=2)
-    plain = woodpecker.compile(str(path), threads=2, arena=False)
+    plain = woodpecker.compile(str(path), threads=2, arena=False, library_first=False)
     model = woodpecker.compile(str(path), threads=2, schedule="memory")
     sched = model.plan.meta["schedule"]
     p = graph_problem(plain.graph)

@@ -6,11 +6,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from woodpecker.engines.names import ONNXRUNTIME, TORCH
+from woodpecker.engines.names import ONNXRUNTIME, OPENVINO, TORCH
 from woodpecker.errors import WoodpeckerError
 
 Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
-OPENVINO = "openvino"   # a runtime compared against, not one of Woodpecker's engines
 RUNTIMES = (ONNXRUNTIME, TORCH, OPENVINO)
 
 

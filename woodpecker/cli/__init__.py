@@ -130,7 +130,7 @@ def cmd_tune(args) -> None:
     from woodpecker.tune.extract import extract_tasks
     from woodpecker.tune.session import open_log, tune_graph
 
-    model = _load_or_compile(args)
+    model = _load_or_compile(args, library_first=False)   # the graph tasks are read from
     target = Target.parse("cpu", args.threads, args.force_threads)
     if args.show_space:
         regs = host_vector_registers(target.isa)
@@ -189,9 +189,28 @@ def cmd_report(args) -> None:
 
 
 def cmd_ops(args) -> None:
+    """Each op Woodpecker defines, whether generated kernels run it, which installed library
+    engines declare it; then who runs every other op (as an opaque node)."""
+    from woodpecker.engines.registry import ENGINE_NAMES, EngineError, get_engine
     from woodpecker.ops import SUPPORTED
+    from woodpecker.ops.opaque import OP as OPAQUE
 
-    print("\n".join(SUPPORTED))
+    engines = []
+    for name in ENGINE_NAMES:
+        try:
+            engines.append(get_engine(name))
+        except EngineError:
+            pass
+    generated = [e for e in engines if e.caps.generated]
+    libraries = [e for e in engines if not e.caps.generated]
+    print(f"{'op':<28} {'generated':<10} libraries")
+    for op in SUPPORTED:
+        gen = ",".join(e.name for e in generated if op in e.ops) or "-"
+        libs = ", ".join(e.name for e in libraries if op in e.ops)
+        print(f"{op:<28} {gen:<10} {libs}")
+    opaque = ", ".join(e.name for e in libraries if OPAQUE in e.ops)
+    print(f"any other op: an opaque node, run by the library that accepts it ({opaque}; "
+          "each asked when a model is compiled)")
 
 
 def _at_least(low: int):

@@ -27,7 +27,9 @@ def _is_plan(path: str) -> bool:
     return Path(path).is_dir()
 
 
-def _load_or_compile(args):
+def _load_or_compile(args, library_first: bool | None = None):
+    """The plan `args.model` names, or the model compiled (untuned; `library_first` as
+    CompileOptions takes it: False for the node-level graph tuning reads its tasks from)."""
     import woodpecker
 
     if _is_plan(args.model):
@@ -35,7 +37,8 @@ def _load_or_compile(args):
     return woodpecker.compile(args.model, engines=getattr(args, "engines", None),
                               input_shapes=_shapes(getattr(args, "input_shape", None)),
                               threads=getattr(args, "threads", None),
-                              force_threads=getattr(args, "force_threads", False))
+                              force_threads=getattr(args, "force_threads", False),
+                              library_first=library_first)
 
 
 def _reference_onnx(model, given: str | None, source: str) -> bytes:

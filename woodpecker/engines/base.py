@@ -131,6 +131,22 @@ class Engine:
         """Variant-level capability beyond op and dtype (pads, attributes, library support)."""
         return True
 
+    def refusal(self, node: Node, ctx: BuildContext) -> str | None:
+        """Why this engine cannot run `node`, in a few words (None: it can) — what a user
+        reads when no engine runs a node. Engines that ask a library override `why_not`."""
+        if node.op not in self.ops:
+            return f"no kernel for {node.op}"
+        for v in list(node.inputs) + list(node.outputs):
+            if v is not None and (v.dtype is None or v.dtype.name not in self.dtypes):
+                return f"no kernel for element type {v.dtype}"
+            if v is not None and v.layout not in self.layouts:
+                return f"no kernel for layout {v.layout!r}"
+        return None if self.accepts(node, ctx) else self.why_not(node, ctx)
+
+    def why_not(self, node: Node, ctx: BuildContext) -> str:
+        """Why `accepts` refused `node` (engines that ask a library keep its error)."""
+        return "refused the node"
+
     def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
         """A kernel computing `node`; `kernel` is the generated kernel chosen for it (engines
         with `caps.generated` need one)."""

@@ -11,12 +11,13 @@ from woodpecker.engines.choice import KernelSpec
 from woodpecker.ir.graph import Node
 from woodpecker.ops import OPS, run_reference
 from woodpecker.ops.fused import built_steps, reference_step, run_program, runtime_count
+from woodpecker.ops.opaque import OP as OPAQUE
 from woodpecker.ops.shape import slice_index
 
 
 class NumpyEngine(Engine):
     name = names.NUMPY
-    ops = frozenset(OPS)
+    ops = frozenset(OPS) - {OPAQUE}   # an opaque node runs on the libraries only
     dtypes = NUMERIC
     caps = Capabilities(views=True)
     rank = (0, 2)   # views for data movement; the last resort for compute

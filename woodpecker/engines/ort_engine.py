@@ -19,9 +19,9 @@ import numpy as np
 from woodpecker.engines import names
 from woodpecker.engines.base import NUMERIC, BuildContext, Capabilities, Engine, Kernel
 from woodpecker.engines.choice import Choices, KernelSpec
-from woodpecker.errors import PlanError
-from woodpecker.files import inside, sha256_file, verified, write_bytes
-from woodpecker.ir.graph import Graph, Node, StepIO, Value, runtime_positions
+from woodpecker.engines.onnx_step import StepModels, node_io, onnx_bytes
+from woodpecker.errors import first_line
+from woodpecker.ir.graph import Graph, Node, StepIO, Value
 from woodpecker.ops import OPS
 
 ARTIFACTS_DIR = "onnxruntime"   # a saved plan's step models
@@ -78,8 +78,8 @@ class OrtEngine(Engine):
 
     def __init__(self) -> None:
         self._sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        # plan folder -> {first node of a step: its checked model file} (load_artifacts)
-        self._saved: dict[Path, dict[str, Path]] = {}
+        self._refused: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> why
+        self._saved = StepModels(ARTIFACTS_DIR, "ONNX Runtime model")   # the steps' models
 
     def available(self) -> bool:
         return importlib.util.find_spec("onnxruntime") is not None
@@ -90,17 +90,22 @@ class OrtEngine(Engine):
         if cached is not None and cached[0] == key:
             return cached[1]
         try:
-            sess = new_session(_onnx_bytes([node], *_node_io(node), ctx.opset), ctx.threads)
-        except Exception:  # noqa: BLE001 - ORT raises its own types for "no kernel"
+            sess = new_session(onnx_bytes([node], *node_io(node), ctx.opset), ctx.threads)
+            self._refused.pop(node, None)
+        except Exception as e:  # noqa: BLE001 - ORT raises its own types for "no kernel"
             sess = None
+            self._refused[node] = first_line(e)
         self._sessions[node] = (key, sess)
         return sess
 
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
         return self._session(node, ctx) is not None
 
+    def why_not(self, node: Node, ctx: BuildContext) -> str:
+        return self._refused.get(node, "refused the node")
+
     def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
-        return self.build_step([node], *_node_io(node), ctx, {})
+        return self.build_step([node], *node_io(node), ctx, {})
 
     def build_step(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
                    ctx: BuildContext, choices: Choices) -> Kernel:
@@ -113,7 +118,7 @@ class OrtEngine(Engine):
                 raise RuntimeError(f"onnxruntime cannot run {nodes[0].op} node "
                                    f"{nodes[0].name!r}")
         else:
-            model = self._step_model(nodes, inputs, outputs, ctx)
+            model = self._saved.model(nodes, inputs, outputs, ctx)
             try:
                 # ORT's Python wrapper prints its failed attempts ("EP Error …") to stdout
                 with contextlib.redirect_stdout(io.StringIO()):
@@ -125,53 +130,15 @@ class OrtEngine(Engine):
                 sess = new_session(model, ctx.threads, layout=False)
         return _kernel(sess, [v.name for v in inputs], [v.name for v in outputs])
 
-    def _step_model(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
-                    ctx: BuildContext) -> "bytes | Path":
-        """The model of a step: the saved plan's file (checked when the plan was loaded), or
-        made from the nodes."""
-        if ctx.artifacts is None:
-            return _onnx_bytes(nodes, inputs, outputs, ctx.opset)
-        saved = self._saved.get(ctx.artifacts.resolve(), {})
-        if nodes[0].name not in saved:
-            raise PlanError(f"plan has no ONNX Runtime model for the step at node "
-                            f"{nodes[0].name!r}")
-        return saved[nodes[0].name]
-
     def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,
                        steps: list[StepIO], source: Path | None = None) -> dict:
         """Each step's serialized model: made from its nodes, or for a loaded plan the model
         it was loaded with (no onnx package needed)."""
-        loaded = self._saved.get(source.resolve(), {}) if source is not None else {}
-        models = {}
-        for k, step in enumerate(steps):
-            name = f"{ARTIFACTS_DIR}/step{k}.onnx"
-            first = step.nodes[0].name
-            if first in loaded:
-                data = loaded[first].read_bytes()
-            else:
-                data = _onnx_bytes(step.nodes, step.inputs, step.outputs, graph.opset)
-            path = write_bytes(directory / name, data)
-            models[first] = {"file": name, "sha256": sha256_file(path)}
+        models = self._saved.save(directory, graph, steps, source)
         return {**self.artifact_meta(), "models": models}
 
     def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:
-        self._saved[directory.resolve()] = {
-            first: verified(inside(directory, m["file"], "ONNX Runtime model"), m["sha256"],
-                            "ONNX Runtime model")
-            for first, m in section["models"].items()}
-
-
-def _node_io(node: Node) -> tuple[list[Value], list[Value]]:
-    """A node's run-time inputs (as the executor passes them) and its outputs."""
-    return [node.inputs[i] for i in runtime_positions(node)], list(node.outputs)
-
-
-def _onnx_bytes(nodes: list[Node], inputs: list[Value], outputs: list[Value], opset: int) -> bytes:
-    """The step as an ONNX model; a value read twice (a conv whose residual is its own input)
-    is one graph input."""
-    from woodpecker.ops.to_onnx import nodes_model
-
-    return nodes_model(nodes, list(dict.fromkeys(inputs)), outputs, opset).SerializeToString()
+        self._saved.load(directory, section["models"])
 
 
 def _kernel(sess, in_names: list[str], out_names: list[str]) -> Kernel:

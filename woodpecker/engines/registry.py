@@ -15,6 +15,7 @@ from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext, Engine
 from woodpecker.errors import EngineError
 from woodpecker.ir.graph import Node
+from woodpecker.ops.opaque import OP as OPAQUE
 
 # name -> "module:class"
 REGISTRY = {
@@ -22,6 +23,7 @@ REGISTRY = {
     names.ONNXRUNTIME: "woodpecker.engines.ort_engine:OrtEngine",
     names.NUMPY: "woodpecker.engines.numpy_ref:NumpyEngine",
     names.HALIDE: "woodpecker.engines.halide.engine:HalideEngine",
+    names.OPENVINO: "woodpecker.engines.openvino_engine:OpenVinoEngine",
 }
 ENGINE_NAMES = tuple(REGISTRY)
 # Data-movement ops cost nothing in numpy (views); compute ops go to the fastest library first.
@@ -84,6 +86,12 @@ def choose(node: Node, allowed: list[str], ctx: BuildContext) -> str:
     for name in preference(node):
         if name in allowed and get_engine(name).supports(node, ctx):
             return name
-    raise EngineError(f"no engine among {','.join(allowed)} can run {node.op} node "
+    op = node.attrs.get("op_type", node.op) if node.op == OPAQUE else node.op
+    if node.op == OPAQUE:     # no Woodpecker definition: only a library can run it
+        why = "; ".join(f"{n}: {get_engine(n).refusal(node, ctx)}" for n in allowed
+                        if get_engine(n).caps.multi_node)
+        why = why or "no library engine allowed"
+        raise EngineError(f"no engine runs {op} node {node.name!r} ({why})")
+    raise EngineError(f"no engine among {','.join(allowed)} can run {op} node "
                       f"{node.name!r}; allow more engines (e.g. --engines {','.join(allowed)},"
                       "numpy)")

@@ -1,6 +1,15 @@
-"""ONNX → IR. Checks the model, lists every unsupported op at once, specialises dynamic
-dimensions to the shapes the user gives, and infers static shapes with Woodpecker's own op rules
-(cross-checked against ONNX shape inference, so a disagreement is caught at import)."""
+"""ONNX → IR. Checks the model, specialises dynamic dimensions (a named one, or one written
+`-1` or `0` as paddle2onnx and others do) to the shapes the user gives, and infers static shapes
+with Woodpecker's own op rules (cross-checked against ONNX shape inference, so a disagreement is
+caught at import).
+
+Open world: a node Woodpecker has no definition of — an op it does not define, a variant its
+rule refuses, an attribute holding a subgraph (If, Loop, Scan) — becomes an `Opaque` node
+(ops/opaque.py) carrying the original node, its output shapes from ONNX shape inference at the
+user's shapes (ONNX Runtime's symbolic inference where ONNX's leaves a dimension open). Only a
+shape that depends on the data (NonZero, NonMaxSuppression) stops the import: a
+DynamicShapeError (the compiler then plans the whole model on a library,
+frontend/whole.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +21,17 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from woodpecker.errors import ModelError, UnsupportedOpError, WoodpeckerError, first_line
+from woodpecker.errors import (
+    ModelError,
+    UnsupportedOpError,
+    WoodpeckerError,
+    first_line,
+)
+from woodpecker.frontend.onnx_types import dims_of, element_dtype
+from woodpecker.frontend.open_world import opaque_node, opaque_reason, value_types
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.types import onnx_type_name, to_numpy_dtype
-from woodpecker.ops import OPS, SUPPORTED, run_reference
+from woodpecker.ops import OPS, run_reference
 from woodpecker.ops.registry import static_inputs
 
 MIN_OPSET = 13
@@ -58,11 +74,10 @@ def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None =
     """
     proto = _upgrade_opset(load_model_proto(model))
     _check_opset(proto)
-    _check_ops(proto)
-    _check_graph(proto)
-    proto = _bind_values(proto, dict(input_values or {}))
-    proto = _specialise(proto, dict(input_shapes or {}))
-    graph = _build(proto)
+    check_graph(proto)
+    proto = bind_values(proto, dict(input_values or {}))
+    proto = specialise(proto, dict(input_shapes or {}))
+    graph = _build(proto, lambda: value_types(proto))
     try:
         _infer_shapes(graph)     # Woodpecker's rules check attributes first: the right node
     except _RuleFailure:
@@ -106,7 +121,7 @@ def _check_opset(proto: onnx.ModelProto) -> None:
                                      f"(onnx {onnx.__version__}: opset {newest})")
 
 
-def _check_graph(proto: onnx.ModelProto) -> None:
+def check_graph(proto: onnx.ModelProto) -> None:
     """What ONNX Runtime refuses and the checker lets through: a graph without outputs, two
     nodes of one name."""
     g = proto.graph
@@ -137,29 +152,7 @@ def _inference_error(e: Exception) -> str:
     return text.replace("[ShapeInferenceError] Inference error(s): ", "")
 
 
-def _check_ops(proto: onnx.ModelProto) -> None:
-    first: dict[str, str] = {}
-    for i, n in enumerate(proto.graph.node):
-        key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-        if key not in SUPPORTED:
-            first.setdefault(key, n.name or f"{n.op_type}_{i}")
-    if first:
-        listing = ", ".join(f"{op} (first node {name!r})" for op, name in first.items())
-        raise UnsupportedOpError(f"unsupported ops: {listing}")
-
-
-def _dims(vi: onnx.ValueInfoProto) -> list:
-    t = vi.type
-    if not t.HasField("tensor_type"):
-        raise UnsupportedOpError(f"graph value {vi.name!r} is not a tensor "
-                                 f"({t.WhichOneof('value')}); only tensors are supported")
-    if not t.tensor_type.HasField("shape"):
-        return [None]
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-            for d in t.tensor_type.shape.dim]
-
-
-def _bind_values(proto: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+def bind_values(proto: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
     if not values:
         return proto
     proto = onnx.ModelProto.FromString(proto.SerializeToString())
@@ -176,8 +169,9 @@ def _bind_values(proto: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.
     return proto
 
 
-def _specialise(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
-    """Fix every input dimension; a dynamic one must be given by the user."""
+def specialise(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """Fix every input dimension; a dynamic one must be given by the user. A dimension written
+    0 takes the size the user gives (some exporters write 0 for "any"), else stays 0."""
     proto = onnx.ModelProto.FromString(proto.SerializeToString())
     inits = {i.name for i in proto.graph.initializer}
     inputs = [vi for vi in proto.graph.input if vi.name not in inits]
@@ -186,7 +180,7 @@ def _specialise(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> o
         names = ", ".join(vi.name for vi in inputs)
         raise ModelError(f"--input-shape names unknown input(s) {sorted(unknown)}; inputs: {names}")
     for vi in inputs:
-        dims = _dims(vi)
+        dims = dims_of(vi)
         given = shapes.get(vi.name)
         if given is None:
             dynamic = [d for d in dims if not isinstance(d, int)]
@@ -195,28 +189,25 @@ def _specialise(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> o
                                  f"shape, e.g. --input-shape {vi.name}=1x3x224x224")
             continue
         if dims != [None] and (len(dims) != len(given) or any(
-                isinstance(d, int) and d != g for d, g in zip(dims, given))):
+                isinstance(d, int) and d not in (0, g) for d, g in zip(dims, given))):
             raise ModelError(f"input {vi.name!r}: given shape {'x'.join(map(str, given))} does "
                              f"not match the model's {dims}")
         shape = vi.type.tensor_type.shape
         shape.ClearField("dim")
         for g in given:
             shape.dim.add().dim_value = int(g)
+    for vi in list(proto.graph.value_info) + list(proto.graph.output):
+        if vi.type.HasField("tensor_type"):   # -1 / 0 written for "dynamic": open
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value <= 0:
+                    d.Clear()
     return proto
-
-
-def _dtype(elem_type: int, what: str) -> np.dtype:
-    dt = to_numpy_dtype(elem_type)
-    if dt is None:
-        raise UnsupportedOpError(f"{what} has element type {onnx_type_name(elem_type)}, which "
-                                 "is not supported")
-    return dt
 
 
 def _attr(a: onnx.AttributeProto, node_name: str) -> Any:
     if a.type == onnx.AttributeProto.TENSOR:
         t = a.t
-        _dtype(t.data_type, f"attribute {a.name!r} of node {node_name!r}")
+        element_dtype(t.data_type, f"attribute {a.name!r} of node {node_name!r}")
         try:
             return numpy_helper.to_array(t)
         except Exception as e:
@@ -246,12 +237,15 @@ def _constant_value(node: Node) -> None:
                                  "are supported")
 
 
-def _build(proto: onnx.ModelProto) -> Graph:
+def _build(proto: onnx.ModelProto, types) -> Graph:
+    """The IR of `proto`; nodes Woodpecker has no definition of become Opaque nodes, their
+    output shapes read from `types()` (`value_types`, computed once, only when needed)."""
     g = proto.graph
     graph = Graph(g.name or "model")
     graph.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    opsets = {o.domain if o.domain != "ai.onnx" else "": o.version for o in proto.opset_import}
     for init in g.initializer:
-        _dtype(init.data_type, f"initializer {init.name!r}")
+        element_dtype(init.data_type, f"initializer {init.name!r}")
         try:
             data = numpy_helper.to_array(init)
         except Exception as e:  # raw bytes that do not fill the shape, …
@@ -261,24 +255,34 @@ def _build(proto: onnx.ModelProto) -> Graph:
     for vi in g.input:
         if vi.name in graph.values:
             continue  # an initializer listed as input: a constant (IR < 4 convention)
-        dt = _dtype(vi.type.tensor_type.elem_type, f"input {vi.name!r}")
-        graph.inputs.append(graph.value(vi.name, tuple(_dims(vi)), dt))
+        dt = element_dtype(vi.type.tensor_type.elem_type, f"input {vi.name!r}")
+        graph.inputs.append(graph.value(vi.name, tuple(dims_of(vi)), dt))
     names: set[str] = set()
+    known: list = []
     for i, n in enumerate(g.node):
         name = n.name or f"{n.op_type}_{i}"
         while name in names:
             name = f"{name}_{i}"
         names.add(name)
-        attrs = {a.name: _attr(a, name) for a in n.attribute}
-        ins = [graph.value(x) if x else None for x in n.input]
-        outs = [graph.value(x) for x in n.output]
-        node = graph.add_node(n.op_type, ins, outs, attrs, name)
-        if n.op_type == "Constant":
-            _constant_value(node)
+        reason = opaque_reason(n)
+        if reason is None:
+            attrs = {a.name: _attr(a, name) for a in n.attribute}
+            ins = [graph.value(x) if x else None for x in n.input]
+            outs = [graph.value(x) for x in n.output]
+            node = graph.add_node(n.op_type, ins, outs, attrs, name)
+            if n.op_type == "Constant":
+                _constant_value(node)
+            reason = OPS[node.op].check(node)
+            if reason is None:
+                continue
+            graph.remove_node(node)
+        if not known:
+            known.append(types())
+        opaque_node(graph, n, name, reason, opsets, known[0])
     for vi in g.output:
         if vi.name not in graph.values:
             raise ModelError(f"graph output {vi.name!r} is produced by no node")
-        _dtype(vi.type.tensor_type.elem_type, f"output {vi.name!r}")
+        element_dtype(vi.type.tensor_type.elem_type, f"output {vi.name!r}")
         graph.outputs.append(graph.values[vi.name])
     for v in graph.values.values():
         if v.producer is None and v.data is None and v not in graph.inputs:
@@ -294,14 +298,6 @@ def _infer_shapes(graph: Graph) -> None:
     def data_of(v: Value) -> np.ndarray | None:
         return v.data if v.data is not None else known.get(v.name)
 
-    unsupported: dict[str, str] = {}
-    for node in graph.nodes:
-        reason = OPS[node.op].check(node)
-        if reason:
-            unsupported.setdefault(reason, node.name)
-    if unsupported:
-        listing = ", ".join(f"{r} (first node {n!r})" for r, n in unsupported.items())
-        raise UnsupportedOpError(f"unsupported op variants: {listing}")
     limit = _memory_bytes()
     for node in graph.nodes:
         _check_types(node, graph.opset)
@@ -372,7 +368,7 @@ def _cross_check(inferred: onnx.ModelProto, graph: Graph) -> None:
     g = inferred.graph
     for vi in list(g.value_info) + list(g.output):
         v = graph.values.get(vi.name)
-        dims = _dims(vi) if vi.type.HasField("tensor_type") else [None]
+        dims = dims_of(vi) if vi.type.HasField("tensor_type") else [None]
         if v is None or v.shape is None or dims == [None] or not all(
                 isinstance(d, int) for d in dims):
             continue

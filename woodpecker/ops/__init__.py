@@ -10,6 +10,7 @@ from woodpecker.ops import (  # noqa: F401
     logic,
     matmul,
     norm,
+    opaque,
     pool,
     separable,
     shape,
@@ -20,7 +21,7 @@ from woodpecker.ops.registry import OPS, OpDef, run_reference
 # each against its parts on their own kernels (selection/fusion.py)
 INTENSIVE = frozenset({chain.OP, attention.OP})
 # Woodpecker's own ops (made by passes, never read from a model)
-INTERNAL = frozenset({"StridedView"})
+INTERNAL = frozenset({"StridedView", opaque.OP})
 SUPPORTED = sorted(name for name in OPS if not name.startswith("Fused") and name not in INTERNAL)
 
 __all__ = ["INTENSIVE", "OPS", "OpDef", "SUPPORTED", "run_reference"]

@@ -17,6 +17,8 @@ import woodpecker.ops  # noqa: F401 - registers every op, the composite ones' pa
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ir.types import to_onnx_type
 from woodpecker.ops.fused import BASE_INPUTS, runtime_count, split_operands
+from woodpecker.ops.opaque import OP as OPAQUE
+from woodpecker.ops.opaque import carried_graph, opsets
 from woodpecker.ops.registry import PARTS
 from woodpecker.ops.shape import view_indices
 
@@ -44,6 +46,8 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
     name = lambda v: "" if v is None else v.name  # noqa: E731
     if node.op == "FusedElementwise":
         return _elementwise_protos(node, fresh, opset)
+    if node.op == OPAQUE:
+        return _opaque_protos(node), []
     if node.op in PARTS:
         protos, inits = [], []
         for part in PARTS[node.op](node):
@@ -120,6 +124,17 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
     if not steps:
         protos[-1].output[0] = node.outputs[0].name
     return protos, inits
+
+
+def _opaque_protos(node: Node) -> list[onnx.NodeProto]:
+    """An Opaque node's carried nodes as they were written, with Identity nodes where a pass
+    renamed a value the node reads or writes (ops/opaque.py)."""
+    before = [helper.make_node("Identity", [v.name], [formal])
+              for formal, v in zip(node.attrs["inputs"], node.inputs)
+              if formal and v is not None and v.name != formal]
+    after = [helper.make_node("Identity", [formal], [v.name])
+             for formal, v in zip(node.attrs["outputs"], node.outputs) if v.name != formal]
+    return before + list(carried_graph(node).node) + after
 
 
 def _elementwise_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
@@ -265,7 +280,12 @@ def nodes_model(nodes: Iterable[Node], inputs: list[Value], outputs: list[Value]
                 inits[v.name] = numpy_helper.from_array(np.asarray(v.data), v.name)
     graph = helper.make_graph(protos, "woodpecker_group", [value_info(v) for v in inputs],
                               [value_info(v) for v in outputs], list(inits.values()))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+    domains = {"": opset}
+    for n in nodes:
+        if n.op == OPAQUE:     # the domains its carried nodes use (com.microsoft, …)
+            domains.update({d: v for d, v in opsets(n.attrs).items() if d not in ("", "ai.onnx")})
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                    for d, v in domains.items()],
                               producer_name="woodpecker")
     model.ir_version = min(model.ir_version, 10)
     return model

@@ -21,6 +21,7 @@ from woodpecker.engines.registry import get_engine
 from woodpecker.errors import InputError
 from woodpecker.ir.graph import step_io
 from woodpecker.ops import OPS
+from woodpecker.ops.opaque import OP as OPAQUE
 from woodpecker.runtime.executor import Executor
 from woodpecker.runtime.plan import Plan, load_plan, plan_digest, save_plan
 from woodpecker.runtime.stages import Member, stage_kernel
@@ -159,11 +160,13 @@ class CompiledModel:
     def node_table(self) -> list[dict]:
         """Per node: name, op, engine and why it was chosen, input/output shapes, FLOPs and the
         ops fused into it (epilogue, prologue, an element-wise group's program) (for
-        `inspect`)."""
+        `inspect`). An opaque node's op reads `opaque:<the op it carries>` (`opaque:model`:
+        the user's whole graph on a library)."""
         rows = []
         for n, e in zip(self.graph.nodes, self.plan.engines):
             rows.append({
-                "name": n.name, "op": n.op, "engine": e,
+                "name": n.name, "engine": e,
+                "op": f"opaque:{n.attrs['op_type']}" if n.op == OPAQUE else n.op,
                 "why": self.plan.choices[n.name].why,
                 "inputs": [None if v is None else list(v.shape) for v in n.inputs],
                 "outputs": [list(v.shape) for v in n.outputs],

@@ -1,0 +1,60 @@
+"""Library-first plans: an unrestricted compile starts as the faster library running the
+user's original graph as one session, and ends as it when nothing generated beats it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import woodpecker
+from tests.helpers import conv_bn_relu_residual, ort_run, rand
+from woodpecker.errors import PlanError
+from woodpecker.ops.opaque import carried_graph
+
+
+def test_untuned_compile_is_the_library_session_over_the_original_graph():
+    model = conv_bn_relu_residual()
+    m = woodpecker.compile(model, threads=1)
+    record = m.plan.meta["library_first"]
+    assert [n.op for n in m.graph.nodes] == ["Opaque"] and len(m.steps) == 1
+    assert m.plan.engines == [record["engine"]]
+    assert record["engine"] in record["median_ms"]
+    carried = [n.op_type for n in carried_graph(m.graph.nodes[0]).node]
+    assert carried == [n.op_type for n in model.graph.node]   # the user's nodes, as written
+    x = rand(1, 8, 6, 6)
+    np.testing.assert_allclose(m(x), ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_plan_without_generated_kernels_ends_as_the_library(tmp_path):
+    log = tmp_path / "empty.jsonl"
+    log.write_text("")
+    m = woodpecker.compile(conv_bn_relu_residual(), threads=1, tuning_log=str(log),
+                           resume=True)
+    record = m.plan.meta["library_first"]
+    assert record["against"] == {"kept": "library", "why": "no generated kernel in the plan"}
+    assert [n.op for n in m.graph.nodes] == ["Opaque"]
+    assert "tuning" in m.plan.meta
+
+
+def test_library_plan_saved_loaded_and_an_edited_session_file_refused(tmp_path):
+    m = woodpecker.compile(conv_bn_relu_residual(), threads=1)
+    d = tmp_path / "m.wpk"
+    m.save(d)
+    x = rand(1, 8, 6, 6)
+    np.testing.assert_array_equal(woodpecker.load(d)(x), m(x))
+    doc = json.loads((d / "plan.json").read_text())
+    files = [f["file"] for section in doc["engines"].values()
+             for f in section.get("models", {}).values()]
+    assert len(files) == 1
+    path = d / files[0]
+    path.write_bytes(path.read_bytes()[:-1] + b"\x00")
+    with pytest.raises(PlanError, match="sha256"):
+        woodpecker.load(d)
+
+
+def test_naming_engines_keeps_the_node_level_plan():
+    m = woodpecker.compile(conv_bn_relu_residual(), threads=1, engines="onnxruntime,numpy")
+    assert "library_first" not in m.plan.meta
+    assert "Opaque" not in [n.op for n in m.graph.nodes]

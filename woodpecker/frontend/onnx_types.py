@@ -1,0 +1,33 @@
+"""ONNX value types read as Woodpecker's: dimensions (dynamic ones not ints) and element
+types (numpy dtypes, or one UnsupportedOpError line)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from woodpecker.errors import UnsupportedOpError
+from woodpecker.ir.types import onnx_type_name, to_numpy_dtype
+
+
+def dims_of(vi: onnx.ValueInfoProto) -> list:
+    t = vi.type
+    if not t.HasField("tensor_type"):
+        raise UnsupportedOpError(f"graph value {vi.name!r} is not a tensor "
+                                 f"({t.WhichOneof('value')}); only tensors are supported")
+    if not t.tensor_type.HasField("shape"):
+        return [None]
+    # a dimension written -1 is dynamic to ONNX Runtime (paddle2onnx writes them); one written
+    # 0 stays 0 (an empty axis, as ONNX Runtime reads it) unless the user gives the shape
+    # (frontend/onnx_import.specialise)
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else
+            (d.dim_param or ("?" if d.HasField("dim_value") else None))
+            for d in t.tensor_type.shape.dim]
+
+
+def element_dtype(elem_type: int, what: str) -> np.dtype:
+    dt = to_numpy_dtype(elem_type)
+    if dt is None:
+        raise UnsupportedOpError(f"{what} has element type {onnx_type_name(elem_type)}, which "
+                                 "is not supported")
+    return dt

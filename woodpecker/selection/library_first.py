@@ -1,0 +1,131 @@
+"""Library-first plans: the faster library running the user's original graph is where every
+plan starts, and what it must beat.
+
+Contract: `library_plans(whole, assembly)` builds, for each allowed library engine that
+declares it can run the whole-model Opaque node (frontend/whole.py: the user's graph as
+written), the plan of that one node on that engine — one session over the original graph, so
+the library keeps its own fusions and layouts. `fastest_library(plans, …)` times them paired
+and interleaved (selection/compare.py) and returns the faster with its record; where no
+library runs the model, `LibraryRefusal` says in one line why each refused. `keep_faster`
+times a Woodpecker plan (generated kernels, rewritten graph) against that library plan and
+keeps the Woodpecker plan only where the paired ratio says it is faster — so no compile ends
+slower than the faster library, within the measurement's noise.
+
+Paper: Woodpecker-DL §2.5 (system-level exploration) compares generated kernels with the
+libraries; the thesis's XLVM (ch. 5) has engines declare what they run and one selector map
+work to them. Choice written down here: the libraries are compared with each other first, on
+the whole model, because a plan with no generated kernel should *be* the faster library
+(issue 50 measured all-ONNX-Runtime plans over Woodpecker's rewritten graph 0–6 % slower
+than ONNX Runtime itself, and OpenVINO 1.5× ahead of ONNX Runtime on a depthwise CNN).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+import numpy as np
+
+from woodpecker.assembly import AssemblyOptions, assemble
+from woodpecker.bench.compare import random_feeds
+from woodpecker.config import LIBRARY_FIRST_RUNS, TOLERANCE
+from woodpecker.deadline import Deadline
+from woodpecker.engines.choice import Choice
+from woodpecker.engines.names import ONNXRUNTIME
+from woodpecker.engines.registry import get_engine
+from woodpecker.errors import ModelError
+from woodpecker.ir.graph import Graph
+from woodpecker.runtime.compiled import CompiledModel
+from woodpecker.selection.compare import compare_plans
+
+
+class LibraryRefusal(ModelError):
+    """No allowed library engine runs the model (each one's reason in the message)."""
+
+
+def library_plans(whole: Graph, assembly: AssemblyOptions) -> dict[str, CompiledModel]:
+    """engine name → the plan running `whole`'s one node on it, for each allowed engine that
+    runs it; LibraryRefusal where none does."""
+    node = whole.nodes[0]
+    plans, refused = {}, {}
+    for name in assembly.allowed:
+        engine = get_engine(name)
+        if not engine.caps.multi_node:
+            continue
+        reason = engine.refusal(node, assembly.context)
+        if reason is not None:
+            refused[name] = reason
+            continue
+        choices = {node.name: Choice(name, why="library-first: the user's original graph")}
+        try:
+            plans[name] = CompiledModel(assemble(whole.copy(), choices, assembly))
+        except Exception as e:  # noqa: BLE001 - a library's own error while building
+            refused[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    _check_outputs(plans, refused)
+    if not plans:
+        why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no library engine allowed"
+        raise LibraryRefusal(f"no library runs this model ({why})")
+    return plans
+
+
+def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str]) -> None:
+    """Drop from `plans` each whose outputs on one seeded input differ from the reference's
+    (ONNX Runtime's where it is among them, else the first plan's) by more than
+    config.TOLERANCE relative to the reference's largest magnitude (NaN where it has NaN)."""
+    if len(plans) < 2:
+        return
+    reference = ONNXRUNTIME if ONNXRUNTIME in plans else next(iter(plans))
+    feeds = random_feeds(plans[reference])
+    want = list(plans[reference].run(feeds).values())
+    for name in [n for n in plans if n != reference]:
+        got = list(plans[name].run(feeds).values())
+        bad = next((k for k, (g, w) in enumerate(zip(got, want)) if not _close(g, w)), None)
+        if bad is not None:
+            refused[name] = (f"its output {bad} differs from {reference}'s by more than "
+                             f"{TOLERANCE:g} relative")
+            del plans[name]
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    if got.shape != want.shape:
+        return False
+    if want.dtype.kind not in "fc":
+        return bool(np.array_equal(got, want))
+    scale = float(np.nanmax(np.abs(want))) if want.size and not np.all(np.isnan(want)) else 1.0
+    return bool(np.allclose(got, want, rtol=0, atol=TOLERANCE * max(scale, 1e-30),
+                            equal_nan=True))
+
+
+def fastest_library(plans: dict[str, CompiledModel], out: TextIO | None = None,
+                    deadline: Deadline = Deadline.NONE,
+                    rounds: int = LIBRARY_FIRST_RUNS) -> tuple[CompiledModel, dict]:
+    """The faster of `plans` by a paired, interleaved measurement; its record (medians,
+    ratios, the engine kept)."""
+    out = out or sys.stderr
+    first = next(iter(plans.values()))
+    feeds = random_feeds(first)
+    comparison = compare_plans({k: (lambda m=m: m.run(feeds)) for k, m in plans.items()},
+                               rounds, deadline)
+    kept = comparison.fastest
+    if len(plans) > 1:
+        times = ", ".join(f"{k} {ms:.3g} ms" for k, ms in comparison.median_ms.items())
+        print(f"library-first: the original graph on {times} (paired "
+              f"{comparison.ratio[list(plans)[-1]]:.3f}) -> {kept}", file=out, flush=True)
+    return plans[kept], {"engine": kept, **comparison.to_json()}
+
+
+def keep_faster(ours: CompiledModel, library: CompiledModel, out: TextIO | None = None,
+                deadline: Deadline = Deadline.NONE,
+                rounds: int = LIBRARY_FIRST_RUNS) -> tuple[bool, dict]:
+    """Whether `ours` (a plan with generated kernels) runs faster than `library` (paired
+    ratio under 1), and the comparison's record."""
+    feeds = random_feeds(library)
+    comparison = compare_plans({"library": lambda: library.run(feeds),
+                                "woodpecker": lambda: ours.run(feeds)}, rounds, deadline)
+    kept = comparison.fastest == "woodpecker" and comparison.ratio["woodpecker"] < 1.0
+    print(f"against the library's own session: Woodpecker's plan "
+          f"{comparison.median_ms['woodpecker']:.3g} ms, the library "
+          f"{comparison.median_ms['library']:.3g} ms (paired "
+          f"{comparison.ratio['woodpecker']:.3f}) -> "
+          f"{'Woodpecker' if kept else 'the library'}", file=out or sys.stderr, flush=True)
+    return kept, {"kept": "woodpecker" if kept else "library", **comparison.to_json()}
