@@ -8,8 +8,8 @@ rule refuses, an attribute holding a subgraph (If, Loop, Scan) — becomes an `O
 (ops/opaque.py) carrying the original node, its output shapes from ONNX shape inference at the
 user's shapes (ONNX Runtime's symbolic inference where ONNX's leaves a dimension open). Only a
 shape that depends on the data (NonZero, NonMaxSuppression) stops the import: a
-DynamicShapeError (the compiler then plans the whole model on a library,
-frontend/whole.py)."""
+DynamicShapeError. (An UnsupportedOpError — an opset the converter cannot convert, an element
+type numpy has not — makes the compiler plan the whole model on a library, frontend/whole.py.)"""
 
 from __future__ import annotations
 

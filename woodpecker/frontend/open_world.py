@@ -68,16 +68,16 @@ def outer_names(n: onnx.NodeProto) -> list[str]:
     return [x for x in found if x not in n.input]
 
 
-def value_types(proto: onnx.ModelProto) -> dict[str, tuple[list, int]]:
+def value_types(proto: onnx.ModelProto, symbolic: bool = True) -> dict[str, tuple[list, int]]:
     """Every value's dims and element type from ONNX shape inference (data propagation on),
-    with ONNX Runtime's symbolic inference filling what ONNX's leaves open; a dim still unknown
-    is not an int."""
+    with ONNX Runtime's symbolic inference filling what ONNX's leaves open (with `symbolic`); a
+    dim still unknown is not an int."""
     try:
         inferred = shape_inference.infer_shapes(proto, data_prop=True)
     except Exception:  # noqa: BLE001 - the strict pass of import_onnx reports model faults
         inferred = proto
     types = types_of(inferred)
-    if all(all(isinstance(d, int) for d in dims) for dims, _ in types.values()):
+    if not symbolic or all(all(isinstance(d, int) for d in dims) for dims, _ in types.values()):
         return types
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference

@@ -64,7 +64,9 @@ def whole_graph(model: "str | os.PathLike | bytes | onnx.ModelProto",
         graph.value(t.name, data.shape, data.dtype, data)
         formal.append(t.name)
     produced = {x for n in g.node for x in n.output}
-    types = dict(known) if known else value_types(proto)
+    # ONNX's own inference only: where Woodpecker's rules found a shape data-dependent, ONNX
+    # Runtime's symbolic inference has been seen to fill in a wrong size (a Range of inputs)
+    types = dict(known) if known else value_types(proto, symbolic=False)
     shapes, dtypes = [], []
     for vi in g.output:
         if vi.name not in produced:

@@ -1,0 +1,178 @@
+"""Issue 50's acceptance run: every model of the real-world set (benchmarks/realworld.py: real
+pretrained ONNX models from PyPI wheels, and timm / transformers / torchvision families not in
+the zoo) and of the zoo, compiled as a user would — untuned, or `--tune --budget B` from an
+empty tuning log — then checked against ONNX Runtime on the set's own inputs and timed
+interleaved against ONNX Runtime and OpenVINO over the user's original file.
+
+Per model: compile seconds, what the plan is (library-first engine, or Woodpecker's with its
+generated FLOP share), max relative difference to ONNX Runtime, medians of every runtime, the
+ratio of our median to the faster library's median (≤ 1.02 is the bar after a tune, ≤ 1.01
+untuned) and the paired per-round ratio to the faster library in each round. The table ends
+with the geomean over the non-zoo models of (faster library's median ÷ ours).
+
+    python benchmarks/realworld.py                       # builds the set once
+    python benchmarks/open_world_e2e.py --runs 30 --json benchmarks/results/open_world_untuned.json
+    python benchmarks/open_world_e2e.py --budget 3m --runs 30 --zoo \
+        --json benchmarks/results/open_world_3m.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import woodpecker  # noqa: E402
+from benchmarks.realworld import input_shapes, load_manifest, make_inputs  # noqa: E402
+from woodpecker import zoo  # noqa: E402
+from woodpecker.bench.compare import FASTEST_LIBRARY, benchmark, write_json  # noqa: E402
+from woodpecker.bench.runners import OPENVINO  # noqa: E402
+from woodpecker.engines.names import ONNXRUNTIME  # noqa: E402
+
+
+def _entries(args) -> list[dict]:
+    """The models to run: the set's manifest entries (path absolute) and zoo models."""
+    out = []
+    if not args.zoo_only:
+        for e in load_manifest(args.set)["models"]:
+            out.append(dict(e, path=e["abs_path"]))
+    if args.zoo or args.zoo_only:
+        for name in zoo.MODELS:
+            out.append({"name": name, "group": "zoo", "path": str(zoo.export(name)),
+                        "inputs": None})
+    if args.models:
+        keep = set(args.models.split(","))
+        out = [e for e in out if e["name"] in keep]
+    return out
+
+
+def _feeds(entry: dict, model) -> dict[str, np.ndarray]:
+    if entry.get("inputs"):
+        return make_inputs(entry, seed=1)
+    return zoo_feeds(model)
+
+
+def zoo_feeds(model) -> dict[str, np.ndarray]:
+    from woodpecker.bench.compare import random_feeds
+
+    return random_feeds(model, seed=1)
+
+
+def _rel_diff(model, feeds: dict, onnx_path: str) -> float:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = model.plan.target.threads
+    so.log_severity_level = 4
+    sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)
+    got = list(model.run(feeds).values())
+    worst = 0.0
+    for g, w in zip(got, want):
+        w = np.asarray(w)
+        if w.size == 0:
+            continue
+        if w.dtype.kind not in "fc":
+            worst = max(worst, 0.0 if np.array_equal(g, w) else 1.0)
+            continue
+        d = float(np.nanmax(np.abs(g.astype(np.float64) - w)))
+        worst = max(worst, d / max(float(np.nanmax(np.abs(w))), 1e-30))
+    return worst
+
+
+def run_one(entry: dict, args, log_dir: Path) -> dict:
+    shapes = input_shapes(entry) if entry.get("inputs") else None
+    kwargs = {"threads": args.threads}
+    if args.budget:
+        kwargs.update(tune=True, budget=args.budget,
+                      tuning_log=str(log_dir / f"tuning_{entry['name']}.jsonl"))
+    t0 = time.monotonic()
+    model = woodpecker.compile(entry["path"], input_shapes=shapes, **kwargs)
+    compile_s = time.monotonic() - t0
+    meta = model.plan.meta
+    first = meta.get("library_first", {})
+    rel = _rel_diff(model, _feeds(entry, model), entry["path"])
+    onnx_bytes = Path(entry["path"]).read_bytes()
+    result = benchmark(model, onnx_bytes, [ONNXRUNTIME, OPENVINO], runs=args.runs, warmup=3,
+                       block=3, seed=1)
+    res = result["results"]
+    fastest = min(res[ONNXRUNTIME]["median_ms"], res[OPENVINO]["median_ms"])
+    ours = res["woodpecker"]["median_ms"]
+    return {
+        "name": entry["name"], "group": entry["group"], "compile_s": round(compile_s, 1),
+        "plan": "library:" + first["engine"] if first and first.get("against", {}).get(
+            "kept", "library") == "library" else "woodpecker",
+        "engines": sorted(set(model.plan.engines)),
+        "generated_flops_share": round(model.generated_flops_share(), 3),
+        "library_first": first, "max_rel_diff_vs_ort": rel,
+        "median_ms": {k: v["median_ms"] for k, v in res.items()},
+        "ratio_to_faster_library": ours / fastest,
+        "paired_vs_faster_library": 1 / result["paired_speedup_vs"][FASTEST_LIBRARY],
+        "machine": result["machine"], "versions": result["versions"],
+        "tuning": meta.get("tuning"),
+    }
+
+
+def _table(rows: list[dict]) -> str:
+    lines = [f"{'model':<32} {'group':<7} {'plan':<22} {'gen':>5} {'ours ms':>9} {'ORT ms':>9} "
+             f"{'OV ms':>9} {'ratio':>6} {'paired':>6} {'rel diff':>9} {'compile s':>9}"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['name']:<32} {r['group']:<7} ERROR {r['error']}")
+            continue
+        m = r["median_ms"]
+        lines.append(f"{r['name']:<32} {r['group']:<7} {r['plan']:<22} "
+                     f"{r['generated_flops_share']:>5.2f} {m['woodpecker']:>9.3f} "
+                     f"{m[ONNXRUNTIME]:>9.3f} {m[OPENVINO]:>9.3f} "
+                     f"{r['ratio_to_faster_library']:>6.3f} {r['paired_vs_faster_library']:>6.3f} "
+                     f"{r['max_rel_diff_vs_ort']:>9.1e} {r['compile_s']:>9.1f}")
+    done = [r for r in rows if "error" not in r]
+    outside = [r for r in done if r["group"] != "zoo"]
+    for label, group in (("non-zoo", outside), ("zoo", [r for r in done if r["group"] == "zoo"])):
+        if group:
+            g = math.exp(np.mean([math.log(1 / r["ratio_to_faster_library"]) for r in group]))
+            worst = max(r["ratio_to_faster_library"] for r in group)
+            lines.append(f"{label}: {len(group)} models, geomean (faster library ÷ ours) "
+                         f"{g:.3f}, worst ours ÷ faster library {worst:.3f}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--set", help="the real-world set's folder (default: realworld.py's)")
+    p.add_argument("--zoo", action="store_true", help="also every zoo model")
+    p.add_argument("--zoo-only", action="store_true")
+    p.add_argument("--models", help="comma-separated names to run (default: all)")
+    p.add_argument("--budget", help="compile --tune --budget B from an empty log (default: "
+                   "untuned)")
+    p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default="benchmarks/results/open_world_e2e.json")
+    args = p.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as logs:
+        for entry in _entries(args):
+            print(f"== {entry['name']}", flush=True)
+            try:
+                rows.append(run_one(entry, args, Path(logs)))
+            except Exception as e:  # noqa: BLE001 - one model failing must not stop the run
+                rows.append({"name": entry["name"], "group": entry["group"],
+                             "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
+            print(_table(rows[-1:]).splitlines()[1], flush=True)
+            write_json(args.json, {"date": time.strftime("%Y-%m-%d %H:%M"),
+                                   "budget": args.budget, "runs": args.runs, "models": rows})
+    print(_table(rows))
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
