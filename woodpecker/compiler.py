@@ -19,7 +19,7 @@ from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import choose, get_engine, parse_engines
-from woodpecker.errors import UnsupportedOpError, first_line
+from woodpecker.errors import DynamicShapeError, UnsupportedOpError, first_line
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.ops import INTENSIVE
 from woodpecker.options import CompileOptions
@@ -81,11 +81,10 @@ def compile(model: Any, options: CompileOptions | None = None, *,
         meta["metadata"] = zoo
     try:
         graph = import_onnx(proto, input_shapes, input_values)
-    except UnsupportedOpError as e:
+    except (UnsupportedOpError, DynamicShapeError) as e:
         # Woodpecker cannot plan it node by node (an opset the converter cannot convert, an
-        # element type numpy has not): the libraries run the user's graph whole. Not for a
-        # DynamicShapeError: a shape Woodpecker's rules find data-dependent is one no plan of
-        # static shapes can hold, whatever the file declares
+        # element type numpy has not, a shape the data decides): the libraries run the user's
+        # graph whole, allocating its outputs (no arena: frontend/whole.py)
         if not any(get_engine(n).caps.multi_node for n in allowed):
             raise
         try:
@@ -157,8 +156,10 @@ def _whole_on_library(proto, opts: CompileOptions, tgt: Target, allowed: list[st
     if why is not None:
         print(f"Woodpecker has no node-level plan for this model ({why}); the libraries run "
               "its original graph", file=out, flush=True)
+    # no arena: the library allocates the outputs it returns (no copy out of an arena; a
+    # dimension the data decides is fine)
     assembly = AssemblyOptions(tuple(allowed), BuildContext(tgt.threads, whole.opset), tgt,
-                               {**meta, "schedule": {"kind": "file"}}, opts.arena)
+                               {**meta, "schedule": {"kind": "file"}}, arena=False)
     plans, refused = library_plans(whole, assembly)
     library, record = fastest_library(plans, out, deadline)
     library.plan.meta["library_first"] = {**record, **({"refused": refused} if refused else {}),

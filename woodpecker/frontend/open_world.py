@@ -85,6 +85,8 @@ def value_types(proto: onnx.ModelProto, symbolic: bool = True) -> dict[str, tupl
         symbolic = SymbolicShapeInference.infer_shapes(proto, auto_merge=True)
     except Exception:  # noqa: BLE001 - it raises on ops it has no rule for
         return types
+    if symbolic is None:     # it gives up without raising on some models
+        return types
     for name, (dims, elem) in types_of(symbolic).items():
         if all(isinstance(d, int) for d in dims) and not all(
                 isinstance(d, int) for d in types.get(name, ([None], 0))[0]):

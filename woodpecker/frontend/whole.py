@@ -7,8 +7,9 @@ definition needed. A library engine (ONNX Runtime, OpenVINO) runs that node as o
 the user's own graph, keeping the library's own fusions and layout choices: an all-library plan
 *is* the library (issue 50: ORT regions over Woodpecker's rewrite of the graph ran 0.83× as
 fast as ORT on the exporter's graph). Output shapes come from ONNX shape inference at the given
-input shapes (ONNX Runtime's symbolic inference where ONNX's leaves one open); an output whose
-shape depends on the data is a DynamicShapeError.
+input shapes; an output dimension that inference leaves open (one the data decides: the
+detections after NonMaxSuppression, an If whose branches differ) is `DYNAMIC` (-1), which only
+a plan without an arena can hold — the library then allocates its outputs each run.
 """
 
 from __future__ import annotations
@@ -31,8 +32,27 @@ from woodpecker.frontend.onnx_import import (
     specialise,
     value_types,
 )
-from woodpecker.ir.graph import Graph
+from woodpecker.ir.graph import DYNAMIC, Graph
 from woodpecker.ops.opaque import OP, WHOLE_MODEL, encode_graph
+
+
+def _session_ranks(proto: onnx.ModelProto, types: dict) -> dict:
+    """Output name → (open dims, element type) from an ONNX Runtime session of the model, for
+    outputs whose rank neither inference gives (quantized LSTMs of com.microsoft)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.intra_op_num_threads = 1
+    try:
+        sess = ort.InferenceSession(proto.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - the library-first step reports ORT's refusal
+        return {}
+    elems = {vi.name: vi.type.tensor_type.elem_type for vi in proto.graph.output}
+    return {o.name: ([None] * len(o.shape), types.get(o.name, ([None], elems[o.name]))[1]
+                     or elems[o.name]) for o in sess.get_outputs()
+            if types.get(o.name, ([None], 0))[0] == [None] and o.name in elems}
 
 
 def whole_graph(model: "str | os.PathLike | bytes | onnx.ModelProto",
@@ -43,8 +63,18 @@ def whole_graph(model: "str | os.PathLike | bytes | onnx.ModelProto",
     (Woodpecker's rules: zero-size and computed shapes included), taken where given."""
     proto = load_model_proto(model)
     check_graph(proto)
+    # the library's session sees the inputs and outputs as the file declares them (a dynamic
+    # dimension left open): silero VAD's If has a branch ONNX Runtime cannot infer once its
+    # input is fixed to the other branch's shape
+    declared = {vi.name: [d if isinstance(d, int) and d > 0 else None for d in dims_of(vi)]
+                for vi in list(proto.graph.input) + list(proto.graph.output)
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
     proto = bind_values(proto, dict(input_values or {}))
     proto = specialise(proto, dict(input_shapes or {}))
+    for vi in list(proto.graph.output) + list(proto.graph.value_info):
+        # what the file declares is not trusted: the shapes are inferred from the inputs'
+        if vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.ClearField("shape")
     g = proto.graph
     graph = Graph(g.name or "model")
     opsets = {o.domain if o.domain != "ai.onnx" else "": o.version for o in proto.opset_import}
@@ -64,9 +94,16 @@ def whole_graph(model: "str | os.PathLike | bytes | onnx.ModelProto",
         graph.value(t.name, data.shape, data.dtype, data)
         formal.append(t.name)
     produced = {x for n in g.node for x in n.output}
-    # ONNX's own inference only: where Woodpecker's rules found a shape data-dependent, ONNX
-    # Runtime's symbolic inference has been seen to fill in a wrong size (a Range of inputs)
+    # ONNX's inference from the inputs' shapes; ONNX Runtime's symbolic inference, which has
+    # been seen to give sizes that contradict an If's branches (silero VAD's), only for the
+    # rank of an output ONNX's leaves unknown (com.microsoft ops), every dimension open
     types = dict(known) if known else value_types(proto, symbolic=False)
+    if any(types.get(vi.name, ([None], 0))[0] == [None] for vi in g.output):
+        for name, (dims, elem) in value_types(proto).items():
+            if types.get(name, ([None], 0))[0] == [None] and dims != [None]:
+                types[name] = ([None] * len(dims), elem)
+    if any(types.get(vi.name, ([None], 0))[0] == [None] for vi in g.output):
+        types.update(_session_ranks(proto, types))
     shapes, dtypes = [], []
     for vi in g.output:
         if vi.name not in produced:
@@ -76,16 +113,19 @@ def whole_graph(model: "str | os.PathLike | bytes | onnx.ModelProto",
             shapes.append([int(d) for d in dims])
             dtypes.append(elem.name)
             continue
-        if not all(isinstance(d, int) for d in dims):
-            raise DynamicShapeError(f"output {vi.name!r}: its shape depends on the data "
-                                    f"({dims}); Woodpecker plans need static shapes")
+        if dims == [None]:
+            raise DynamicShapeError(f"output {vi.name!r}: its rank is not known; Woodpecker "
+                                    "plans need it")
         dt = element_dtype(elem, f"output {vi.name!r}")
-        shapes.append([int(d) for d in dims])
+        # a dimension the data decides (detections after NonMaxSuppression) is -1: the plan
+        # runs without an arena, the library allocating its outputs (compiler.py)
+        shapes.append([int(d) if isinstance(d, int) else DYNAMIC for d in dims])
         dtypes.append(dt.name)
     carried = onnx.GraphProto(node=list(g.node))
     attrs: dict[str, Any] = {"graph": encode_graph(carried), "opsets": opsets,
                              "op_type": WHOLE_MODEL, "why": "the user's original graph",
                              "inputs": formal, "outputs": [vi.name for vi in g.output],
+                             "declared": declared,
                              "_shapes": shapes, "_dtypes": dtypes}
     outs = [graph.value(vi.name, s, d) for vi, s, d in zip(g.output, shapes, dtypes)]
     graph.add_node(OP, [graph.values[n] for n in formal], outs, attrs, "model")

@@ -16,6 +16,10 @@ from typing import Any
 
 import numpy as np
 
+# A dimension only the data decides (a library-first plan's output after NonMaxSuppression):
+# only a plan without an arena holds such a value, its library allocating it each run.
+DYNAMIC = -1
+
 
 @dataclass(eq=False)
 class Value:

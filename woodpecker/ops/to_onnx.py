@@ -258,8 +258,11 @@ def _affine_pairs(program: list[dict]) -> dict[int, tuple[list, list, list]]:
     return out
 
 
-def value_info(v: Value) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(v.name, to_onnx_type(v.dtype), list(v.shape))
+def value_info(v: Value, declared: list | None = None) -> onnx.ValueInfoProto:
+    """`v`'s type; `declared`: the dims its model file declares (None open), which a
+    whole-model Opaque node's session keeps (frontend/whole.py)."""
+    dims = declared if declared is not None else [None if d < 0 else d for d in v.shape]
+    return helper.make_tensor_value_info(v.name, to_onnx_type(v.dtype), dims)
 
 
 def nodes_model(nodes: Iterable[Node], inputs: list[Value], outputs: list[Value],
@@ -278,8 +281,11 @@ def nodes_model(nodes: Iterable[Node], inputs: list[Value], outputs: list[Value]
         for v in n.inputs:
             if v is not None and v.data is not None and v.name not in inits:
                 inits[v.name] = numpy_helper.from_array(np.asarray(v.data), v.name)
-    graph = helper.make_graph(protos, "woodpecker_group", [value_info(v) for v in inputs],
-                              [value_info(v) for v in outputs], list(inits.values()))
+    declared = nodes[0].attrs.get("declared", {}) if len(nodes) == 1 else {}
+    graph = helper.make_graph(protos, "woodpecker_group",
+                              [value_info(v, declared.get(v.name)) for v in inputs],
+                              [value_info(v, declared.get(v.name)) for v in outputs],
+                              list(inits.values()))
     domains = {"": opset}
     for n in nodes:
         if n.op == OPAQUE:     # the domains its carried nodes use (com.microsoft, …)
