@@ -19,7 +19,7 @@ from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import choose, get_engine, parse_engines
-from woodpecker.errors import DynamicShapeError, UnsupportedOpError, first_line
+from woodpecker.errors import DynamicShapeError, ModelError, UnsupportedOpError, first_line
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.ops import INTENSIVE
 from woodpecker.options import CompileOptions
@@ -90,7 +90,7 @@ def compile(model: Any, options: CompileOptions | None = None, *,
         try:
             return _whole_on_library(proto, opts, tgt, allowed, meta, input_shapes,
                                      input_values, progress, deadline, why=first_line(e))
-        except LibraryRefusal as refusal:
+        except ModelError as refusal:      # no library runs it either (LibraryRefusal, …)
             raise LibraryRefusal(f"{first_line(e)}; and {refusal}") from None
     known = {v.name: (list(v.shape), v.dtype) for v in graph.outputs}
     generated = (opts.tune is not None or opts.tuning_log is not None) and \

@@ -47,8 +47,8 @@ def _session_ranks(proto: onnx.ModelProto, types: dict) -> dict:
     try:
         sess = ort.InferenceSession(proto.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])
-    except Exception:  # noqa: BLE001 - the library-first step reports ORT's refusal
-        return {}
+    except Exception as e:  # noqa: BLE001 - ORT raises its own types
+        raise ModelError(f"no library runs this model (onnxruntime: {first_line(e)})") from None
     elems = {vi.name: vi.type.tensor_type.elem_type for vi in proto.graph.output}
     return {o.name: ([None] * len(o.shape), types.get(o.name, ([None], elems[o.name]))[1]
                      or elems[o.name]) for o in sess.get_outputs()
