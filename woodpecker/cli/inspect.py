@@ -99,6 +99,7 @@ def cmd_inspect(args) -> None:
               f"{check['fused_ms']:.3f} ms fused vs {check['apart_ms']:.3f} ms apart "
               f"(paired {check['paired_ratio']:.3f}) -> {'fused' if check['kept'] else 'apart'}")
     doc["parallel"] = _show_parallel(model.plan.meta.get("parallel"))
+    doc["library_first"] = _show_library_first(model.plan.meta.get("library_first"))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
@@ -106,6 +107,29 @@ def cmd_inspect(args) -> None:
 
 # why a fusion weighed fused ended apart (compiler._check_fusions)
 WHOLE_PLAN = {"apart": " (whole-plan check)", "library": " (left on a library: taken apart)"}
+
+
+def _show_library_first(record: dict | None) -> dict | None:
+    """What the library-first comparisons measured (selection/library_first.py): each library
+    on the original graph, the one kept, those dropped and why, and Woodpecker's plan against
+    it."""
+    if not record:
+        return None
+    times = ", ".join(f"{k} {ms:.3f} ms" for k, ms in record.get("median_ms", {}).items())
+    print(f"library-first: {record['engine']} on the original graph"
+          + (f" ({times})" if times else ""))
+    for name, why in record.get("refused", {}).items():
+        print(f"  {name} not used: {why}")
+    if record.get("why"):
+        print(f"  no node-level plan: {record['why']}")
+    against = record.get("against")
+    if against and "ratio" in against:
+        print(f"  Woodpecker's plan {against['median_ms']['woodpecker']:.3f} ms against the "
+              f"library's {against['median_ms']['library']:.3f} ms (paired "
+              f"{against['ratio']['woodpecker']:.3f}) -> {against['kept']}")
+    elif against:
+        print(f"  kept the library: {against.get('why')}")
+    return record
 
 
 def _show_parallel(record: dict | None) -> dict | None:
