@@ -79,12 +79,7 @@ def value_types(proto: onnx.ModelProto, symbolic: bool = True) -> dict[str, tupl
     types = types_of(inferred)
     if not symbolic or all(all(isinstance(d, int) for d in dims) for dims, _ in types.values()):
         return types
-    try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-        symbolic = SymbolicShapeInference.infer_shapes(proto, auto_merge=True)
-    except Exception:  # noqa: BLE001 - it raises on ops it has no rule for
-        return types
+    symbolic = _symbolic(proto)
     if symbolic is None:     # it gives up without raising on some models
         return types
     for name, (dims, elem) in types_of(symbolic).items():
@@ -92,6 +87,25 @@ def value_types(proto: onnx.ModelProto, symbolic: bool = True) -> dict[str, tupl
                 isinstance(d, int) for d in types.get(name, ([None], 0))[0]):
             types[name] = (dims, elem)
     return types
+
+
+def _symbolic(proto: onnx.ModelProto) -> "onnx.ModelProto | None":
+    """ONNX Runtime's symbolic shape inference of `proto`, as far as it gets (None where it
+    cannot start). Its `infer_shapes` is not called: where inference stays incomplete it saves
+    the model into the current folder (sym_shape_infer_temp.onnx and a <uuid>.data of its
+    weights, seen filling a user's folder), so its steps are run here and the partial result
+    kept."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        inference = SymbolicShapeInference(2**31 - 1, True, False, 0)
+        inference._preprocess(proto)
+        while inference.run_:
+            inference._infer_impl()
+        inference._update_output_from_vi()
+        return inference.out_mp_
+    except Exception:  # noqa: BLE001 - it raises on ops it has no rule for
+        return None
 
 
 def types_of(proto: onnx.ModelProto) -> dict[str, tuple[list, int]]:
