@@ -6,7 +6,7 @@ caught at import).
 Open world: a node Woodpecker has no definition of — an op it does not define, a variant its
 rule refuses, an attribute holding a subgraph (If, Loop, Scan) — becomes an `Opaque` node
 (ops/opaque.py) carrying the original node, its output shapes from ONNX shape inference at the
-user's shapes (ONNX Runtime's symbolic inference where ONNX's leaves a dimension open). Only a
+user's shapes. Only a
 shape that depends on the data (NonZero, NonMaxSuppression) stops the import: a
 DynamicShapeError. (An UnsupportedOpError — an opset the converter cannot convert, an element
 type numpy has not — makes the compiler plan the whole model on a library, frontend/whole.py.)"""

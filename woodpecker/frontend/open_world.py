@@ -1,5 +1,5 @@
 """Open world: which ONNX nodes stay opaque to Woodpecker, what they read from enclosing scopes,
-and their output types from ONNX's (and ONNX Runtime's symbolic) shape inference.
+and their output types from ONNX's shape inference.
 
 Contract: `opaque_reason(node)` says why a node has no Woodpecker definition (None: it has
 one); `opaque_node(graph, node, …)` adds it to the IR as an `Opaque` node (ops/opaque.py) whose
@@ -68,44 +68,16 @@ def outer_names(n: onnx.NodeProto) -> list[str]:
     return [x for x in found if x not in n.input]
 
 
-def value_types(proto: onnx.ModelProto, symbolic: bool = True) -> dict[str, tuple[list, int]]:
-    """Every value's dims and element type from ONNX shape inference (data propagation on),
-    with ONNX Runtime's symbolic inference filling what ONNX's leaves open (with `symbolic`); a
-    dim still unknown is not an int."""
+def value_types(proto: onnx.ModelProto) -> dict[str, tuple[list, int]]:
+    """Every value's dims and element type from ONNX shape inference (data propagation on); a
+    dim it leaves unknown is not an int. ONNX Runtime's symbolic inference is not asked: its
+    sympy simplification took 650 s on torchvision's Faster R-CNN (36 Slices), and where it
+    stays incomplete it writes the model into the current folder."""
     try:
         inferred = shape_inference.infer_shapes(proto, data_prop=True)
     except Exception:  # noqa: BLE001 - the strict pass of import_onnx reports model faults
         inferred = proto
-    types = types_of(inferred)
-    if not symbolic or all(all(isinstance(d, int) for d in dims) for dims, _ in types.values()):
-        return types
-    symbolic = _symbolic(proto)
-    if symbolic is None:     # it gives up without raising on some models
-        return types
-    for name, (dims, elem) in types_of(symbolic).items():
-        if all(isinstance(d, int) for d in dims) and not all(
-                isinstance(d, int) for d in types.get(name, ([None], 0))[0]):
-            types[name] = (dims, elem)
-    return types
-
-
-def _symbolic(proto: onnx.ModelProto) -> "onnx.ModelProto | None":
-    """ONNX Runtime's symbolic shape inference of `proto`, as far as it gets (None where it
-    cannot start). Its `infer_shapes` is not called: where inference stays incomplete it saves
-    the model into the current folder (sym_shape_infer_temp.onnx and a <uuid>.data of its
-    weights, seen filling a user's folder), so its steps are run here and the partial result
-    kept."""
-    try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-        inference = SymbolicShapeInference(2**31 - 1, True, False, 0)
-        inference._preprocess(proto)
-        while inference.run_:
-            inference._infer_impl()
-        inference._update_output_from_vi()
-        return inference.out_mp_
-    except Exception:  # noqa: BLE001 - it raises on ops it has no rule for
-        return None
+    return types_of(inferred)
 
 
 def types_of(proto: onnx.ModelProto) -> dict[str, tuple[list, int]]:

@@ -94,14 +94,9 @@ def whole_graph(model: "str | os.PathLike | bytes | onnx.ModelProto",
         graph.value(t.name, data.shape, data.dtype, data)
         formal.append(t.name)
     produced = {x for n in g.node for x in n.output}
-    # ONNX's inference from the inputs' shapes; ONNX Runtime's symbolic inference, which has
-    # been seen to give sizes that contradict an If's branches (silero VAD's), only for the
-    # rank of an output ONNX's leaves unknown (com.microsoft ops), every dimension open
-    types = dict(known) if known else value_types(proto, symbolic=False)
-    if any(types.get(vi.name, ([None], 0))[0] == [None] for vi in g.output):
-        for name, (dims, elem) in value_types(proto).items():
-            if types.get(name, ([None], 0))[0] == [None] and dims != [None]:
-                types[name] = ([None] * len(dims), elem)
+    # ONNX's inference from the inputs' shapes; the rank of an output it leaves unknown
+    # (com.microsoft ops) from an ONNX Runtime session, every dimension open
+    types = dict(known) if known else value_types(proto)
     if any(types.get(vi.name, ([None], 0))[0] == [None] for vi in g.output):
         types.update(_session_ranks(proto, types))
     shapes, dtypes = [], []
