@@ -166,7 +166,8 @@ def test_arena_on_random_graphs(model):
     x = rand(1, 4, 5, 5, seed=3)
     plain = woodpecker.compile(model, threads=1, arena=False)
     for schedule in ("file", "memory"):
-        compiled = woodpecker.compile(model, threads=1, schedule=schedule)
+        compiled = woodpecker.compile(model, threads=1, schedule=schedule,
+                                      library_first=False)
         arena = compiled.plan.arena
         steps = compiled.steps      # ONNX Runtime regions; a memory plan's write every value
         every = compiled.plan.every
