@@ -22,13 +22,19 @@ than ONNX Runtime itself, and OpenVINO 1.5× ahead of ONNX Runtime on a depthwis
 from __future__ import annotations
 
 import sys
+import time
 from typing import TextIO
 
 import numpy as np
 
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
-from woodpecker.config import LIBRARY_FIRST_RUNS, TOLERANCE
+from woodpecker.config import (
+    LIBRARY_FIRST_MAX_RUNS,
+    LIBRARY_FIRST_RUNS,
+    LIBRARY_FIRST_SECONDS,
+    TOLERANCE,
+)
 from woodpecker.deadline import Deadline
 from woodpecker.engines.choice import Choice
 from woodpecker.engines.names import ONNXRUNTIME
@@ -121,13 +127,27 @@ def fastest_library(plans: dict[str, CompiledModel], out: TextIO | None = None,
                       "fastest": name}
     first = next(iter(plans.values()))
     feeds = random_feeds(first)
-    comparison = compare_plans({k: (lambda m=m: m.run(feeds)) for k, m in plans.items()},
-                               rounds, deadline)
+    runs = {k: (lambda m=m: m.run(feeds)) for k, m in plans.items()}
+    comparison = compare_plans(runs, _rounds(runs, rounds), deadline)
     kept = comparison.fastest
     times = ", ".join(f"{k} {ms:.3g} ms" for k, ms in comparison.median_ms.items())
     print(f"library-first: the original graph on {times} (paired "
           f"{comparison.ratio[list(plans)[-1]]:.3f}) -> {kept}", file=out, flush=True)
     return plans[kept], {"engine": kept, **comparison.to_json()}
+
+
+def _rounds(runs: dict, least: int) -> int:
+    """Calls per plan: at least `least`, more for fast plans while the comparison stays within
+    config.LIBRARY_FIRST_SECONDS (config.py says why), timed from one call of each."""
+    spent = 0.0
+    for run in runs.values():
+        run()    # a warm-up call, timed
+        t0 = time.perf_counter()
+        run()
+        spent += time.perf_counter() - t0
+    # 3 calls a round, 2 of them timed (selection/compare.py)
+    fit = int(LIBRARY_FIRST_SECONDS / max(spent * 1.5, 1e-9))
+    return max(least, min(LIBRARY_FIRST_MAX_RUNS, fit))
 
 
 def keep_faster(ours: CompiledModel, library: CompiledModel, out: TextIO | None = None,
@@ -137,8 +157,8 @@ def keep_faster(ours: CompiledModel, library: CompiledModel, out: TextIO | None 
     ratio under 1), and the comparison's record."""
     feeds = random_feeds(library)
     try:
-        comparison = compare_plans({"library": lambda: library.run(feeds),
-                                    "woodpecker": lambda: ours.run(feeds)}, rounds, deadline)
+        runs = {"library": lambda: library.run(feeds), "woodpecker": lambda: ours.run(feeds)}
+        comparison = compare_plans(runs, _rounds(runs, rounds), deadline)
     except WoodpeckerError as e:   # random inputs the model refuses: nothing to time on
         return False, {"kept": "library", "why": f"not timed: {first_line(e)[:160]}"}
     kept = comparison.fastest == "woodpecker" and comparison.ratio["woodpecker"] < 1.0
