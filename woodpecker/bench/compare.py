@@ -63,17 +63,19 @@ def random_feeds(model: CompiledModel, seed: int = 0) -> dict[str, np.ndarray]:
 def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs: int = 50,
               warmup: int = 5, seed: int = 0, zoo_meta: dict | None = None,
               progress: Callable[[int, int], None] | None = None, block: int = 1,
-              variants: dict[str, CompiledModel] | None = None) -> dict:
+              variants: dict[str, CompiledModel] | None = None,
+              feeds: dict[str, np.ndarray] | None = None) -> dict:
     """Woodpecker vs `against` on one random input; diffs are against ONNX Runtime's outputs.
     With both ONNX Runtime and OpenVINO, the result also holds `FASTEST_LIBRARY`: per round the
     faster of the two, the runtime a user would otherwise pick (the headline ratio).
     `variants`: further compiled models with the same inputs (the plan on fewer threads, say),
-    timed in the same rounds under their names."""
+    timed in the same rounds under their names. `feeds`: the input (default: random, `seed`)
+    — a model that refuses random values (a sample rate, indices) needs its own."""
     if runs < 1 or warmup < 0 or block < 1:
         raise WoodpeckerError(f"benchmark needs runs >= 1, warmup >= 0 and block >= 1; got "
                               f"{runs}, {warmup}, {block}")
     threads = model.plan.target.threads
-    feeds = random_feeds(model, seed)
+    feeds = random_feeds(model, seed) if feeds is None else feeds
     ours = model.run(feeds)
     ort = make_runner(ONNXRUNTIME, onnx_bytes, zoo_meta, threads)
     ref = ort(feeds)
