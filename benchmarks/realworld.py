@@ -40,14 +40,12 @@ import argparse
 import contextlib
 import hashlib
 import json
-import logging
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -551,30 +549,14 @@ def _randomize_batchnorm(module, seed: int = 0) -> None:
 
 
 def _export(module, args, exporter: str, input_names, output_names):
-    import onnx
+    """The module exported as Woodpecker's frontend exports (frontend/torch_import.py), at
+    this set's opset; the current exporter under no_grad."""
     import torch
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if exporter == "dynamo":
-            quiet = logging.getLogger("onnxscript")
-            level = quiet.level
-            quiet.setLevel(logging.ERROR)
-            try:
-                with torch.no_grad():
-                    program = torch.onnx.export(module, args, dynamo=True, opset_version=OPSET,
-                                                input_names=input_names,
-                                                output_names=output_names, verbose=False,
-                                                external_data=False)
-            finally:
-                quiet.setLevel(level)
-            return program.model_proto
-        with tempfile.TemporaryDirectory() as tmp:
-            f = os.path.join(tmp, "model.onnx")
-            torch.onnx.export(module, args, f, dynamo=False, opset_version=OPSET,
-                              input_names=input_names, output_names=output_names,
-                              do_constant_folding=True)
-            return onnx.load(f)
+    from woodpecker.frontend.torch_import import export_with
+
+    with torch.no_grad() if exporter == "dynamo" else contextlib.nullcontext():
+        return export_with(module, args, None, exporter, input_names, output_names, OPSET)
 
 
 def _compare(proto, feeds: dict, reference, sorted_only=None) -> tuple[float | None, str]:

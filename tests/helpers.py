@@ -9,6 +9,23 @@ from onnx import TensorProto, helper, numpy_helper
 F32 = TensorProto.FLOAT
 
 
+def sampled_log(graph, path):
+    """A tuning log holding, for each task of `graph`, one random valid configuration of its
+    first template (cost 0.1 ms): generated kernels for every task, no tuning."""
+    import random
+
+    from woodpecker.engines.halide.templates import template_module
+    from woodpecker.tune.extract import extract_tasks
+    from woodpecker.tune.records import TuningLog
+
+    log = TuningLog(path)
+    for i, g in enumerate(extract_tasks(graph)):
+        config = template_module(g.templates[0]).space(g.task).sample(random.Random(i))
+        log.append({"task": g.task.key, "template": g.templates[0], "config": config,
+                    "cost_s": 1e-4, "error": None})
+    return log
+
+
 def custom_op_model(shape=(2, 3)) -> onnx.ModelProto:
     """One node of an op no library knows (domain example.custom): no engine runs it."""
     node = helper.make_node("Frobnicate", ["x"], ["y"], domain="example.custom", name="f1")

@@ -6,7 +6,6 @@ and outputs equal to ONNX Runtime's."""
 from __future__ import annotations
 
 import itertools
-import random
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 import woodpecker
-from tests.helpers import make_model, ort_run, rand
+from tests.helpers import make_model, ort_run, rand, sampled_log
 from woodpecker.passes.layout_follow import reshape_perm
 from woodpecker.schedule.aliases import VIEW, slice_code
 
@@ -90,20 +89,13 @@ def _shuffle_model():
 
 def test_movement_between_generated_kernels_stays_nhwc(tmp_path):
     pytest.importorskip("halide")
-    from woodpecker.engines.halide.templates import template_module
     from woodpecker.frontend.onnx_import import import_onnx
     from woodpecker.passes import optimize
-    from woodpecker.tune.extract import extract_tasks
-    from woodpecker.tune.records import TuningLog
 
     model = _shuffle_model()
     graph = import_onnx(model)
     optimize(graph)
-    log = TuningLog(tmp_path / "tuning.jsonl")
-    for i, g in enumerate(extract_tasks(graph)):
-        config = template_module(g.templates[0]).space(g.task).sample(random.Random(i))
-        log.append({"task": g.task.key, "template": g.templates[0], "config": config,
-                    "cost_s": 1e-4, "error": None})
+    log = sampled_log(graph, tmp_path / "tuning.jsonl")
     compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=log.path, threads=2)
     plan = compiled.plan
     assert plan.engines.count("halide") == 5    # the convs and the pool

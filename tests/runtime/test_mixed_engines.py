@@ -3,14 +3,12 @@ saved and loaded."""
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 from onnx import helper
 
 import woodpecker
-from tests.helpers import make_model, ort_run, rand
+from tests.helpers import make_model, ort_run, rand, sampled_log
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
@@ -37,18 +35,10 @@ def _model():
 def test_generated_onnxruntime_openvino_and_numpy_steps_in_one_plan(tmp_path):
     pytest.importorskip("halide")
     pytest.importorskip("openvino")
-    from woodpecker.engines.halide.templates import template_module
-    from woodpecker.tune.extract import extract_tasks
-    from woodpecker.tune.records import TuningLog
-
     model = _model()
     graph = import_onnx(model)
     optimize(graph)
-    log = TuningLog(tmp_path / "tuning.jsonl")
-    for i, g in enumerate(extract_tasks(graph)):
-        config = template_module(g.templates[0]).space(g.task).sample(random.Random(i))
-        log.append({"task": g.task.key, "template": g.templates[0], "config": config,
-                    "cost_s": 1e-4, "error": None})
+    log = sampled_log(graph, tmp_path / "tuning.jsonl")
     generated = woodpecker.compile(model, engines="halide,numpy", tuning_log=log.path,
                                    threads=1).plan.choices
     first_conv = graph.nodes[0].name

@@ -40,7 +40,7 @@ def export_module(module: Any, example_inputs: Any, input_names=None, output_nam
     errors = []
     for exporter in exporters:
         try:
-            proto = _export(module, args, kwargs, exporter, input_names, output_names, opset)
+            proto = export_with(module, args, kwargs, exporter, input_names, output_names, opset)
         except Exception as e:  # noqa: BLE001 - both exporters raise many types
             errors.append(f"{exporter}: {first_line(e, cause=True)}")
             continue
@@ -50,7 +50,9 @@ def export_module(module: Any, example_inputs: Any, input_names=None, output_nam
     raise ModelError(f"torch.onnx.export failed ({'; '.join(errors)})")
 
 
-def _export(module, args, kwargs, exporter, input_names, output_names, opset):
+def export_with(module, args, kwargs, exporter, input_names, output_names, opset):
+    """`module` exported by one exporter ("dynamo": torch's current one; else TorchScript's)
+    to an ONNX ModelProto of `opset`."""
     import onnx
     import torch
 
