@@ -55,9 +55,9 @@ def rnn_model(steps: int = 10, features: int = 8, hidden: int = 16) -> onnx.Mode
          axis, _w("M", hidden, 4, seed=4)])
 
 
-def if_loop_model() -> onnx.ModelProto:
-    """An If on the input's sign whose branches read an outer value, then a Loop of three
-    iterations adding an outer value to its carried state."""
+def if_loop_model(loop: bool = True) -> onnx.ModelProto:
+    """An If on the input's sign whose branches read an outer value, then (with `loop`) a Loop
+    of three iterations adding an outer value to its carried state."""
     two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
     zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
     trips = numpy_helper.from_array(np.array(3, np.int64), "trips")
@@ -77,9 +77,10 @@ def if_loop_model() -> onnx.ModelProto:
         [helper.make_node("Relu", ["x"], ["a"]),
          helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0),
          helper.make_node("Greater", ["sum", "zero"], ["positive"]),
-         helper.make_node("If", ["positive"], ["b"], then_branch=then, else_branch=other),
-         helper.make_node("Loop", ["trips", "true", "b"], ["looped"], body=body),
-         helper.make_node("Add", ["looped", "x"], ["y"])],
+         helper.make_node("If", ["positive"], ["b"], then_branch=then, else_branch=other)] +
+        ([helper.make_node("Loop", ["trips", "true", "b"], ["looped"], body=body),
+          helper.make_node("Add", ["looped", "x"], ["y"])] if loop else
+         [helper.make_node("Add", ["b", "x"], ["y"])]),
         [helper.make_tensor_value_info("x", F32, [2, 5])], [out("y")], [two, zero, trips, true])
 
 
