@@ -54,21 +54,24 @@ def library_plans(whole: Graph, assembly: AssemblyOptions,
     """engine name → the plan running `whole`'s one node on it, for each allowed engine that
     runs it and agrees with ONNX Runtime; and engine name → why each other library is not
     among them. LibraryRefusal where none runs it."""
-    node = whole.nodes[0]
     plans, refused = {}, {}
     for name in assembly.allowed:
         engine = get_engine(name)
         if not engine.caps.multi_node:
             continue
+        # one copy per library, asked and built on the same node: the session its `accepts`
+        # made is the one the plan's step uses (engines keep it per node)
+        graph = whole.copy()
+        node = graph.nodes[0]
         reason = engine.refusal(node, assembly.context)
         if reason is not None:
             refused[name] = reason
             continue
         choices = {node.name: Choice(name, why="library-first: the user's original graph")}
         try:
-            plans[name] = CompiledModel(assemble(whole.copy(), choices, assembly))
+            plans[name] = CompiledModel(assemble(graph, choices, assembly))
         except Exception as e:  # noqa: BLE001 - a library's own error while building
-            refused[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            refused[name] = f"{type(e).__name__}: {first_line(e)}"
     _check_outputs(plans, refused)
     if not plans:
         why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no library engine allowed"
