@@ -80,10 +80,11 @@ def test_the_fusion_decisions_are_reported():
 
     meta = {"fusion": [{"node": "a", "op": "FusedConvChain", "fused": True},
                        {"node": "b", "op": "FusedConvChain", "fused": False}],
-            "fusion_check": {"nodes": ["a"], "fused_ms": 1.25, "apart_ms": 1.5,
-                             "paired_ratio": 0.83, "kept": True}}
+            "fusion_check": {"nodes": ["a"], "candidate": "fused", "against": "apart",
+                             "candidate_ms": 1.25, "against_ms": 1.5, "paired_ratio": 0.83,
+                             "bar": 1.0, "rounds": 40, "kept": True}}
     page = _decisions(SimpleNamespace(meta=meta))
     assert "<h2>AGO fusions</h2>" in page
     assert "a (FusedConvChain): kept fused" in page and "b (FusedConvChain): run apart" in page
-    assert "1.250 ms fused, 1.500 ms taken apart (paired 0.830): kept fused" in page
-    assert "taken apart" not in _decisions(SimpleNamespace(meta={"fusion": meta["fusion"]}))
+    assert "fused 1.250 ms, apart 1.500 ms (paired 0.830) -&gt; fused" in page
+    assert "Whole plan with" not in _decisions(SimpleNamespace(meta={"fusion": meta["fusion"]}))

@@ -19,6 +19,7 @@ from typing import Any
 from woodpecker.engines import names
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.arena import lifetimes
+from woodpecker.selection.compare import Decision
 from woodpecker.tasks import spec_task, task_from_key
 from woodpecker.version import __version__
 
@@ -300,7 +301,6 @@ def _decisions(plan) -> str:
         check = plan.meta.get("fusion_check")
         said = "" if not check else (
             f"<p>Whole plan with its {len(check['nodes'])} generated fusion(s): "
-            f"{check['fused_ms']:.3f} ms fused, {check['apart_ms']:.3f} ms taken apart (paired "
-            f"{check['paired_ratio']:.3f}): {'kept fused' if check['kept'] else 'run apart'}.</p>")
+            f"{_e(Decision.said(check))}.</p>")
         out.append(f"<h2>AGO fusions</h2><ul>{items}</ul>{said}")
     return "".join(out)

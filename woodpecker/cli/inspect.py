@@ -8,6 +8,7 @@ from pathlib import Path
 
 from woodpecker.cli.common import _is_plan, _load_or_compile, _reference_onnx, _shapes
 from woodpecker.engines import names
+from woodpecker.selection.compare import Decision
 
 
 def _fastest_first(ms: dict[str, float]) -> str:
@@ -95,9 +96,8 @@ def cmd_inspect(args) -> None:
               f"{WHOLE_PLAN.get(f.get('whole_plan'), '')}")
     check = doc["fusion_check"] = model.plan.meta.get("fusion_check")
     if check:
-        print(f"whole-plan fusion check: {len(check['nodes'])} fusion(s) "
-              f"{check['fused_ms']:.3f} ms fused vs {check['apart_ms']:.3f} ms apart "
-              f"(paired {check['paired_ratio']:.3f}) -> {'fused' if check['kept'] else 'apart'}")
+        print(f"whole-plan fusion check of {len(check['nodes'])} fusion(s): "
+              f"{Decision.said(check)}")
     doc["parallel"] = _show_parallel(model.plan.meta.get("parallel"))
     doc["library_first"] = _show_library_first(model.plan.meta.get("library_first"))
     if args.json:
@@ -123,10 +123,8 @@ def _show_library_first(record: dict | None) -> dict | None:
     if record.get("why"):
         print(f"  no node-level plan: {record['why']}")
     against = record.get("against")
-    if against and "ratio" in against:
-        print(f"  Woodpecker's plan {against['median_ms']['woodpecker']:.3f} ms against the "
-              f"library's {against['median_ms']['library']:.3f} ms (paired "
-              f"{against['ratio']['woodpecker']:.3f}) -> {against['kept']}")
+    if against and "paired_ratio" in against:
+        print(f"  {Decision.said(against)}")
     elif against:
         print(f"  kept the library: {against.get('why')}")
     return record

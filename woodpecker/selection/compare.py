@@ -9,11 +9,20 @@ first label (the median over rounds of its time over the first's in the same rou
 medians: the machine drifts between rounds and both runs of a round see the same drift
 (selection/refine.py's module says what two medians did on shufflenet_v2). Past `deadline` it
 stops at whole rounds once each label has half its rounds.
+
+`decide(candidate, against, rounds, bar, deadline)` is the one two-plan decision of selection:
+`candidate` and `against` are `Timed` plans (a label and a no-argument run); the candidate is
+kept when its paired ratio to `against` is under `bar` (1.0: faster at all; 1 − a margin where
+a wrong keep costs more than it can win). Every plan-level choice — the plan check's candidates
+(selection/refine.py), fusions against their parts and the plan without AGO's passes
+(selection/fusion.py), DOS's stages (selection/parallel.py), a Woodpecker plan against the
+faster library (selection/library_first.py) — records its `Decision` in the one shape
+`Decision.to_json()` gives, and says it in the one line `Decision.said()` prints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -55,3 +64,54 @@ def compare_plans(runs: dict[str, Callable[[], object]], rounds: int,
                           {k: 1.0 if k == base else paired_ratio(times, base, k)
                            for k in labels},
                           min(len(t) for t in times.values()))
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A plan as a candidate of a decision: its label and a no-argument call that runs it."""
+
+    label: str
+    run: Callable[[], object]
+
+    @classmethod
+    def plan(cls, label: str, model, feeds: Mapping[str, np.ndarray]) -> "Timed":
+        """`model` (a CompiledModel) run on `feeds`."""
+        return cls(label, lambda: model.run(feeds))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """`candidate` timed paired against `against` (the plan it must beat): their medians,
+    the paired ratio of candidate over against, the bar it had to pass, the rounds run, and
+    whether it was kept (ratio under bar)."""
+
+    candidate: str
+    against: str
+    candidate_ms: float
+    against_ms: float
+    paired_ratio: float
+    bar: float
+    rounds: int
+    kept: bool
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def said(record: Mapping) -> str:
+        """One line for a decision's record (`to_json`, read back from a plan)."""
+        bar = "" if record["bar"] == 1.0 else f", bar {record['bar']:.2f}"
+        return (f"{record['candidate']} {record['candidate_ms']:.3f} ms, {record['against']} "
+                f"{record['against_ms']:.3f} ms (paired {record['paired_ratio']:.3f}{bar}) -> "
+                f"{record['candidate'] if record['kept'] else record['against']}")
+
+
+def decide(candidate: Timed, against: Timed, rounds: int, bar: float = 1.0,
+           deadline: Deadline = Deadline.NONE) -> Decision:
+    """Time `candidate` against `against` (compare_plans) and keep it when its paired ratio is
+    under `bar`."""
+    c = compare_plans({against.label: against.run, candidate.label: candidate.run}, rounds,
+                      deadline)
+    ratio = c.ratio[candidate.label]
+    return Decision(candidate.label, against.label, c.median_ms[candidate.label],
+                    c.median_ms[against.label], ratio, bar, c.rounds, ratio < bar)

@@ -52,7 +52,7 @@ import numpy as np
 
 from woodpecker.assembly import AssemblyOptions
 from woodpecker.bench.compare import random_feeds
-from woodpecker.bench.timing import paired_ratio, time_interleaved
+from woodpecker.bench.timing import time_interleaved
 from woodpecker.config import REFINE_RUNS, SELECTION_RUNS
 from woodpecker.deadline import Deadline
 from woodpecker.engines import names
@@ -63,10 +63,15 @@ from woodpecker.ir.graph import Graph, Node
 from woodpecker.ops import INTENSIVE, chain
 from woodpecker.passes.unfuse import apart, unfuse
 from woodpecker.runtime.compiled import CompiledModel
+from woodpecker.selection.compare import Decision, Timed, decide
 from woodpecker.selection.per_node import best_tuned, best_tuned_spec
 from woodpecker.selection.refine import plan_runner
 from woodpecker.tasks import task_from_node
 from woodpecker.tune.records import TuningLog
+
+# the decisions' labels (selection/compare.Decision)
+FUSED, APART = "fused", "apart"
+WITH_AGO, WITHOUT_AGO = "plan with AGO's fusions", "plan without AGO's fusions"
 
 
 def _kernel_runner(task, log: TuningLog, threads: int, out: TextIO):
@@ -147,12 +152,11 @@ def confirm_fusions(graph: Graph, choices: Choices, log: TuningLog, assembly: As
                 Choice(names.HALIDE, spec, "whole-plan fusion check: its best tuned kernel")
                 if spec is not None else
                 Choice(choose(part, allowed, ctx), why="library preference"))
-    record = {"nodes": fused, **_fused_or(plan_runner(graph, choices, assembly), "apart",
-                                          plan_runner(apart_graph, apart_choices, assembly),
-                                          runs, deadline)}
-    print(f"  whole plan: fused {record['fused_ms']:.2f} ms, apart {record['apart_ms']:.2f} ms "
-          f"(paired {record['paired_ratio']:.3f}) -> {'fused' if record['kept'] else 'apart'}",
-          file=out, flush=True)
+    decision = decide(Timed(FUSED, plan_runner(graph, choices, assembly)),
+                      Timed(APART, plan_runner(apart_graph, apart_choices, assembly)), runs,
+                      deadline=deadline)
+    record = {**decision.to_json(), "nodes": fused}
+    print(f"  whole plan: {Decision.said(record)}", file=out, flush=True)
     if not record["kept"]:
         by_name = {n.name: n for n in graph.nodes}
         for name in fused:
@@ -178,24 +182,10 @@ def unfuse_on_libraries(graph: Graph, choices: Choices, allowed: list[str],
 
 def faster_plan(fused: CompiledModel, unfused: CompiledModel, runs: int = REFINE_RUNS,
                 out: TextIO | None = None, deadline: Deadline = Deadline.NONE) -> dict:
-    """`fused` against `unfused` (module docstring): the record of the comparison, `kept`
+    """`fused` against `unfused` (module docstring): the record of the decision, `kept`
     saying whether the fused plan stays. Past `deadline` it stops at half its rounds."""
     feeds = random_feeds(fused)
-    record = _fused_or(lambda: fused.run(feeds), "unfused", lambda: unfused.run(feeds), runs,
-                       deadline)
-    print(f"  plan with AGO's fusions {record['fused_ms']:.2f} ms, without "
-          f"{record['unfused_ms']:.2f} ms (paired {record['paired_ratio']:.3f}) -> "
-          f"{'with' if record['kept'] else 'without'}", file=out or sys.stderr, flush=True)
+    record = decide(Timed.plan(WITH_AGO, fused, feeds), Timed.plan(WITHOUT_AGO, unfused, feeds),
+                    runs, deadline=deadline).to_json()
+    print(f"  {Decision.said(record)}", file=out or sys.stderr, flush=True)
     return record
-
-
-def _fused_or(fused, name: str, other, runs: int, deadline: Deadline) -> dict:
-    """Run `fused` and `other` (no-argument calls) interleaved over `runs` rounds (half of them
-    at least, past `deadline`): their median milliseconds (`fused_ms`, `{name}_ms`), the paired
-    ratio of fused over other, and `kept`, whether it is under 1."""
-    times = time_interleaved({"fused": fused, name: other}, runs, 2, block=3,
-                             deadline=deadline, min_runs=runs // 2)
-    ratio = paired_ratio(times, name, "fused")
-    return {"fused_ms": float(np.median(times["fused"])),
-            f"{name}_ms": float(np.median(times[name])), "paired_ratio": ratio,
-            "kept": ratio < 1.0}

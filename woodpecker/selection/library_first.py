@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 import numpy as np
+import onnx
 
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
@@ -36,17 +39,56 @@ from woodpecker.config import (
     TOLERANCE,
 )
 from woodpecker.deadline import Deadline
+from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice
 from woodpecker.engines.names import ONNXRUNTIME
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import ModelError, WoodpeckerError, first_line
+from woodpecker.frontend.whole import whole_graph
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.selection.compare import compare_plans
+from woodpecker.selection.compare import Decision, Timed, compare_plans, decide
+
+# the labels of the decision against the library (selection/compare.Decision)
+WOODPECKER, LIBRARY = "Woodpecker's plan", "the library's session"
 
 
 class LibraryRefusal(ModelError):
     """No allowed library engine runs the model (each one's reason in the message)."""
+
+
+@dataclass
+class OriginalGraph:
+    """The user's model to run whole on a library, at the compile's input shapes and values;
+    `known`: the node-level import's output types, where there is one; `why`: why Woodpecker
+    has no node-level plan of it, where that is the reason it runs whole."""
+
+    proto: onnx.ModelProto
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None
+    input_values: Mapping[str, np.ndarray] | None = None
+    known: dict | None = None
+    why: str | None = None
+
+    def plan(self, assembly: AssemblyOptions, out: TextIO | None = None,
+             deadline: Deadline = Deadline.NONE) -> CompiledModel:
+        """The faster allowed library running the graph as one session (frontend/whole.py,
+        `library_plans`, `fastest_library`), its record in `meta["library_first"]`;
+        LibraryRefusal (one line, each library's reason) where no library runs it."""
+        out = out or sys.stderr
+        whole = whole_graph(self.proto, self.input_shapes, self.input_values, self.known)
+        if self.why is not None:
+            print(f"Woodpecker has no node-level plan for this model ({self.why}); the "
+                  "libraries run its original graph", file=out, flush=True)
+        # no arena: the library allocates the outputs it returns (no copy out of an arena; a
+        # dimension the data decides is fine)
+        assembly = replace(assembly, context=BuildContext(assembly.target.threads, whole.opset),
+                           meta={**assembly.meta, "schedule": {"kind": "file"}}, arena=False)
+        plans, refused = library_plans(whole, assembly)
+        library, record = fastest_library(plans, out, deadline)
+        library.plan.meta["library_first"] = {
+            **record, **({"refused": refused} if refused else {}),
+            **({"why": self.why} if self.why else {})}
+        return library
 
 
 def library_plans(whole: Graph, assembly: AssemblyOptions,
@@ -131,7 +173,7 @@ def fastest_library(plans: dict[str, CompiledModel], out: TextIO | None = None,
     first = next(iter(plans.values()))
     feeds = random_feeds(first)
     runs = {k: (lambda m=m: m.run(feeds)) for k, m in plans.items()}
-    comparison = compare_plans(runs, _rounds(runs, rounds), deadline)
+    comparison = compare_plans(runs, _rounds(list(runs.values()), rounds), deadline)
     kept = comparison.fastest
     times = ", ".join(f"{k} {ms:.3g} ms" for k, ms in comparison.median_ms.items())
     print(f"library-first: the original graph on {times} (paired "
@@ -139,11 +181,11 @@ def fastest_library(plans: dict[str, CompiledModel], out: TextIO | None = None,
     return plans[kept], {"engine": kept, **comparison.to_json()}
 
 
-def _rounds(runs: dict, least: int) -> int:
+def _rounds(runs: list[Callable[[], object]], least: int) -> int:
     """Calls per plan: at least `least`, more for fast plans while the comparison stays within
     config.LIBRARY_FIRST_SECONDS (config.py says why), timed from one call of each."""
     spent = 0.0
-    for run in runs.values():
+    for run in runs:
         run()    # a warm-up call, timed
         t0 = time.perf_counter()
         run()
@@ -157,17 +199,15 @@ def keep_faster(ours: CompiledModel, library: CompiledModel, out: TextIO | None 
                 deadline: Deadline = Deadline.NONE,
                 rounds: int = LIBRARY_FIRST_RUNS) -> tuple[bool, dict]:
     """Whether `ours` (a plan with generated kernels) runs faster than `library` (paired
-    ratio under 1), and the comparison's record."""
+    ratio under 1), and the decision's record (selection/compare.Decision)."""
     feeds = random_feeds(library)
+    candidate, against = Timed.plan(WOODPECKER, ours, feeds), Timed.plan(LIBRARY, library, feeds)
     try:
-        runs = {"library": lambda: library.run(feeds), "woodpecker": lambda: ours.run(feeds)}
-        comparison = compare_plans(runs, _rounds(runs, rounds), deadline)
+        decision = decide(candidate, against,
+                          _rounds([candidate.run, against.run], rounds), 1.0, deadline)
     except WoodpeckerError as e:   # random inputs the model refuses: nothing to time on
-        return False, {"kept": "library", "why": f"not timed: {first_line(e)[:160]}"}
-    kept = comparison.fastest == "woodpecker" and comparison.ratio["woodpecker"] < 1.0
-    print(f"against the library's own session: Woodpecker's plan "
-          f"{comparison.median_ms['woodpecker']:.3g} ms, the library "
-          f"{comparison.median_ms['library']:.3g} ms (paired "
-          f"{comparison.ratio['woodpecker']:.3f}) -> "
-          f"{'Woodpecker' if kept else 'the library'}", file=out or sys.stderr, flush=True)
-    return kept, {"kept": "woodpecker" if kept else "library", **comparison.to_json()}
+        return False, {"kept": False, "why": f"not timed: {first_line(e)[:160]}"}
+    record = decision.to_json()
+    print(f"against the library's own session: {Decision.said(record)}",
+          file=out or sys.stderr, flush=True)
+    return decision.kept, record

@@ -36,7 +36,6 @@ import numpy as np
 
 from woodpecker.assembly import reordered
 from woodpecker.bench.compare import random_feeds
-from woodpecker.bench.timing import paired_ratio, time_interleaved
 from woodpecker.config import (
     DOS_BLOCK,
     DOS_PLAN_MARGIN,
@@ -50,8 +49,10 @@ from woodpecker.deadline import Deadline
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.dos import Schedule, Stage, optimal_in_blocks
+from woodpecker.selection.compare import Timed, decide
 
 INF = float("inf")
+SEQUENTIAL, PARALLEL = "sequential plan", "parallel stages"   # the decision's labels
 
 
 def step_edges(graph: Graph, steps: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
@@ -269,8 +270,9 @@ def schedule_parallel(model: CompiledModel, out: TextIO | None = None,
 
 def _whole_plan(sequential: CompiledModel, parallel: CompiledModel, feeds: dict,
                 deadline: Deadline) -> dict:
-    """The staged plan against the sequential one: same outputs, paired median time ratio;
-    kept only when faster by more than the margin."""
+    """The staged plan against the sequential one: same outputs, then the paired decision
+    (selection/compare.decide, recorded as `check`; `ratio` its paired ratio): kept only when
+    faster by more than the margin."""
     a, b = sequential.run(feeds), parallel.run(feeds)
     for name, x in a.items():
         y = b[name]
@@ -278,12 +280,9 @@ def _whole_plan(sequential: CompiledModel, parallel: CompiledModel, feeds: dict,
             return {"faster": False, "same_outputs": False, "ratio": 1.0,
                     "why": f"output {name!r} differs from the sequential plan's "
                            f"(max {float(np.max(np.abs(x - y))):.2e})"}
-    times = time_interleaved({"sequential": lambda: sequential.run(feeds),
-                              "parallel": lambda: parallel.run(feeds)},
-                             runs=REFINE_RUNS, warmup=2, deadline=deadline)
-    ratio = paired_ratio(times, "sequential", "parallel")
-    faster = ratio < 1 - DOS_PLAN_MARGIN
-    return {"faster": faster, "same_outputs": True, "ratio": round(ratio, 4),
-            "sequential_ms": round(float(np.median(times["sequential"])), 4),
-            "parallel_ms": round(float(np.median(times["parallel"])), 4),
-            **({} if faster else {"why": "the whole plan was not faster with the stages"})}
+    check = decide(Timed.plan(PARALLEL, parallel, feeds),
+                   Timed.plan(SEQUENTIAL, sequential, feeds), REFINE_RUNS, 1 - DOS_PLAN_MARGIN,
+                   deadline).to_json()
+    return {"faster": check["kept"], "same_outputs": True,
+            "ratio": round(check["paired_ratio"], 4), "check": check,
+            **({} if check["kept"] else {"why": "the whole plan was not faster with the stages"})}

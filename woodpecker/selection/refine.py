@@ -51,16 +51,19 @@ import numpy as np
 
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
-from woodpecker.bench.timing import paired_ratio, time_interleaved
 from woodpecker.config import REFINE_MARGIN, REFINE_RUNS
 from woodpecker.deadline import Deadline
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.names import HALIDE
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
+from woodpecker.selection.compare import Decision, Timed, decide
 
 EVERY = "every tuned node"   # the candidates' labels
 WINNERS = "every per-node winner"
+BEST = "the best plan so far"
+CONFIRMATION = "confirmation"    # the kept candidates together, against the plan they started
+START = "the plan without Halide chains"
 
 
 def halide_chains(graph: Graph, candidates: set[int]) -> list[list[int]]:
@@ -139,20 +142,13 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
             return False
         seen.add(tuple(trial))
         trial_run = runner(trial)
-        times = time_interleaved({"best": best_run, "trial": trial_run}, runs, 2, block=3,
-                                 deadline=deadline, min_runs=runs // 2)
-        best_ms, trial_ms = (float(np.median(times[key])) for key in ("best", "trial"))
-        ratio = paired_ratio(times, "best", "trial")
-        kept = ratio < bar
-        print(f"  plan check, {label}: {len(nodes)} Halide node(s) from "
-              f"{names[nodes[0]]!r}: plan {best_ms:.2f} -> {trial_ms:.2f} ms "
-              f"(paired {ratio:.3f}), {'kept' if kept else 'dropped'}", file=out, flush=True)
-        report.append({"candidate": label, "nodes": [names[i] for i in nodes],
-                       "plan_ms": best_ms, "with_chain_ms": trial_ms, "paired_ratio": ratio,
-                       "bar": bar, "kept": kept})
-        if kept:
+        decision = decide(Timed(label, trial_run), Timed(BEST, best_run), runs, bar, deadline)
+        print(f"  plan check, {len(nodes)} Halide node(s) from {names[nodes[0]]!r}: "
+              f"{Decision.said(decision.to_json())}", file=out, flush=True)
+        report.append({**decision.to_json(), "nodes": [names[i] for i in nodes]})
+        if decision.kept:
             current, best_run = trial, trial_run
-        return kept
+        return decision.kept
 
     # Whole-plan candidates first: every per-node winner, then every tuned node; chain by
     # chain only when neither was kept (what most budgets cannot afford on a deep model).
@@ -166,18 +162,10 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
         attempt(f"chain {k + 1}/{len(chains)}", chain, 1 - REFINE_MARGIN)
     if sum(r["kept"] for r in report) > 1:
         start = [before[i] if i in timed else e for i, e in enumerate(selected)]
-        times = time_interleaved({"start": runner(start), "result": best_run}, 2 * runs, 2,
-                                 block=3, deadline=deadline, min_runs=runs)
-        start_ms, result_ms = (float(np.median(times[k])) for k in ("start", "result"))
-        ratio = paired_ratio(times, "start", "result")
-        confirmed = ratio < 1 - REFINE_MARGIN
-        print(f"  plan check, confirmation: plan {start_ms:.2f} -> {result_ms:.2f} ms "
-              f"(paired {ratio:.3f}), "
-              f"{'kept' if confirmed else 'back to the plan without Halide chains'}",
-              file=out, flush=True)
-        report.append({"candidate": "confirmation", "nodes": [], "plan_ms": start_ms,
-                       "with_chain_ms": result_ms, "paired_ratio": ratio, "bar": 1 - REFINE_MARGIN,
-                       "kept": confirmed})
-        if not confirmed:
+        decision = decide(Timed(CONFIRMATION, best_run), Timed(START, runner(start)), 2 * runs,
+                          1 - REFINE_MARGIN, deadline)
+        print(f"  plan check: {Decision.said(decision.to_json())}", file=out, flush=True)
+        report.append({**decision.to_json(), "nodes": []})
+        if not decision.kept:
             current = start
     return current, report
