@@ -57,12 +57,15 @@ def assemble(graph: Graph, choices: Choices, options: AssemblyOptions) -> Plan:
         meta["layout_conversions"] = 0
     regions = [e for e in options.allowed if get_engine(e).caps.multi_node]
     if meta["library_regions"] and regions:
-        region = get_engine(regions[0])
-        engines = absorb_movement(
-            [choices[n.name].engine for n in graph.nodes],
-            [get_engine(choices[n.name].engine).caps.views and n.op in MOVEMENT
-             and region.supports(n, options.context) for n in graph.nodes],
-            region.name, names.NUMPY)
+        nodes, ctx = graph.nodes, options.context
+
+        def movable(i: int, region: str) -> bool:
+            n = nodes[i]
+            return get_engine(choices[n.name].engine).caps.views and n.op in MOVEMENT and \
+                get_engine(region).supports(n, ctx)
+
+        engines = absorb_movement([choices[n.name].engine for n in nodes], movable, regions,
+                                  names.NUMPY)
         for n, e in zip(graph.nodes, engines):
             if e != choices[n.name].engine:
                 choices[n.name] = Choice(e, why="data movement inside a library region")

@@ -3,36 +3,40 @@ memory-scheduled plan's regions must begin so that none lifts its peak."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.regions import plan_steps
 from woodpecker.schedule.arena import lifetimes, live_peak
 
 
-def absorb_movement(engines: Sequence[str], movable: Sequence[bool], region: str,
-                    views: str) -> list[str]:
+def absorb_movement(engines: Sequence[str], movable: Callable[[int, str], bool],
+                    regions: Sequence[str], views: str) -> list[str]:
     """Engines with cheap data-movement nodes moved into adjacent library regions.
 
-    `region`: the multi-node engine whose steps absorb; `views`: the engine that runs data
-    movement as views (numpy). The fixed preference gives Reshape/Concat/Slice… to numpy (views,
-    no copy), but a numpy node between two ORT nodes splits their region: squeezenet's Concat
-    after every fire module, shufflenet's channel shuffle, the transformer's reshapes each cost
-    a session boundary — ORT's call overhead and a lost cross-node fusion — for a copy worth far
-    less. Each maximal run of numpy nodes that ORT can run (`movable`) goes to ORT when an ORT
-    node precedes or follows it; runs between other engines (Halide kernels) stay numpy views."""
+    `regions`: the multi-node engines whose steps absorb, in order; `movable(i, region)`:
+    whether `region` can run node i as data movement (asked only of regions the plan uses, for
+    numpy nodes: a library answers by building the node); `views`: the engine
+    that runs data movement as views (numpy). The fixed preference gives Reshape/Concat/Slice…
+    to numpy (views, no copy), but a numpy node between two ORT nodes splits their region:
+    squeezenet's Concat after every fire module, shufflenet's channel shuffle, the
+    transformer's reshapes each cost a session boundary — the library's call overhead and a
+    lost cross-node fusion — for a copy worth far less. For each region engine in turn, each
+    maximal run of numpy nodes it can run goes to it when a node of it precedes or follows
+    the run; runs between other engines (Halide kernels) stay numpy views."""
     out = list(engines)
-    i = 0
-    while i < len(out):
-        if out[i] != views or not movable[i]:
-            i += 1
-            continue
-        j = i
-        while j < len(out) and out[j] == views and movable[j]:
-            j += 1
-        if (i > 0 and out[i - 1] == region) or (j < len(out) and out[j] == region):
-            out[i:j] = [region] * (j - i)
-        i = j
+    for region in [r for r in regions if r in out]:
+        i = 0
+        while i < len(out):
+            if out[i] != views or not movable(i, region):
+                i += 1
+                continue
+            j = i
+            while j < len(out) and out[j] == views and movable(j, region):
+                j += 1
+            if (i > 0 and out[i - 1] == region) or (j < len(out) and out[j] == region):
+                out[i:j] = [region] * (j - i)
+            i = j
     return out
 
 

@@ -98,6 +98,9 @@ def cmd_inspect(args) -> None:
     if check:
         print(f"whole-plan fusion check of {len(check['nodes'])} fusion(s): "
               f"{Decision.said(check)}")
+    doc["library_choice"] = model.plan.meta.get("library_choice", [])
+    for r in doc["library_choice"]:   # regions moved between libraries (selection/libraries)
+        print(f"library regions: {r['why'] if 'why' in r else Decision.said(r)}")
     doc["parallel"] = _show_parallel(model.plan.meta.get("parallel"))
     doc["library_first"] = _show_library_first(model.plan.meta.get("library_first"))
     if args.json:

@@ -143,14 +143,14 @@ def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str]) -> 
             refused[name] = f"failed where {reference} ran: {first_line(e)[:160]}"
             del plans[name]
             continue
-        bad = next((k for k, (g, w) in enumerate(zip(got, want)) if not _close(g, w)), None)
+        bad = next((k for k, (g, w) in enumerate(zip(got, want)) if not outputs_agree(g, w)), None)
         if bad is not None:
             refused[name] = (f"its output {bad} differs from {reference}'s by more than "
                              f"{TOLERANCE:g} relative")
             del plans[name]
 
 
-def _close(got: np.ndarray, want: np.ndarray) -> bool:
+def outputs_agree(got: np.ndarray, want: np.ndarray) -> bool:
     if got.shape != want.shape:
         return False
     if want.dtype.kind not in "fc":

@@ -18,7 +18,9 @@ What it does, in order, each decision a paired measurement (selection/compare.de
 2. Per graph candidate, node by node (`_node_selection`): AGO's fusions weighed against their
    parts (fusion.weigh_fusions), each tuned kernel against the libraries (per_node), each
    task's finalists in the plan (in_plan), the chosen kernels on the whole plan (refine), the
-   fusions on the whole plan (fusion.confirm_fusions); then assembly, the memory schedule's
+   fusions on the whole plan (fusion.confirm_fusions), the library of each library region
+   (libraries.py: ONNX Runtime's regions moved to OpenVINO where the whole plan runs faster);
+   then assembly, the memory schedule's
    re-ordering and arena check, DOS's parallel stages (parallel.py).
 3. The plan with AGO's fusions against the plan without them, from the same log (when the
    first still runs a fusion), the faster kept (`meta["against_unfused"]`); the first takes
@@ -52,7 +54,7 @@ from woodpecker.tune.records import TuningLog
 
 # what a plan measured that the library's session, when it is kept instead, carries on
 MEASURED = ("tuning", "stages_s", "selection", "in_plan", "plan_check", "fusion",
-            "fusion_check", "against_unfused", "passes", "templates_excluded")
+            "fusion_check", "library_choice", "against_unfused", "passes", "templates_excluded")
 
 
 @dataclass
@@ -197,6 +199,7 @@ def _node_selection(graph: Graph, choices: Choices, log: TuningLog, assembly: As
     IN_PLAN_SHARE), each stopping new work when its share is spent."""
     from woodpecker.selection.fusion import weigh_fusions
     from woodpecker.selection.in_plan import choose_in_plan
+    from woodpecker.selection.libraries import choose_libraries
     from woodpecker.selection.per_node import select_kernels
     from woodpecker.selection.refine import refine_selection
 
@@ -242,6 +245,13 @@ def _node_selection(graph: Graph, choices: Choices, log: TuningLog, assembly: As
     for choice in choices.values():
         if choice.engine != names.HALIDE:
             choice.kernel = None
+    libraries = [e for e in allowed if get_engine(e).caps.multi_node]
+    if len(libraries) > 1 and any(c.engine == names.HALIDE for c in choices.values()):
+        print("choosing the library of each library region on the whole plan", file=out,
+              flush=True)
+        meta["library_choice"] = choose_libraries(graph, choices, assembly, out=out,
+                                                  deadline=deadline)
+        lap("libraries")
 
 
 def _check_fusions(graph: Graph, choices: Choices, log: TuningLog, assembly: AssemblyOptions,

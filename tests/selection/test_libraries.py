@@ -1,0 +1,99 @@
+"""The library of each library region is chosen on the whole plan: ONNX Runtime's regions of a
+plan with generated kernels move to OpenVINO where the plan runs faster there, checked
+against the plan's outputs first (selection/libraries.py)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+import woodpecker
+from tests.helpers import ort_run, rand, sampled_log
+from tests.runtime.test_mixed_engines import _model
+from woodpecker.assembly import AssemblyOptions
+from woodpecker.engines import names
+from woodpecker.engines.base import BuildContext
+from woodpecker.engines.choice import Choice
+from woodpecker.engines.registry import choose
+from woodpecker.frontend.onnx_import import import_onnx
+from woodpecker.passes import optimize
+from woodpecker.target import Target
+
+ENGINES = (names.HALIDE, names.ONNXRUNTIME, names.OPENVINO, names.NUMPY)
+
+
+def test_regions_are_runs_of_library_nodes_split_by_other_engines():
+    from woodpecker.ir.graph import Graph
+    from woodpecker.selection.libraries import library_regions
+
+    g = Graph("g")
+    engines = ["onnxruntime", "numpy", "onnxruntime", "halide", "numpy", "openvino", "halide",
+               "numpy"]
+    for k in range(len(engines)):
+        g.add_node("Relu", [], [], {}, f"n{k}")
+    choices = {f"n{k}": Choice(e) for k, e in enumerate(engines)}
+    assert library_regions(g, choices) == [["n0", "n2"], ["n5"]]
+
+
+@pytest.mark.parametrize("ratio", [0.5, 1.5])
+def test_a_region_moves_to_openvino_only_where_the_plan_runs_faster(tmp_path, monkeypatch,
+                                                                    ratio):
+    """Timed for real; `ratio` replaces the paired ratio the decision reads, to reach both
+    branches. Either way the plan matches ONNX Runtime."""
+    pytest.importorskip("halide")
+    pytest.importorskip("openvino")
+    from woodpecker.assembly import assemble
+    from woodpecker.runtime.compiled import CompiledModel
+    from woodpecker.selection import compare
+    from woodpecker.selection.libraries import choose_libraries
+
+    model = _model()
+    graph = import_onnx(model)
+    optimize(graph)
+    ctx = BuildContext(1, graph.opset)
+    log = sampled_log(graph, tmp_path / "tuning.jsonl")
+    generated = woodpecker.compile(model, engines="halide,numpy", tuning_log=log.path,
+                                   threads=1).plan.choices
+    first = graph.nodes[0].name
+    choices = {n.name: generated[n.name] if n.name == first else
+               Choice(choose(n, list(ENGINES), ctx)) for n in graph.nodes}
+    assert names.ONNXRUNTIME in {c.engine for c in choices.values()}
+    monkeypatch.setattr(compare, "paired_ratio", lambda times, base, other: ratio)
+    assembly = AssemblyOptions(ENGINES, ctx, Target.parse("cpu", 1), {"library_regions": True})
+    records = choose_libraries(graph, choices, assembly, runs=4, out=io.StringIO())
+    assert records[0]["candidate"] == "every library region on openvino"
+    assert records[0]["paired_ratio"] == ratio and records[0]["kept"] == (ratio < 1)
+    engines = {c.engine for c in choices.values()}
+    assert (names.OPENVINO in engines) == (ratio < 1)
+    assert (names.ONNXRUNTIME in engines) == (ratio > 1)
+    assert choices[first].engine == names.HALIDE
+    plan = CompiledModel(assemble(graph, choices, assembly))
+    x = rand(1, 8, 12, 12, seed=4)
+    np.testing.assert_allclose(plan(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_compile_with_both_libraries_records_the_choice(tmp_path, monkeypatch):
+    """Every decision made to keep its candidate: the plan check keeps the tuned kernels, the
+    regions move to OpenVINO; the plan matches ONNX Runtime, saved and loaded."""
+    pytest.importorskip("halide")
+    pytest.importorskip("openvino")
+    from woodpecker.selection import compare
+
+    model = _model()
+    graph = import_onnx(model)
+    optimize(graph)
+    log = sampled_log(graph, tmp_path / "tuning.jsonl")
+    monkeypatch.setattr(compare, "paired_ratio", lambda times, base, other: 0.5)
+    compiled = woodpecker.compile(model, engines=",".join(ENGINES), tuning_log=log.path,
+                                  threads=1, progress=io.StringIO())
+    record = compiled.plan.meta["library_choice"]
+    assert record and record[0]["kept"] and record[0]["engine"] == names.OPENVINO
+    assert {names.HALIDE, names.OPENVINO} <= set(compiled.plan.engines)
+    assert names.ONNXRUNTIME not in compiled.plan.engines
+    x = rand(1, 8, 12, 12, seed=4)
+    want = ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(compiled(x), want, rtol=1e-4, atol=1e-5)
+    compiled.save(tmp_path / "p")
+    np.testing.assert_allclose(woodpecker.load(tmp_path / "p")(x), want, rtol=1e-4, atol=1e-5)
