@@ -5,7 +5,7 @@ empty tuning log — then checked against ONNX Runtime on the set's own inputs a
 interleaved against ONNX Runtime and OpenVINO over the user's original file.
 
 Per model: compile seconds, what the plan is (library-first engine, or Woodpecker's with its
-generated FLOP share), max relative difference to ONNX Runtime, medians of every runtime, the
+generated share of the time, profiled, and of the FLOPs), max relative difference to ONNX Runtime, medians of every runtime, the
 ratio of our median to the faster library's median (≤ 1.02 is the bar after a tune, ≤ 1.01
 untuned) and the paired per-round ratio to the faster library in each round. The table ends
 with the geomean over the non-zoo models of (faster library's median ÷ ours).
@@ -19,6 +19,7 @@ with the geomean over the non-zoo models of (faster library's median ÷ ours).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import tempfile
@@ -115,10 +116,11 @@ def run_one(entry: dict, args, log_dir: Path) -> dict:
     ours = res["woodpecker"]["median_ms"]
     return {
         "name": entry["name"], "group": entry["group"], "compile_s": round(compile_s, 1),
-        "plan": "library:" + first["engine"] if first and first.get("against", {}).get(
-            "kept", "library") == "library" else "woodpecker",
+        "plan": "library:" + first["engine"] if first and not (first.get("against") or {}).get(
+            "kept") else "woodpecker",
         "engines": sorted(set(model.plan.engines)),
         "generated_flops_share": round(model.generated_flops_share(), 3),
+        "generated_time_share": round(model.generated_time_share(feeds), 3),
         "library_first": first, "max_rel_diff_vs_ort": rel,
         "median_ms": {k: v["median_ms"] for k, v in res.items()},
         "ratio_to_faster_library": ours / fastest,
@@ -129,7 +131,7 @@ def run_one(entry: dict, args, log_dir: Path) -> dict:
 
 
 def _table(rows: list[dict]) -> str:
-    lines = [f"{'model':<32} {'group':<7} {'plan':<22} {'gen':>5} {'ours ms':>9} {'ORT ms':>9} "
+    lines = [f"{'model':<32} {'group':<7} {'plan':<22} {'gen t':>5} {'ours ms':>9} {'ORT ms':>9} "
              f"{'OV ms':>9} {'ratio':>6} {'paired':>6} {'rel diff':>9} {'compile s':>9}"]
     for r in rows:
         if "error" in r:
@@ -137,7 +139,7 @@ def _table(rows: list[dict]) -> str:
             continue
         m = r["median_ms"]
         lines.append(f"{r['name']:<32} {r['group']:<7} {r['plan']:<22} "
-                     f"{r['generated_flops_share']:>5.2f} {m['woodpecker']:>9.3f} "
+                     f"{r.get('generated_time_share', 0.0):>5.2f} {m['woodpecker']:>9.3f} "
                      f"{m[ONNXRUNTIME]:>9.3f} {m.get(OPENVINO, float('nan')):>9.3f} "
                      f"{r['ratio_to_faster_library']:>6.3f} {r['paired_vs_faster_library']:>6.3f} "
                      f"{r['max_rel_diff_vs_ort']:>9.1e} {r['compile_s']:>9.1f}")
@@ -164,10 +166,16 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default="benchmarks/results/open_world_e2e.json")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the models --json already holds (without an error) and run the "
+                        "rest: a long run spread over several sittings")
     args = p.parse_args()
     rows = []
+    if args.resume and Path(args.json).exists():
+        rows = [r for r in json.loads(Path(args.json).read_text())["models"] if "error" not in r]
+    done = {r["name"] for r in rows}
     with tempfile.TemporaryDirectory() as logs:
-        for entry in _entries(args):
+        for entry in [e for e in _entries(args) if e["name"] not in done]:
             print(f"== {entry['name']}", flush=True)
             try:
                 rows.append(run_one(entry, args, Path(logs)))

@@ -157,6 +157,14 @@ class CompiledModel:
         generated = {e for e in set(self.plan.engines) if get_engine(e).caps.generated}
         return sum(f for f, e in flops if e in generated) / total if total else 0.0
 
+    def generated_time_share(self, feeds: dict, runs: int = 10) -> float:
+        """The fraction of a run's step time (`profile`) spent in generated kernels' steps."""
+        ms = self.profile(feeds, runs=runs)
+        engines = self.plan.engines
+        generated = [get_engine(engines[step[0]]).caps.generated for step in self.steps]
+        total = sum(ms)
+        return sum(t for t, g in zip(ms, generated) if g) / total if total else 0.0
+
     def node_table(self) -> list[dict]:
         """Per node: name, op, engine and why it was chosen, input/output shapes, FLOPs and the
         ops fused into it (epilogue, prologue, an element-wise group's program) (for
