@@ -108,7 +108,7 @@ def cmd_inspect(args) -> None:
         print(f"wrote {args.json}")
 
 
-# why a fusion weighed fused ended apart (compiler._check_fusions)
+# why a fusion weighed fused ended apart (selection/pipeline._check_fusions)
 WHOLE_PLAN = {"apart": " (whole-plan check)", "library": " (left on a library: taken apart)"}
 
 

@@ -27,8 +27,8 @@ plan faster without it (issue 31: "no zoo model slower"). Measured on the same t
 (closing note of issue 31): kernel-level weighing kept 3 of shufflenet_v2's 7 chains, and that
 plan ran 1.010× the default pipeline's.
 
-Last, the compile (compiler._against_unfused) times the finished plan against the plan it
-makes from the same tuning log without AGO's passes, and keeps the faster:
+Last, selection (selection/pipeline.py) times the finished plan against the plan the same
+tuning log gives the graph without AGO's passes, and keeps the faster:
 `faster_plan(fused, unfused, out=, deadline=)` — paired over `config.REFINE_RUNS` interleaved
 rounds on one seeded input, the fused plan kept when its paired ratio is under 1. It covers
 what taking nodes apart cannot: attention apart is strided views on numpy, not the model's own
