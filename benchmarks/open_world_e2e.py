@@ -5,10 +5,11 @@ empty tuning log — then checked against ONNX Runtime on the set's own inputs a
 interleaved against ONNX Runtime and OpenVINO over the user's original file.
 
 Per model: compile seconds, what the plan is (library-first engine, or Woodpecker's with its
-generated share of the time, profiled, and of the FLOPs), max relative difference to ONNX Runtime, medians of every runtime, the
-ratio of our median to the faster library's median (≤ 1.02 is the bar after a tune, ≤ 1.01
-untuned) and the paired per-round ratio to the faster library in each round. The table ends
-with the geomean over the non-zoo models of (faster library's median ÷ ours).
+generated share of the time, profiled, and of the FLOPs), max relative difference to ONNX
+Runtime, medians of every runtime, the ratio of our median to the faster library's median
+(≤ 1.02 is the bar after a tune, ≤ 1.01 untuned) and the paired per-round ratio to the
+faster library in each round. The table ends with the geomean over the non-zoo models of
+(faster library's median ÷ ours).
 
     python benchmarks/realworld.py                       # builds the set once
     python benchmarks/open_world_e2e.py --runs 30 --json benchmarks/results/open_world_untuned.json

@@ -32,13 +32,18 @@ def _model():
     return make_model(nodes, [("x", [1, 8, 12, 12])], [("y", [1, 10])], inits)
 
 
-def test_generated_onnxruntime_openvino_and_numpy_steps_in_one_plan(tmp_path):
+def tuned(tmp_path):
+    """`_model()`, its optimised graph and a tuning log of one valid kernel per task."""
     pytest.importorskip("halide")
     pytest.importorskip("openvino")
     model = _model()
     graph = import_onnx(model)
     optimize(graph)
-    log = sampled_log(graph, tmp_path / "tuning.jsonl")
+    return model, graph, sampled_log(graph, tmp_path / "tuning.jsonl")
+
+
+def test_generated_onnxruntime_openvino_and_numpy_steps_in_one_plan(tmp_path):
+    model, graph, log = tuned(tmp_path)
     generated = woodpecker.compile(model, engines="halide,numpy", tuning_log=log.path,
                                    threads=1).plan.choices
     first_conv = graph.nodes[0].name

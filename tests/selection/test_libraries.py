@@ -10,15 +10,13 @@ import numpy as np
 import pytest
 
 import woodpecker
-from tests.helpers import ort_run, rand, sampled_log
-from tests.runtime.test_mixed_engines import _model
+from tests.helpers import ort_run, rand
+from tests.runtime.test_mixed_engines import tuned
 from woodpecker.assembly import AssemblyOptions
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice
 from woodpecker.engines.registry import choose
-from woodpecker.frontend.onnx_import import import_onnx
-from woodpecker.passes import optimize
 from woodpecker.target import Target
 
 ENGINES = (names.HALIDE, names.ONNXRUNTIME, names.OPENVINO, names.NUMPY)
@@ -42,18 +40,13 @@ def test_a_region_moves_to_openvino_only_where_the_plan_runs_faster(tmp_path, mo
                                                                     ratio):
     """Timed for real; `ratio` replaces the paired ratio the decision reads, to reach both
     branches. Either way the plan matches ONNX Runtime."""
-    pytest.importorskip("halide")
-    pytest.importorskip("openvino")
     from woodpecker.assembly import assemble
     from woodpecker.runtime.compiled import CompiledModel
     from woodpecker.selection import compare
     from woodpecker.selection.libraries import choose_libraries
 
-    model = _model()
-    graph = import_onnx(model)
-    optimize(graph)
+    model, graph, log = tuned(tmp_path)
     ctx = BuildContext(1, graph.opset)
-    log = sampled_log(graph, tmp_path / "tuning.jsonl")
     generated = woodpecker.compile(model, engines="halide,numpy", tuning_log=log.path,
                                    threads=1).plan.choices
     first = graph.nodes[0].name
@@ -77,14 +70,9 @@ def test_a_region_moves_to_openvino_only_where_the_plan_runs_faster(tmp_path, mo
 def test_a_compile_with_both_libraries_records_the_choice(tmp_path, monkeypatch):
     """Every decision made to keep its candidate: the plan check keeps the tuned kernels, the
     regions move to OpenVINO; the plan matches ONNX Runtime, saved and loaded."""
-    pytest.importorskip("halide")
-    pytest.importorskip("openvino")
     from woodpecker.selection import compare
 
-    model = _model()
-    graph = import_onnx(model)
-    optimize(graph)
-    log = sampled_log(graph, tmp_path / "tuning.jsonl")
+    model, graph, log = tuned(tmp_path)
     monkeypatch.setattr(compare, "paired_ratio", lambda times, base, other: 0.5)
     compiled = woodpecker.compile(model, engines=",".join(ENGINES), tuning_log=log.path,
                                   threads=1, progress=io.StringIO())
