@@ -20,7 +20,7 @@ the selector maps each node to an engine that declares it. The protocol, beyond 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +32,15 @@ from woodpecker.ir.graph import Graph, Node, StepIO, Value, runtime_positions
 
 @dataclass(frozen=True)
 class BuildContext:
-    """What a kernel builder may need beyond the node: thread count, the model's opset, and
-    the saved plan's folder when the kernels come from one (its engines' artifacts)."""
+    """What a kernel builder may need beyond the node: thread count, the model's opset, the
+    saved plan's folder when the kernels come from one (its engines' artifacts), and while
+    compiling the user's ONNX model (library regions are built from its nodes)."""
 
     threads: int = 2
     opset: int = 17
     artifacts: Path | None = None
+    # the user's ONNX model the graph came from, while compiling (ir.graph.Graph.source)
+    source: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,15 @@ a loaded plan never imports onnx). `StepModels` is an engine's step models in pl
 `save` writes each step's model under the engine's folder with its sha256 (the model a loaded
 plan came with, else one made from the nodes) and returns the engine's `models` section;
 `load` checks a loaded plan's files (one-line PlanErrors); `model` is a step's model to
-build — its checked file for a loaded plan, bytes made from its nodes while compiling.
+build — its checked file for a loaded plan, bytes made while compiling (`step_bytes`).
+
+A region of several nodes runs the user's own nodes for its part of the graph
+(`original_region`: the nodes of the model file that compute the region's outputs from its
+inputs, found by name), not Woodpecker's rewrite of them, so the library keeps its own fusions
+and layout choices over what the user wrote (issue 50: ONNX Runtime ran Woodpecker's rewritten
+graph 0.83× as fast as the exporter's on an Intel machine); where the walk cannot show that
+the file's nodes are the very step (see `original_region`), the step is made from
+Woodpecker's nodes (ops/to_onnx.py) as before.
 """
 
 from __future__ import annotations
@@ -34,6 +42,80 @@ def onnx_bytes(nodes: list[Node], inputs: list[Value], outputs: list[Value], ops
     return nodes_model(nodes, list(dict.fromkeys(inputs)), outputs, opset).SerializeToString()
 
 
+def step_bytes(nodes: list[Node], inputs: list[Value], outputs: list[Value], opset: int,
+               source=None) -> bytes:
+    """A step's model: for a region of several nodes of a graph imported from `source` (the
+    user's ONNX model), the user's own nodes computing its outputs from its inputs where
+    `original_region` finds them; else made from Woodpecker's nodes."""
+    if source is not None and len(nodes) > 1:
+        original = original_region(source, inputs, outputs)
+        if original is not None:
+            return original
+    return onnx_bytes(nodes, inputs, outputs, opset)
+
+
+def original_region(source, inputs: list[Value], outputs: list[Value]) -> bytes | None:
+    """The nodes of `source` (a ModelProto) that compute `outputs` from `inputs` (values of
+    the same names; initializers taken along), as a model whose inputs have the plan's static
+    shapes — or None where that is not the very step: a value in another layout than the
+    file's, a value the walk back from the outputs reaches that is neither an input, an
+    initializer nor made by a node (a graph input the plan bound to a constant, a name
+    Woodpecker's passes made), a node with a subgraph (its outer-scope names are not walked),
+    or outputs whose element type, rank or a dimension ONNX's inference (strict, with data
+    propagation) finds other than the plan's (a dimension it leaves open is taken: the values
+    are the file's own, computed from inputs of the plan's shapes)."""
+    import onnx
+    from onnx import helper
+
+    if any(v.layout for v in (*inputs, *outputs)):
+        return None
+    ins = list(dict.fromkeys(v.name for v in inputs))
+    g = source.graph
+    made = {o: n for n in g.node for o in n.output if o}
+    inits = {t.name: t for t in g.initializer}
+    taken, used, todo = set(), set(), [v.name for v in outputs]
+    if set(todo) & set(ins):
+        return None
+    while todo:
+        name = todo.pop()
+        if not name or name in ins or name in used:
+            continue
+        if name in inits:
+            used.add(name)
+            continue
+        node = made.get(name)
+        if node is None or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                               for a in node.attribute):
+            return None
+        if id(node) not in taken:
+            taken.add(id(node))
+            todo.extend(node.input)
+
+    def info(v: Value, shape=True):
+        return helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(v.dtype),
+                                             list(v.shape) if shape else None)
+
+    by_name = {v.name: v for v in inputs}
+    graph = helper.make_graph([n for n in g.node if id(n) in taken], f"{g.name}_region",
+                              [info(by_name[n]) for n in ins],
+                              [info(v, shape=False) for v in outputs],
+                              [inits[n] for n in sorted(used)])
+    model = helper.make_model(graph, opset_imports=source.opset_import,
+                              ir_version=source.ir_version, functions=source.functions)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception:  # noqa: BLE001 - onnx raises its own types for a model it rejects
+        return None
+    for v, o in zip(outputs, inferred.graph.output):
+        t = o.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if t.elem_type != helper.np_dtype_to_tensor_dtype(v.dtype) or \
+                not t.HasField("shape") or len(dims) != len(v.shape) or \
+                any(d is not None and d != w for d, w in zip(dims, v.shape)):
+            return None
+    return model.SerializeToString()
+
+
 class StepModels:
     """One engine's step models: written under `folder` of a plan folder, named `what` in
     errors ("ONNX Runtime model"); per loaded plan folder, each step's checked file by the
@@ -49,7 +131,7 @@ class StepModels:
         """The model of a step: the saved plan's file (checked when the plan was loaded), or
         made from the nodes."""
         if ctx.artifacts is None:
-            return onnx_bytes(nodes, inputs, outputs, ctx.opset)
+            return step_bytes(nodes, inputs, outputs, ctx.opset, ctx.source)
         saved = self._loaded.get(ctx.artifacts.resolve(), {})
         if nodes[0].name not in saved:
             raise PlanError(f"plan has no {self.what} for the step at node {nodes[0].name!r}")
@@ -68,7 +150,8 @@ class StepModels:
             if first in loaded:
                 data = loaded[first].read_bytes()
             else:
-                data = onnx_bytes(step.nodes, step.inputs, step.outputs, graph.opset)
+                data = step_bytes(step.nodes, step.inputs, step.outputs, graph.opset,
+                                  graph.source)
             path = write_bytes(directory / name, data)
             models[first] = {"file": name, "sha256": sha256_file(path)}
         return models

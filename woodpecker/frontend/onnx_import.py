@@ -72,7 +72,8 @@ def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None =
     `input_values` binds graph inputs to fixed values (they become constants): a model whose
     shapes depend on an input's value (a Reshape target fed at run time) is specialised to it.
     """
-    proto = _upgrade_opset(load_model_proto(model))
+    original = load_model_proto(model)
+    proto = _upgrade_opset(original)
     _check_opset(proto)
     check_graph(proto)
     proto = bind_values(proto, dict(input_values or {}))
@@ -84,6 +85,7 @@ def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None =
         _onnx_inference(proto)   # ONNX's message where it sees the fault too
         raise
     _cross_check(_onnx_inference(proto), graph)
+    graph.source = original      # library regions run the user's own nodes (onnx_step.py)
     return graph
 
 

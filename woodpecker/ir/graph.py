@@ -74,6 +74,9 @@ class Graph:
         self.values: dict[str, Value] = {}
         self.inputs: list[Value] = []
         self.outputs: list[Value] = []
+        # the user's ONNX model the graph was imported from (frontend/onnx_import.py), while
+        # compiling: library regions run its nodes (engines/onnx_step.py); None once loaded
+        self.source: Any = None
         self._counter = itertools.count()
 
     # -- construction -------------------------------------------------------------------------
@@ -181,7 +184,7 @@ class Graph:
         """A structural copy (new nodes and values) sharing the constant arrays, so a rewrite
         can be tried and thrown away."""
         g = Graph(self.name)
-        g.opset = self.opset
+        g.opset, g.source = self.opset, self.source
         vmap = {}
         for name, v in self.values.items():
             vmap[id(v)] = g.values[name] = Value(v.name, v.shape, v.dtype, v.layout, data=v.data)
