@@ -43,7 +43,7 @@ def test_a_region_moves_to_openvino_only_where_the_plan_runs_faster(tmp_path, mo
     from woodpecker.assembly import assemble
     from woodpecker.runtime.compiled import CompiledModel
     from woodpecker.selection import compare
-    from woodpecker.selection.libraries import choose_libraries
+    from woodpecker.selection.libraries import REWRITE, choose_libraries
 
     model, graph, log = tuned(tmp_path)
     ctx = BuildContext(1, graph.opset)
@@ -58,6 +58,9 @@ def test_a_region_moves_to_openvino_only_where_the_plan_runs_faster(tmp_path, mo
     records = choose_libraries(graph, choices, assembly, runs=4, out=io.StringIO())
     assert records[0]["candidate"] == "every library region on openvino"
     assert records[0]["paired_ratio"] == ratio and records[0]["kept"] == (ratio < 1)
+    # last: the regions of Woodpecker's nodes against those of the file's, by the margin
+    assert records[-1]["candidate"] == REWRITE and records[-1]["kept"] == (ratio < 1)
+    assert (graph.source is None) == (ratio < 1)
     engines = {c.engine for c in choices.values()}
     assert (names.OPENVINO in engines) == (ratio < 1)
     assert (names.ONNXRUNTIME in engines) == (ratio > 1)

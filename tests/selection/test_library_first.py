@@ -14,7 +14,16 @@ from woodpecker.errors import PlanError
 from woodpecker.ops.opaque import carried_graph
 
 
-def test_untuned_compile_is_the_library_session_over_the_original_graph():
+@pytest.fixture
+def no_rewrite(monkeypatch):
+    """Woodpecker's graph on the libraries never measured faster than the session (it can be
+    on these small models: the file's Shape arithmetic folds away)."""
+    from woodpecker.selection import library_first
+
+    monkeypatch.setattr(library_first, "REFINE_MARGIN", 1.0)
+
+
+def test_untuned_compile_is_the_library_session_over_the_original_graph(no_rewrite):
     model = conv_bn_relu_residual()
     m = woodpecker.compile(model, threads=1)
     record = m.plan.meta["library_first"]
@@ -27,7 +36,7 @@ def test_untuned_compile_is_the_library_session_over_the_original_graph():
     np.testing.assert_allclose(m(x), ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
-def test_a_plan_without_generated_kernels_ends_as_the_library(tmp_path):
+def test_a_plan_without_generated_kernels_ends_as_the_library(tmp_path, no_rewrite):
     log = tmp_path / "empty.jsonl"
     log.write_text("")
     m = woodpecker.compile(conv_bn_relu_residual(), threads=1, tuning_log=str(log),
@@ -38,7 +47,7 @@ def test_a_plan_without_generated_kernels_ends_as_the_library(tmp_path):
     assert "tuning" in m.plan.meta
 
 
-def test_library_plan_saved_loaded_and_an_edited_session_file_refused(tmp_path):
+def test_library_plan_saved_loaded_and_an_edited_session_file_refused(tmp_path, no_rewrite):
     m = woodpecker.compile(conv_bn_relu_residual(), threads=1)
     d = tmp_path / "m.wpk"
     m.save(d)
@@ -52,6 +61,30 @@ def test_library_plan_saved_loaded_and_an_edited_session_file_refused(tmp_path):
     path.write_bytes(path.read_bytes()[:-1] + b"\x00")
     with pytest.raises(PlanError, match="sha256"):
         woodpecker.load(d)
+
+
+def test_woodpeckers_graph_on_a_library_replaces_the_session_only_where_faster(tmp_path,
+                                                                             monkeypatch):
+    """The ratio the decision reads is set: Woodpecker's graph on ONNX Runtime 0.5 of the
+    session's time, on OpenVINO 0.9; the plan is then the first, node by node, its regions
+    made from Woodpecker's nodes, and matches ONNX Runtime saved and loaded."""
+    from woodpecker.selection import compare
+
+    ratios = {"Woodpecker's graph on onnxruntime": 0.5, "Woodpecker's graph on openvino": 0.9}
+    monkeypatch.setattr(compare, "paired_ratio",
+                        lambda times, base, other: ratios.get(other, 1.0))
+    model = conv_bn_relu_residual()
+    m = woodpecker.compile(model, threads=1)
+    record = m.plan.meta["library_first"]["rewrite"]
+    assert record["kept"] == "Woodpecker's graph on onnxruntime"
+    assert record["ratio"]["Woodpecker's graph on onnxruntime"] == 0.5
+    assert "Opaque" not in [n.op for n in m.graph.nodes]
+    assert set(m.plan.engines) <= {"onnxruntime", "numpy"} and m.graph.source is None
+    x = rand(1, 8, 6, 6)
+    want = ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(m(x), want, rtol=1e-5, atol=1e-6)
+    m.save(tmp_path / "p")
+    np.testing.assert_allclose(woodpecker.load(tmp_path / "p")(x), want, rtol=1e-5, atol=1e-6)
 
 
 def test_naming_engines_keeps_the_node_level_plan():

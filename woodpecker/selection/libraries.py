@@ -4,8 +4,9 @@ thesis's XLVM, ch. 5: engines declare what they run, one selector maps the work 
 
 Contract: `choose_libraries(graph, choices, assembly, out=, deadline=)` moves library regions
 of the plan `choices` describe to another multi-node library where the whole plan runs faster
-there, updating `choices`, and returns one record per candidate tried (selection/compare's
-Decision shape, with `engine` and `nodes` added; or `kept: False` and `why`).
+there, updating `choices`, then chooses what the regions run (below), and returns one record
+per candidate tried (selection/compare's Decision shape, with `engine` and `nodes` added; or
+`kept: False` and `why`).
 
 A region is a maximal run of consecutive nodes on multi-node libraries or on numpy (the data
 movement that assembly absorbs into the adjacent region, assembly/regions.py) holding at least
@@ -17,6 +18,12 @@ one library node. For each other allowed multi-node library, in the order allowe
 2. where that was not kept and more than one region could move, region by region, most nodes
    first, each kept only by `config.REFINE_MARGIN` (a region boundary moved on noise costs a
    session call), until `deadline`.
+3. last, the plan with its regions made from Woodpecker's nodes (its passes' rewrite, ops/
+   to_onnx.py) instead of the file's (engines/onnx_step.original_region), kept only by the
+   margin: a library region runs the user's own nodes unless the rewrite is measurably faster
+   (`benchmarks/original_regions.py`, Zen 4: equal within 1 % on 7 of 10 models, the rewrite
+   ahead on transformer_encoder, 0.893 of ONNX Runtime against 1.006, and PP-OCRv4's
+   detector, 0.925 against 1.008); kept, it clears `graph.source`.
 Choice written down here: regions move whole, never node by node — a library's speed comes
 from its fusions and layouts across a region (issue 50: ORT regions over Woodpecker's graph
 0–6 % slower than ORT; OpenVINO 1.5–2.5× ONNX Runtime on the set's models on Zen 4), which a
@@ -34,7 +41,7 @@ from woodpecker.config import REFINE_MARGIN, REFINE_RUNS, TOLERANCE
 from woodpecker.deadline import Deadline
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.names import NUMPY
-from woodpecker.engines.registry import get_engine
+from woodpecker.engines.registry import choose, get_engine
 from woodpecker.errors import WoodpeckerError, first_line
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
@@ -42,6 +49,7 @@ from woodpecker.selection.compare import Decision, Timed, decide
 from woodpecker.selection.library_first import outputs_agree
 
 CURRENT = "the plan so far"    # the decisions' base label
+REWRITE = "regions of Woodpecker's nodes"
 
 
 def library_regions(graph: Graph, choices: Choices) -> list[list[str]]:
@@ -58,50 +66,66 @@ def library_regions(graph: Graph, choices: Choices) -> list[list[str]]:
     return regions + ([run] if run else [])
 
 
+def movable_regions(graph: Graph, choices: Choices, name: str, ctx) -> list[list[str]]:
+    """The library regions `choices` put on other libraries that library `name` runs whole
+    (its `supports`, node by node)."""
+    engine, by_name = get_engine(name), {n.name: n for n in graph.nodes}
+    return [r for r in library_regions(graph, choices)
+            if any(choices[n].engine != name for n in r)
+            and all(engine.supports(by_name[n], ctx) for n in r)]
+
+
 def choose_libraries(graph: Graph, choices: Choices, assembly: AssemblyOptions,
                      runs: int = REFINE_RUNS, out: TextIO | None = None,
                      deadline: Deadline = Deadline.NONE) -> list[dict]:
     out = out or sys.stderr
-    ctx, by_name = assembly.context, {n.name: n for n in graph.nodes}
     current = _Plan(graph, choices, assembly)
     records: list[dict] = []
+
+    def trial(label: str, plan: _Plan, bar: float, **extra) -> bool:
+        nonlocal current
+        record = current.against(plan, label, runs, bar, deadline)
+        records.append({**record, **extra})
+        said = record["why"] if "why" in record else Decision.said(record)
+        print(f"  library regions: {said}", file=out, flush=True)
+        if record["kept"]:
+            current = plan
+        return record["kept"]
+
     for name in [e for e in assembly.allowed if get_engine(e).caps.multi_node]:
-        engine = get_engine(name)
-        movable = [r for r in library_regions(graph, current.choices)
-                   if any(current.choices[n].engine != name for n in r)
-                   and all(engine.supports(by_name[n], ctx) for n in r)]
-        if not movable:
-            continue
-        trials = [(f"every library region on {name}", sum(movable, []), 1.0)]
+        movable = movable_regions(graph, current.choices, name, assembly.context)
+        tries = [(f"every library region on {name}", sum(movable, []), 1.0)] if movable else []
         if len(movable) > 1:
-            trials += [(f"a region of {len(r)} node(s) on {name}", r, 1 - REFINE_MARGIN)
-                       for r in sorted(movable, key=len, reverse=True)]
-        for k, (label, nodes, bar) in enumerate(trials):
+            tries += [(f"a region of {len(r)} node(s) on {name}", r, 1 - REFINE_MARGIN)
+                      for r in sorted(movable, key=len, reverse=True)]
+        for k, (label, nodes, bar) in enumerate(tries):
             if k == 1 and records[-1]["kept"]:
                 break     # every region moved at once: none is left to try alone
             if k and deadline.passed():
                 break
-            trial = dict(current.choices)
-            trial.update({n: Choice(name, why=f"library regions: {label}") for n in nodes})
-            record = current.against(_Plan(graph, trial, assembly), label, runs, bar,
-                                     deadline)
-            records.append({**record, "engine": name, "nodes": nodes})
-            said = record["why"] if "why" in record else Decision.said(record)
-            print(f"  library regions: {said}", file=out, flush=True)
-            if record["kept"]:
-                current = current.kept
+            moved = dict(current.choices)
+            moved.update({n: Choice(name, why=f"library regions: {label}") for n in nodes})
+            trial(label, _Plan(graph, moved, assembly), bar, engine=name, nodes=nodes)
+    if graph.source is not None and any(len(s) > 1 for s in current.model.steps) and \
+            trial(REWRITE, _Plan(graph, current.choices, assembly, rewrite=True),
+                  1 - REFINE_MARGIN, engine=None, nodes=[]):
+        graph.source = None
     choices.update(current.choices)
     return records
 
 
 class _Plan:
-    """A candidate plan: `choices` over `graph` assembled (on a copy) and run on one seeded
-    input; `against(other, …)` checks `other`'s outputs and times it against this one."""
+    """A candidate plan: `choices` over `graph` assembled (on a copy; with `rewrite`, its
+    regions made from Woodpecker's nodes) and run on one seeded input; `against(other, …)`
+    checks `other`'s outputs and times it against this one."""
 
-    def __init__(self, graph: Graph, choices: Choices, assembly: AssemblyOptions) -> None:
+    def __init__(self, graph: Graph, choices: Choices, assembly: AssemblyOptions,
+                 rewrite: bool = False) -> None:
         self.choices = choices
-        self.model = CompiledModel(assemble(graph.copy(), choices, assembly))
-        self.kept: _Plan | None = None
+        copy = graph.copy()
+        if rewrite:
+            copy.source = None
+        self.model = CompiledModel(assemble(copy, choices, assembly))
 
     def against(self, other: "_Plan", label: str, runs: int, bar: float,
                 deadline: Deadline) -> dict:
@@ -114,7 +138,31 @@ class _Plan:
         if bad is not None:
             return {"kept": False, "why": f"{label}: output {bad!r} differs from the plan's "
                                           f"by more than {TOLERANCE:g} relative"}
-        decision = decide(Timed.plan(label, other.model, feeds),
-                          Timed.plan(CURRENT, self.model, feeds), runs, bar, deadline)
-        self.kept = other if decision.kept else None
-        return decision.to_json()
+        return decide(Timed.plan(label, other.model, feeds),
+                      Timed.plan(CURRENT, self.model, feeds), runs, bar, deadline).to_json()
+
+
+def rewrite_plans(graph: Graph, assembly: AssemblyOptions) -> dict[str, CompiledModel]:
+    """Woodpecker's graph (its passes' rewrite) with every node on the libraries: for each
+    allowed multi-node library, the plan with every region it runs moved to it, its regions
+    made from Woodpecker's nodes; by label, plans of the same engines once."""
+    plans: dict[str, CompiledModel] = {}
+    seen = set()
+    allowed, ctx = list(assembly.allowed), assembly.context
+    for name in [e for e in allowed if get_engine(e).caps.multi_node]:
+        copy = graph.copy()
+        copy.source = None
+        choices = {n.name: Choice(choose(n, allowed, ctx), why="library preference")
+                   for n in copy.nodes}
+        for region in movable_regions(copy, choices, name, ctx):
+            choices.update({n: Choice(name, why=f"{REWRITE} on {name}") for n in region})
+        engines = tuple(choices[n.name].engine for n in copy.nodes)
+        if engines in seen:
+            continue
+        seen.add(engines)
+        try:
+            plans[f"Woodpecker's graph on {name}"] = CompiledModel(assemble(copy, choices,
+                                                                            assembly))
+        except WoodpeckerError:
+            continue
+    return plans

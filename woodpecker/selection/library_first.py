@@ -36,6 +36,7 @@ from woodpecker.config import (
     LIBRARY_FIRST_MAX_RUNS,
     LIBRARY_FIRST_RUNS,
     LIBRARY_FIRST_SECONDS,
+    REFINE_MARGIN,
     TOLERANCE,
 )
 from woodpecker.deadline import Deadline
@@ -211,3 +212,41 @@ def keep_faster(ours: CompiledModel, library: CompiledModel, out: TextIO | None 
     print(f"against the library's own session: {Decision.said(record)}",
           file=out or sys.stderr, flush=True)
     return decision.kept, record
+
+
+def keep_rewrite(library: CompiledModel, rewrites: dict[str, CompiledModel],
+                 out: TextIO | None = None, deadline: Deadline = Deadline.NONE,
+                 rounds: int = LIBRARY_FIRST_RUNS) -> tuple[CompiledModel, dict]:
+    """`library` (the faster library's session of the user's graph), or the fastest of
+    `rewrites` (Woodpecker's graph run by the libraries, selection/libraries.rewrite_plans)
+    where its outputs agree with the session's and its paired ratio to it is under
+    1 − config.REFINE_MARGIN: Woodpecker's rewrite replaces the user's graph only where it is
+    measurably faster. The record says what was compared and kept."""
+    out = out or sys.stderr
+    feeds = random_feeds(library)
+    refused: dict[str, str] = {}
+    try:
+        want = list(library.run(feeds).values())
+    except WoodpeckerError as e:
+        return library, {"kept": LIBRARY, "why": f"not timed: {first_line(e)[:160]}"}
+    for label, plan in list(rewrites.items()):
+        try:
+            got = list(plan.run(feeds).values())
+        except WoodpeckerError as e:
+            refused[label] = f"failed where the session ran: {first_line(e)[:160]}"
+            continue
+        if not all(outputs_agree(g, w) for g, w in zip(got, want)):
+            refused[label] = f"its outputs differ from the session's by more than {TOLERANCE:g}"
+    runs = {LIBRARY: (lambda: library.run(feeds)),
+            **{k: (lambda m=m: m.run(feeds)) for k, m in rewrites.items() if k not in refused}}
+    if len(runs) == 1:
+        return library, {"kept": LIBRARY, "refused": refused}
+    comparison = compare_plans(runs, _rounds(list(runs.values()), rounds), deadline)
+    best = min((k for k in runs if k != LIBRARY), key=lambda k: comparison.ratio[k])
+    kept = best if comparison.ratio[best] < 1 - REFINE_MARGIN else LIBRARY
+    times = ", ".join(f"{k} {ms:.3g} ms" for k, ms in comparison.median_ms.items())
+    print(f"Woodpecker's graph on the libraries: {times} (paired {best} "
+          f"{comparison.ratio[best]:.3f}) -> {kept}", file=out, flush=True)
+    record = {**comparison.to_json(), "kept": kept, "bar": 1 - REFINE_MARGIN,
+              **({"refused": refused} if refused else {})}
+    return (library if kept == LIBRARY else rewrites[kept]), record

@@ -19,7 +19,8 @@ What it does, in order, each decision a paired measurement (selection/compare.de
    parts (fusion.weigh_fusions), each tuned kernel against the libraries (per_node), each
    task's finalists in the plan (in_plan), the chosen kernels on the whole plan (refine), the
    fusions on the whole plan (fusion.confirm_fusions), the library of each library region
-   (libraries.py: ONNX Runtime's regions moved to OpenVINO where the whole plan runs faster);
+   (libraries.py: ONNX Runtime's regions moved to OpenVINO where the whole plan runs faster)
+   and whether the regions run the file's nodes or Woodpecker's rewrite of them;
    then assembly, the memory schedule's
    re-ordering and arena check, DOS's parallel stages (parallel.py).
 3. The plan with AGO's fusions against the plan without them, from the same log (when the
@@ -49,7 +50,12 @@ from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.passes import INTENSIVE as INTENSIVE_PASSES
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.memory import MemoryBudgetError, format_bytes, schedule_memory
-from woodpecker.selection.library_first import LibraryRefusal, OriginalGraph, keep_faster
+from woodpecker.selection.library_first import (
+    LibraryRefusal,
+    OriginalGraph,
+    keep_faster,
+    keep_rewrite,
+)
 from woodpecker.tune.records import TuningLog
 
 # what a plan measured that the library's session, when it is kept instead, carries on
@@ -66,6 +72,12 @@ class GraphCandidate:
     passes: tuple[str, ...]
     stats: dict
     schedule: dict
+    untouched: Graph | None = None   # a copy selection does not rewrite (for rewrite_plans)
+
+    def assembly(self, base: AssemblyOptions) -> AssemblyOptions:
+        """`base` with this graph's passes and schedule in the plan's metadata."""
+        return replace(base, meta={**base.meta, "passes": self.stats, "schedule": self.schedule,
+                                   "stages_s": dict(base.meta.get("stages_s", {}))})
 
 
 def candidate_graphs(graph: Graph, opts: CompileOptions, generated: bool,
@@ -84,9 +96,8 @@ def candidate_graphs(graph: Graph, opts: CompileOptions, generated: bool,
         if k and not any(n.op in INTENSIVE for n in graph.nodes):
             break     # no intensive fusion in the first: the second would be the same graph
         stats = optimize(g, p)
-        out.append(GraphCandidate(label, g, p, stats,
-                                  _schedule(g, opts.schedule, opts.memory_budget,
-                                            fuse=set(MEMORY) <= set(p))))
+        schedule = _schedule(g, opts.schedule, opts.memory_budget, fuse=set(MEMORY) <= set(p))
+        out.append(GraphCandidate(label, g, p, stats, schedule, g.copy()))
     return out
 
 
@@ -106,9 +117,11 @@ def select_plan(selection: Selection, out: TextIO | None = None,
     out = out or sys.stderr
     if selection.log is None and selection.library is not None:
         try:
-            return selection.library.plan(selection.assembly, out, deadline)
+            library = selection.library.plan(selection.assembly, out, deadline)
         except LibraryRefusal:
             pass    # the node-level plan says which node no engine runs, and why
+        else:
+            return _library_or_rewrite(library, selection, out, deadline)
     first, *others = selection.graphs
     plan = _graph_plan(first, selection, out,
                        deadline.share(UNFUSED_PLAN_SHARE) if others else deadline)
@@ -128,7 +141,30 @@ def select_plan(selection: Selection, out: TextIO | None = None,
         library = selection.library.plan(selection.assembly, out, deadline)
     except LibraryRefusal:
         return plan    # no library runs the original graph: Woodpecker's plan does
-    return _against_library(plan, library, out, deadline)
+    kept = _against_library(plan, library, out, deadline)
+    return kept if kept is plan else _library_or_rewrite(kept, selection, out, deadline)
+
+
+def _library_or_rewrite(library: CompiledModel, selection: Selection, out: TextIO,
+                        deadline: Deadline) -> CompiledModel:
+    """The library's session of the user's graph, or Woodpecker's graph run by the libraries
+    where that is measurably faster (selection/library_first.keep_rewrite); the record in
+    `meta["library_first"]["rewrite"]`."""
+    from woodpecker.selection.libraries import rewrite_plans
+
+    first = selection.graphs[0]
+    if first.untouched is None or not selection.opts.starts_from_library:
+        return library
+    rewrites = rewrite_plans(first.untouched, first.assembly(selection.assembly))
+    kept, record = keep_rewrite(library, rewrites, out, deadline)
+    meta = library.plan.meta["library_first"]
+    meta["rewrite"] = record
+    if kept is not library:
+        for key in MEASURED:
+            if key in library.plan.meta and key not in kept.plan.meta:
+                kept.plan.meta[key] = library.plan.meta[key]
+        kept.plan.meta["library_first"] = meta
+    return kept
 
 
 def _graph_plan(candidate: GraphCandidate, selection: Selection, out: TextIO,
@@ -137,9 +173,7 @@ def _graph_plan(candidate: GraphCandidate, selection: Selection, out: TextIO,
     from woodpecker.selection.parallel import schedule_parallel
 
     graph, base, opts = candidate.graph, selection.assembly, selection.opts
-    meta = {**base.meta, "passes": candidate.stats, "schedule": candidate.schedule,
-            "stages_s": dict(base.meta.get("stages_s", {}))}
-    assembly = replace(base, meta=meta)
+    assembly = candidate.assembly(base)
     choices = {n.name: Choice(choose(n, list(base.allowed), base.context),
                               why="library preference") for n in graph.nodes}
     if selection.log is not None:
@@ -245,10 +279,10 @@ def _node_selection(graph: Graph, choices: Choices, log: TuningLog, assembly: As
     for choice in choices.values():
         if choice.engine != names.HALIDE:
             choice.kernel = None
-    libraries = [e for e in allowed if get_engine(e).caps.multi_node]
-    if len(libraries) > 1 and any(c.engine == names.HALIDE for c in choices.values()):
-        print("choosing the library of each library region on the whole plan", file=out,
-              flush=True)
+    if any(get_engine(e).caps.multi_node for e in allowed) and \
+            any(c.engine == names.HALIDE for c in choices.values()):
+        print("choosing the library of each library region, and its nodes, on the whole plan",
+              file=out, flush=True)
         meta["library_choice"] = choose_libraries(graph, choices, assembly, out=out,
                                                   deadline=deadline)
         lap("libraries")
