@@ -125,6 +125,11 @@ def _show_library_first(record: dict | None) -> dict | None:
         print(f"  {name} not used: {why}")
     if record.get("why"):
         print(f"  no node-level plan: {record['why']}")
+    rewrite = record.get("rewrite")
+    if rewrite:     # Woodpecker's graph on the libraries, timed in the same rounds
+        print(f"  {rewrite['best']}: paired {rewrite['paired_ratio']:.3f} of "
+              f"{record['engine']}'s session (bar {rewrite['bar']:.2f}) -> "
+              f"{rewrite['best'] if rewrite['kept'] else 'the session'}")
     against = record.get("against")
     if against and "paired_ratio" in against:
         print(f"  {Decision.said(against)}")

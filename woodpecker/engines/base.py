@@ -121,6 +121,11 @@ class Engine:
 
     def supports(self, node: Node, ctx: BuildContext) -> bool:
         """The declared capability, refined by `accepts` for op variants."""
+        return self.declares(node) and self.accepts(node, ctx)
+
+    def declares(self, node: Node) -> bool:
+        """What the engine declares it runs (op, element types, layouts), without asking the
+        library itself (`accepts` may build the node)."""
         if node.op not in self.ops:
             return False
         for v in list(node.inputs) + list(node.outputs):
@@ -128,7 +133,7 @@ class Engine:
                 return False
             if v is not None and v.layout not in self.layouts:
                 return False
-        return self.accepts(node, ctx)
+        return True
 
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
         """Variant-level capability beyond op and dtype (pads, attributes, library support)."""

@@ -130,6 +130,10 @@ class OpenVinoEngine(Engine):
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
         return self._node_model(node, ctx)[0] is not None
 
+    def declares(self, node: Node) -> bool:
+        """Also none whose values OpenVINO computes narrower (`_narrowed`)."""
+        return super().declares(node) and _narrowed(node) is None
+
     def why_not(self, node: Node, ctx: BuildContext) -> str:
         return self._node_model(node, ctx)[1] or "refused the node"
 

@@ -23,7 +23,7 @@ faster library (selection/library_first.py) — records its `Decision` in the on
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -39,6 +39,7 @@ class PlanComparison:
     median_ms: dict[str, float]
     ratio: dict[str, float]
     rounds: int
+    times: dict[str, list[float]] = field(default_factory=dict, repr=False)
 
     @property
     def base(self) -> str:
@@ -48,8 +49,17 @@ class PlanComparison:
     def fastest(self) -> str:
         return min(self.ratio, key=lambda k: self.ratio[k])
 
+    def fastest_of(self, labels) -> str:
+        """The label among `labels` with the least ratio."""
+        return min(labels, key=lambda k: self.ratio[k])
+
+    def paired(self, base: str, other: str) -> float:
+        """The paired ratio of `other`'s time to `base`'s, round by round."""
+        return 1.0 if base == other else paired_ratio(self.times, base, other)
+
     def to_json(self) -> dict:
-        return {**asdict(self), "fastest": self.fastest}
+        return {"median_ms": self.median_ms, "ratio": self.ratio, "rounds": self.rounds,
+                "fastest": self.fastest}
 
 
 def compare_plans(runs: dict[str, Callable[[], object]], rounds: int,
@@ -63,7 +73,7 @@ def compare_plans(runs: dict[str, Callable[[], object]], rounds: int,
     return PlanComparison({k: float(np.median(times[k])) for k in labels},
                           {k: 1.0 if k == base else paired_ratio(times, base, k)
                            for k in labels},
-                          min(len(t) for t in times.values()))
+                          min(len(t) for t in times.values()), times)
 
 
 @dataclass(frozen=True)

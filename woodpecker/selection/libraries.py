@@ -66,13 +66,15 @@ def library_regions(graph: Graph, choices: Choices) -> list[list[str]]:
     return regions + ([run] if run else [])
 
 
-def movable_regions(graph: Graph, choices: Choices, name: str, ctx) -> list[list[str]]:
+def movable_regions(graph: Graph, choices: Choices, name: str, ctx,
+                    ask: bool = True) -> list[list[str]]:
     """The library regions `choices` put on other libraries that library `name` runs whole
-    (its `supports`, node by node)."""
+    (its `supports`, node by node; without `ask`, what it `declares`: no one-node build)."""
     engine, by_name = get_engine(name), {n.name: n for n in graph.nodes}
+    runs = (lambda n: engine.supports(n, ctx)) if ask else engine.declares
     return [r for r in library_regions(graph, choices)
             if any(choices[n].engine != name for n in r)
-            and all(engine.supports(by_name[n], ctx) for n in r)]
+            and all(runs(by_name[n]) for n in r)]
 
 
 def choose_libraries(graph: Graph, choices: Choices, assembly: AssemblyOptions,
@@ -154,7 +156,9 @@ def rewrite_plans(graph: Graph, assembly: AssemblyOptions) -> dict[str, Compiled
         copy.source = None
         choices = {n.name: Choice(choose(n, allowed, ctx), why="library preference")
                    for n in copy.nodes}
-        for region in movable_regions(copy, choices, name, ctx):
+        # what it declares: a region it cannot build after all fails to build (skipped),
+        # one it computes otherwise fails the outputs check (library_first._check_outputs)
+        for region in movable_regions(copy, choices, name, ctx, ask=False):
             choices.update({n: Choice(name, why=f"{REWRITE} on {name}") for n in region})
         engines = tuple(choices[n.name].engine for n in copy.nodes)
         if engines in seen:
@@ -163,6 +167,6 @@ def rewrite_plans(graph: Graph, assembly: AssemblyOptions) -> dict[str, Compiled
         try:
             plans[f"Woodpecker's graph on {name}"] = CompiledModel(assemble(copy, choices,
                                                                             assembly))
-        except WoodpeckerError:
+        except Exception:  # noqa: BLE001 - a library's own error while building a region
             continue
     return plans

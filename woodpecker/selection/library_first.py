@@ -71,10 +71,13 @@ class OriginalGraph:
     why: str | None = None
 
     def plan(self, assembly: AssemblyOptions, out: TextIO | None = None,
-             deadline: Deadline = Deadline.NONE) -> CompiledModel:
+             deadline: Deadline = Deadline.NONE,
+             rewrites: Callable[[], dict[str, CompiledModel]] | None = None) -> CompiledModel:
         """The faster allowed library running the graph as one session (frontend/whole.py,
-        `library_plans`, `fastest_library`), its record in `meta["library_first"]`;
-        LibraryRefusal (one line, each library's reason) where no library runs it."""
+        `library_plans`, `fastest_library`) — or, where measurably faster, one of the plans
+        `rewrites()` makes (Woodpecker's graph on the libraries) — its record in
+        `meta["library_first"]`; LibraryRefusal (one line, each library's reason) where no
+        library runs the graph."""
         out = out or sys.stderr
         whole = whole_graph(self.proto, self.input_shapes, self.input_values, self.known)
         if self.why is not None:
@@ -84,8 +87,9 @@ class OriginalGraph:
         # dimension the data decides is fine)
         assembly = replace(assembly, context=BuildContext(assembly.target.threads, whole.opset),
                            meta={**assembly.meta, "schedule": {"kind": "file"}}, arena=False)
-        plans, refused = library_plans(whole, assembly)
-        library, record = fastest_library(plans, out, deadline)
+        others = rewrites() if rewrites is not None else {}
+        plans, refused = library_plans(whole, assembly, others)
+        library, record = fastest_library(plans, out, deadline, rewrites=others)
         library.plan.meta["library_first"] = {
             **record, **({"refused": refused} if refused else {}),
             **({"why": self.why} if self.why else {})}
@@ -93,10 +97,13 @@ class OriginalGraph:
 
 
 def library_plans(whole: Graph, assembly: AssemblyOptions,
+                  extra: dict[str, CompiledModel] | None = None,
                   ) -> tuple[dict[str, CompiledModel], dict[str, str]]:
     """engine name → the plan running `whole`'s one node on it, for each allowed engine that
     runs it and agrees with ONNX Runtime; and engine name → why each other library is not
-    among them. LibraryRefusal where none runs it."""
+    among them. LibraryRefusal where none runs it. `extra` plans (by label) are checked
+    against the same reference, those that disagree dropped (their reasons among the
+    refused)."""
     plans, refused = {}, {}
     for name in assembly.allowed:
         engine = get_engine(name)
@@ -115,40 +122,47 @@ def library_plans(whole: Graph, assembly: AssemblyOptions,
             plans[name] = CompiledModel(assemble(graph, choices, assembly))
         except Exception as e:  # noqa: BLE001 - a library's own error while building
             refused[name] = f"{type(e).__name__}: {first_line(e)}"
-    _check_outputs(plans, refused)
+    _check_outputs(plans, refused, extra)
     if not plans:
         why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no library engine allowed"
         raise LibraryRefusal(f"no library runs this model ({why})")
     return plans, refused
 
 
-def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str]) -> None:
-    """Drop from `plans` each whose outputs on one seeded input differ from the reference's
-    (ONNX Runtime's where it is among them, else the first plan's) by more than
-    config.TOLERANCE relative to the reference's largest magnitude (NaN where it has NaN)."""
-    if len(plans) < 2:
+def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
+                   extra: dict[str, CompiledModel] | None = None) -> None:
+    """Drop from `plans` (and from `extra`: further plans, never the reference) each whose
+    outputs on one seeded input differ from the reference's (ONNX Runtime's where it is among
+    `plans`, else the first plan's) by more than config.TOLERANCE relative to the reference's
+    largest magnitude (NaN where it has NaN)."""
+    extra = {} if extra is None else extra
+    if len(plans) + len(extra) < 2:
         return
     reference = ONNXRUNTIME if ONNXRUNTIME in plans else next(iter(plans))
     feeds = random_feeds(plans[reference])
+    groups = (plans, extra)
     try:
         want = list(plans[reference].run(feeds).values())
     except WoodpeckerError as e:   # random inputs the model refuses (indices, divisors, shapes)
-        for name in [n for n in plans if n != reference]:
-            refused[name] = f"not checked against {reference}: {first_line(e)[:120]}"
-            del plans[name]
+        for group in groups:
+            for name in [n for n in group if n != reference]:
+                refused[name] = f"not checked against {reference}: {first_line(e)[:120]}"
+                del group[name]
         return
-    for name in [n for n in plans if n != reference]:
-        try:
-            got = list(plans[name].run(feeds).values())
-        except WoodpeckerError as e:     # e.g. an output shape the library computes otherwise
-            refused[name] = f"failed where {reference} ran: {first_line(e)[:160]}"
-            del plans[name]
-            continue
-        bad = next((k for k, (g, w) in enumerate(zip(got, want)) if not outputs_agree(g, w)), None)
-        if bad is not None:
-            refused[name] = (f"its output {bad} differs from {reference}'s by more than "
-                             f"{TOLERANCE:g} relative")
-            del plans[name]
+    for group in groups:
+        for name in [n for n in group if n != reference]:
+            try:
+                got = list(group[name].run(feeds).values())
+            except WoodpeckerError as e:   # e.g. an output shape the library computes otherwise
+                refused[name] = f"failed where {reference} ran: {first_line(e)[:160]}"
+                del group[name]
+                continue
+            bad = next((k for k, (g, w) in enumerate(zip(got, want))
+                        if not outputs_agree(g, w)), None)
+            if bad is not None:
+                refused[name] = (f"its output {bad} differs from {reference}'s by more than "
+                                 f"{TOLERANCE:g} relative")
+                del group[name]
 
 
 def outputs_agree(got: np.ndarray, want: np.ndarray) -> bool:
@@ -162,24 +176,36 @@ def outputs_agree(got: np.ndarray, want: np.ndarray) -> bool:
 
 
 def fastest_library(plans: dict[str, CompiledModel], out: TextIO | None = None,
-                    deadline: Deadline = Deadline.NONE,
-                    rounds: int = LIBRARY_FIRST_RUNS) -> tuple[CompiledModel, dict]:
-    """The faster of `plans` by a paired, interleaved measurement; its record (medians,
-    ratios, the engine kept)."""
+                    deadline: Deadline = Deadline.NONE, rounds: int = LIBRARY_FIRST_RUNS,
+                    rewrites: dict[str, CompiledModel] | None = None,
+                    ) -> tuple[CompiledModel, dict]:
+    """The faster of `plans` by a paired, interleaved measurement, and its record (medians,
+    ratios, the engine kept). `rewrites` (Woodpecker's graph run by the libraries,
+    selection/libraries.rewrite_plans) are timed in the same rounds, and the fastest of them
+    is returned instead where its paired ratio to the faster library is under
+    1 − config.REFINE_MARGIN: Woodpecker's rewrite replaces the user's graph only where it is
+    measurably faster (`record["rewrite"]`)."""
     out = out or sys.stderr
-    if len(plans) == 1:     # nothing to compare (the others refused, or failed the check)
+    rewrites = rewrites or {}
+    everything = {**plans, **rewrites}
+    if len(everything) == 1:  # nothing to compare (the others refused, or failed the check)
         name, plan = next(iter(plans.items()))
         return plan, {"engine": name, "median_ms": {}, "ratio": {name: 1.0}, "rounds": 0,
                       "fastest": name}
-    first = next(iter(plans.values()))
-    feeds = random_feeds(first)
-    runs = {k: (lambda m=m: m.run(feeds)) for k, m in plans.items()}
+    feeds = random_feeds(next(iter(plans.values())))
+    runs = {k: (lambda m=m: m.run(feeds)) for k, m in everything.items()}
     comparison = compare_plans(runs, _rounds(list(runs.values()), rounds), deadline)
-    kept = comparison.fastest
+    kept = chosen = comparison.fastest_of(plans)
+    record = {"engine": kept, **comparison.to_json()}
+    if rewrites:
+        best = comparison.fastest_of(rewrites)
+        ratio = comparison.paired(kept, best)
+        chosen = best if ratio < 1 - REFINE_MARGIN else kept
+        record["rewrite"] = {"best": best, "paired_ratio": ratio, "bar": 1 - REFINE_MARGIN,
+                             "kept": chosen == best}
     times = ", ".join(f"{k} {ms:.3g} ms" for k, ms in comparison.median_ms.items())
-    print(f"library-first: the original graph on {times} (paired "
-          f"{comparison.ratio[list(plans)[-1]]:.3f}) -> {kept}", file=out, flush=True)
-    return plans[kept], {"engine": kept, **comparison.to_json()}
+    print(f"library-first: {times} -> {chosen}", file=out, flush=True)
+    return everything[chosen], record
 
 
 def _rounds(runs: list[Callable[[], object]], least: int) -> int:
@@ -213,40 +239,3 @@ def keep_faster(ours: CompiledModel, library: CompiledModel, out: TextIO | None 
           file=out or sys.stderr, flush=True)
     return decision.kept, record
 
-
-def keep_rewrite(library: CompiledModel, rewrites: dict[str, CompiledModel],
-                 out: TextIO | None = None, deadline: Deadline = Deadline.NONE,
-                 rounds: int = LIBRARY_FIRST_RUNS) -> tuple[CompiledModel, dict]:
-    """`library` (the faster library's session of the user's graph), or the fastest of
-    `rewrites` (Woodpecker's graph run by the libraries, selection/libraries.rewrite_plans)
-    where its outputs agree with the session's and its paired ratio to it is under
-    1 − config.REFINE_MARGIN: Woodpecker's rewrite replaces the user's graph only where it is
-    measurably faster. The record says what was compared and kept."""
-    out = out or sys.stderr
-    feeds = random_feeds(library)
-    refused: dict[str, str] = {}
-    try:
-        want = list(library.run(feeds).values())
-    except WoodpeckerError as e:
-        return library, {"kept": LIBRARY, "why": f"not timed: {first_line(e)[:160]}"}
-    for label, plan in list(rewrites.items()):
-        try:
-            got = list(plan.run(feeds).values())
-        except WoodpeckerError as e:
-            refused[label] = f"failed where the session ran: {first_line(e)[:160]}"
-            continue
-        if not all(outputs_agree(g, w) for g, w in zip(got, want)):
-            refused[label] = f"its outputs differ from the session's by more than {TOLERANCE:g}"
-    runs = {LIBRARY: (lambda: library.run(feeds)),
-            **{k: (lambda m=m: m.run(feeds)) for k, m in rewrites.items() if k not in refused}}
-    if len(runs) == 1:
-        return library, {"kept": LIBRARY, "refused": refused}
-    comparison = compare_plans(runs, _rounds(list(runs.values()), rounds), deadline)
-    best = min((k for k in runs if k != LIBRARY), key=lambda k: comparison.ratio[k])
-    kept = best if comparison.ratio[best] < 1 - REFINE_MARGIN else LIBRARY
-    times = ", ".join(f"{k} {ms:.3g} ms" for k, ms in comparison.median_ms.items())
-    print(f"Woodpecker's graph on the libraries: {times} (paired {best} "
-          f"{comparison.ratio[best]:.3f}) -> {kept}", file=out, flush=True)
-    record = {**comparison.to_json(), "kept": kept, "bar": 1 - REFINE_MARGIN,
-              **({"refused": refused} if refused else {})}
-    return (library if kept == LIBRARY else rewrites[kept]), record

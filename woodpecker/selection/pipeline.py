@@ -13,8 +13,10 @@ Contract: `select_plan(selection, out, deadline)` returns the compiled plan. `se
 
 What it does, in order, each decision a paired measurement (selection/compare.decide):
 1. No generated kernel can be chosen and the compile is library-first: the plan *is* the faster
-   library's session over the original graph (where no library runs it, the node-level plan
-   says which node no engine runs, and why).
+   library's session over the original graph — or Woodpecker's graph (its passes' rewrite) with
+   every node on a library, timed in the same rounds, where that is faster by the margin
+   (selection/libraries.rewrite_plans, library_first.fastest_library). Where no library runs
+   the original graph, the node-level plan says which node no engine runs, and why.
 2. Per graph candidate, node by node (`_node_selection`): AGO's fusions weighed against their
    parts (fusion.weigh_fusions), each tuned kernel against the libraries (per_node), each
    task's finalists in the plan (in_plan), the chosen kernels on the whole plan (refine), the
@@ -26,8 +28,8 @@ What it does, in order, each decision a paired measurement (selection/compare.de
 3. The plan with AGO's fusions against the plan without them, from the same log (when the
    first still runs a fusion), the faster kept (`meta["against_unfused"]`); the first takes
    `config.UNFUSED_PLAN_SHARE` of the selection time, the second the rest.
-4. The plan against the faster library's session (`meta["library_first"]["against"]`): a plan
-   with a generated kernel is kept only where it is faster; one without *is* the library.
+4. The plan against step 1's plan (`meta["library_first"]["against"]`): a plan with a
+   generated kernel is kept only where it is faster; one without *is* step 1's plan.
 """
 
 from __future__ import annotations
@@ -50,12 +52,7 @@ from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.passes import INTENSIVE as INTENSIVE_PASSES
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.memory import MemoryBudgetError, format_bytes, schedule_memory
-from woodpecker.selection.library_first import (
-    LibraryRefusal,
-    OriginalGraph,
-    keep_faster,
-    keep_rewrite,
-)
+from woodpecker.selection.library_first import LibraryRefusal, OriginalGraph, keep_faster
 from woodpecker.tune.records import TuningLog
 
 # what a plan measured that the library's session, when it is kept instead, carries on
@@ -117,11 +114,10 @@ def select_plan(selection: Selection, out: TextIO | None = None,
     out = out or sys.stderr
     if selection.log is None and selection.library is not None:
         try:
-            library = selection.library.plan(selection.assembly, out, deadline)
+            return selection.library.plan(selection.assembly, out, deadline,
+                                          _rewrites(selection))
         except LibraryRefusal:
             pass    # the node-level plan says which node no engine runs, and why
-        else:
-            return _library_or_rewrite(library, selection, out, deadline)
     first, *others = selection.graphs
     plan = _graph_plan(first, selection, out,
                        deadline.share(UNFUSED_PLAN_SHARE) if others else deadline)
@@ -138,33 +134,22 @@ def select_plan(selection: Selection, out: TextIO | None = None,
     if selection.log is None or selection.library is None:
         return plan
     try:
-        library = selection.library.plan(selection.assembly, out, deadline)
+        library = selection.library.plan(selection.assembly, out, deadline,
+                                         _rewrites(selection))
     except LibraryRefusal:
         return plan    # no library runs the original graph: Woodpecker's plan does
-    kept = _against_library(plan, library, out, deadline)
-    return kept if kept is plan else _library_or_rewrite(kept, selection, out, deadline)
+    return _against_library(plan, library, out, deadline)
 
 
-def _library_or_rewrite(library: CompiledModel, selection: Selection, out: TextIO,
-                        deadline: Deadline) -> CompiledModel:
-    """The library's session of the user's graph, or Woodpecker's graph run by the libraries
-    where that is measurably faster (selection/library_first.keep_rewrite); the record in
-    `meta["library_first"]["rewrite"]`."""
+def _rewrites(selection: Selection):
+    """What makes the plans of Woodpecker's graph (the first candidate, as its passes left
+    it) with every node on the libraries (selection/libraries.rewrite_plans)."""
     from woodpecker.selection.libraries import rewrite_plans
 
     first = selection.graphs[0]
-    if first.untouched is None or not selection.opts.starts_from_library:
-        return library
-    rewrites = rewrite_plans(first.untouched, first.assembly(selection.assembly))
-    kept, record = keep_rewrite(library, rewrites, out, deadline)
-    meta = library.plan.meta["library_first"]
-    meta["rewrite"] = record
-    if kept is not library:
-        for key in MEASURED:
-            if key in library.plan.meta and key not in kept.plan.meta:
-                kept.plan.meta[key] = library.plan.meta[key]
-        kept.plan.meta["library_first"] = meta
-    return kept
+    if first.untouched is None:
+        return None
+    return lambda: rewrite_plans(first.untouched, first.assembly(selection.assembly))
 
 
 def _graph_plan(candidate: GraphCandidate, selection: Selection, out: TextIO,
