@@ -117,8 +117,7 @@ def run_one(entry: dict, args, log_dir: Path) -> dict:
     ours = res["woodpecker"]["median_ms"]
     return {
         "name": entry["name"], "group": entry["group"], "compile_s": round(compile_s, 1),
-        "plan": "library:" + first["engine"] if first and not (first.get("against") or {}).get(
-            "kept") else "woodpecker",
+        "plan": _plan_kind(first),
         "engines": sorted(set(model.plan.engines)),
         "generated_flops_share": round(model.generated_flops_share(), 3),
         "generated_time_share": round(model.generated_time_share(feeds), 3),
@@ -129,6 +128,17 @@ def run_one(entry: dict, args, log_dir: Path) -> dict:
         "machine": result["machine"], "versions": result["versions"],
         "tuning": meta.get("tuning"),
     }
+
+
+def _plan_kind(first: dict) -> str:
+    """What the plan is: a library's session of the file, Woodpecker's graph on a library
+    (`rewrite:<engine>`), or Woodpecker's plan with generated kernels."""
+    if not first or (first.get("against") or {}).get("kept"):
+        return "woodpecker"
+    rewrite = first.get("rewrite") or {}
+    if rewrite.get("kept"):
+        return "rewrite:" + rewrite["best"].rsplit(" ", 1)[-1]
+    return "library:" + first["engine"]
 
 
 def _table(rows: list[dict]) -> str:
