@@ -143,7 +143,8 @@ def saved_plan(tmp_path_factory):
     from tests.helpers import conv_bn_relu_residual, rand
 
     d = tmp_path_factory.mktemp("plan") / "p.wpk"
-    woodpecker.compile(conv_bn_relu_residual(), threads=1).save(d)
+    # node level (not library-first, whose plan may be one session): the steps named above
+    woodpecker.compile(conv_bn_relu_residual(), threads=1, library_first=False).save(d)
     return d, {"x": rand(1, 8, 6, 6)}
 
 

@@ -96,6 +96,9 @@ def _edit(plan_dir, fn):
      "declared float32.1, 5. but its value is float32.1, 288."),
     (lambda d: _edit(d, lambda doc: doc["arena"].update(size=2**50)),
      "exceeds the .* bytes of all values"),
+    # a bool is an int to Python: an edited dimension must not reach the executor
+    (lambda d: _edit(d, lambda doc: next(iter(doc["values"].values())).update(
+        shape=[True, 288])), "has shape .True, 288."),
 ])
 def test_damaged_plan_refused(plan_dir, damage, match):
     damage(plan_dir)

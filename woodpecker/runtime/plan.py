@@ -27,7 +27,7 @@ from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import PlanError, WoodpeckerError
 from woodpecker.files import inside, sha256_file
-from woodpecker.ir.graph import Graph, StepIO, step_io
+from woodpecker.ir.graph import DYNAMIC, Graph, StepIO, step_io
 from woodpecker.ops import OPS
 from woodpecker.runtime.regions import plan_steps
 from woodpecker.runtime.weights import MappedWeights, aligned, write_weights
@@ -301,18 +301,29 @@ def _check_host(doc: dict) -> None:
             raise PlanError(f"cannot load this plan here: {why}")
 
 
+def _shape(spec: dict, name: str) -> list[int]:
+    """A value's shape from plan.json: whole numbers, -1 (a dimension the data decides) the
+    least — an edited one (a bool, a float, a string) is a one-line PlanError, not an error
+    deep in the executor."""
+    shape = spec["shape"]
+    if not isinstance(shape, list) or not all(
+            type(n) is int and n >= DYNAMIC for n in shape):
+        raise PlanError(f"plan.json: value {name!r} has shape {shape!r}")
+    return shape
+
+
 def _build(d: Path, doc: dict) -> Plan:
     _check_host(doc)
     weights, mapped = _load_weights(d, doc)
     g = Graph(doc["model"]["name"])
     g.opset = int(doc["model"]["opset"])
     for s in doc["inputs"]:
-        g.inputs.append(g.value(s["name"], s["shape"], s["dtype"]))
+        g.inputs.append(g.value(s["name"], _shape(s, s["name"]), s["dtype"]))
     for name, data in weights.items():
         g.value(name, data.shape, data.dtype, data)
     for name, s in doc["values"].items():
         if name not in g.values:
-            g.value(name, s["shape"], s["dtype"]).layout = str(s.get("layout", ""))
+            g.value(name, _shape(s, name), s["dtype"]).layout = str(s.get("layout", ""))
     defined = {v.name for v in g.inputs} | set(weights)
     names = [n["name"] for n in doc["nodes"]]
     if names != doc["order"]:
