@@ -29,6 +29,14 @@ class EngineError(WoodpeckerError):
     """A requested engine is unknown, not installed, or cannot run a node."""
 
 
+class KernelFailure(EngineError):
+    """A generated kernel returned an error when run; `file`: its compiled object's name."""
+
+    def __init__(self, message: str, file: str) -> None:
+        super().__init__(message)
+        self.file = file
+
+
 class RunError(WoodpeckerError):
     """A step of a plan failed while running (a library engine refused what it was given)."""
 

@@ -88,3 +88,41 @@ def test_a_compile_with_both_libraries_records_the_choice(tmp_path, monkeypatch)
     np.testing.assert_allclose(compiled(x), want, rtol=1e-4, atol=1e-5)
     compiled.save(tmp_path / "p")
     np.testing.assert_allclose(woodpecker.load(tmp_path / "p")(x), want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_kernel_that_fails_in_the_plan_goes_back_to_its_library(tmp_path, monkeypatch):
+    """A tuned kernel that passed alone but fails when the plan runs it (issue 50's tuned run
+    on PP-OCR's recognizer: weights handed over in another rank) is reported and its nodes
+    run on their library; the compile goes on and the plan matches ONNX Runtime. Here the
+    first conv's kernel is made to fail once the stages that run whole plans begin."""
+    from woodpecker.engines.halide import aot
+    from woodpecker.errors import KernelFailure
+    from woodpecker.selection import pipeline
+
+    model, graph, log = tuned(tmp_path)
+    first = graph.nodes[0].name
+    failing: dict = {}
+    real_check, real_stage = aot.AotKernel._check, pipeline._in_the_plan
+
+    def check(self, rc):
+        if self.path.name == failing.get("file"):
+            raise KernelFailure(f"Halide kernel {self.path.name} failed (-43): made to fail",
+                                self.path.name)
+        return real_check(self, rc)
+
+    def stage(graph, choices, *args, **kwargs):
+        if "file" not in failing:
+            failing["file"] = choices[first].kernel.file
+        return real_stage(graph, choices, *args, **kwargs)
+
+    monkeypatch.setattr(aot.AotKernel, "_check", check)
+    monkeypatch.setattr(aot, "CHAIN_MAX_BUFFERS", 0)    # every call through `_check`
+    monkeypatch.setattr(pipeline, "_in_the_plan", stage)
+    compiled = woodpecker.compile(model, engines="halide,onnxruntime,numpy",
+                                  tuning_log=log.path, threads=1, library_first=False,
+                                  progress=io.StringIO())
+    (record,) = compiled.plan.meta["kernels_failed"]
+    assert record["file"] == failing["file"] and first in record["nodes"]
+    assert compiled.plan.choices[first].engine != names.HALIDE
+    x = rand(1, 8, 12, 12, seed=4)
+    np.testing.assert_allclose(compiled(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)

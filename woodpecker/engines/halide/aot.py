@@ -28,7 +28,7 @@ import numpy as np
 
 from woodpecker.cache import cache_dir
 from woodpecker.config import HALIDE_SPIN_US
-from woodpecker.errors import EngineError
+from woodpecker.errors import EngineError, KernelFailure
 
 FUNCTION = "wp_kernel"
 _TYPE_CODES = {"i": 0, "u": 1, "f": 2}
@@ -341,8 +341,9 @@ class AotKernel:
 
     def _check(self, rc: int) -> None:
         if rc != 0:
-            raise EngineError(f"Halide kernel {self.path.name} failed ({rc}): "
-                              f"{_last_error[0] if _last_error else 'no message'}")
+            raise KernelFailure(f"Halide kernel {self.path.name} failed ({rc}): "
+                                f"{_last_error[0] if _last_error else 'no message'}",
+                                self.path.name)
 
 
 # chain.c calls kernels of at most this many buffers (inputs and the output). A kernel of more
