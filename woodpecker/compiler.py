@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import onnx
 
 from woodpecker.assembly import AssemblyOptions
-from woodpecker.config import SELECTION_SHARE
+from woodpecker.config import LIBRARY_FIRST_SHARE, SELECTION_SHARE
 from woodpecker.deadline import Deadline
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
@@ -24,7 +24,12 @@ from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.options import CompileOptions
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.selection.library_first import LibraryRefusal, OriginalGraph
-from woodpecker.selection.pipeline import Selection, candidate_graphs, select_plan
+from woodpecker.selection.pipeline import (
+    Selection,
+    candidate_graphs,
+    measure_libraries,
+    select_plan,
+)
 from woodpecker.target import Target
 
 
@@ -98,9 +103,15 @@ def compile(model: Any, options: CompileOptions | None = None, *,
         names.HALIDE in allowed
     library = original if opts.starts_from_library else None
     graphs = candidate_graphs(graph, opts, generated)
-    assembly = _assembly(allowed, tgt, graph.opset, meta, opts)
-    log = _tuning_log(graphs[0].graph, opts, assembly, progress, deadline) if generated else None
-    return select_plan(Selection(graphs, assembly, opts, log, library), progress, deadline)
+    selection = Selection(graphs, _assembly(allowed, tgt, graph.opset, meta, opts), opts,
+                          library=library)
+    if generated:
+        # the libraries' whole-model sessions first, within their share: what the tuned plan
+        # must beat, measured out of the tuning's time (config.LIBRARY_FIRST_SHARE)
+        selection = measure_libraries(selection, progress, deadline.share(LIBRARY_FIRST_SHARE))
+        selection.log = _tuning_log(graphs[0].graph, opts, selection.assembly, progress,
+                                    deadline)
+    return select_plan(selection, progress, deadline)
 
 
 def _assembly(allowed: list[str], tgt: Target, opset: int, meta: dict,
@@ -129,7 +140,7 @@ def _tuning_log(graph, opts: CompileOptions, assembly: AssemblyOptions,
         meta["templates_excluded"] = sorted(lean)
     log = open_log(path, opts.resume or opts.tuning_log is None or tune is None, progress,
                    assembly.target, lean)
-    meta["stages_s"] = {}
+    meta.setdefault("stages_s", {})
     if tune is None:
         meta["tuning"] = {"log": path}
         return log

@@ -116,6 +116,13 @@ REFINE_RUNS = 40
 LIBRARY_FIRST_RUNS = 20
 LIBRARY_FIRST_MAX_RUNS = 400
 LIBRARY_FIRST_SECONDS = 3.0
+# A compile that tunes measures the libraries' whole-model sessions before tuning, their
+# timing rounds within this share of the budget (building the sessions is not bounded), and
+# selection keeps time for the last comparison (library_first.against_seconds) before the
+# deadline. Issue 50 asks the whole-model comparisons to cost at most 10 % of a 3-minute
+# budget; measured after the libraries came last: PP-OCRv4's detector compiled in 194 s of a
+# 180-s budget, its library sessions built and timed after selection's deadline.
+LIBRARY_FIRST_SHARE = 0.1
 
 # -- graph passes (passes/) -------------------------------------------------------------------
 

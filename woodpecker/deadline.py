@@ -3,7 +3,8 @@
 Contract: a `Deadline` is a point on `time.monotonic()`, or none (`Deadline.NONE`: no limit).
 `left()` is the seconds to it (infinite without one), `passed()` says whether it has come, and
 `share(f)` is the deadline a fraction `f` of the time left from now, which a stage takes for
-itself so the stages after it keep the rest. A stage given a deadline stops starting new work
+itself so the stages after it keep the rest; `less(s)` ends `s` seconds sooner (time kept for a
+last stage of known length). A stage given a deadline stops starting new work
 once it has passed and keeps what it has measured so far (tune/session.py,
 bench/timing.time_interleaved, selection/); it never abandons work midway, so a compile can
 overrun by at most the one step under way when its deadline came.
@@ -36,6 +37,11 @@ class Deadline:
 
     def passed(self) -> bool:
         return self.end is not None and time.monotonic() >= self.end
+
+    def less(self, seconds: float) -> "Deadline":
+        """The deadline `seconds` earlier: what a stage may use that must leave a later one
+        `seconds` (no limit stays no limit)."""
+        return self if self.end is None else Deadline(self.end - seconds)
 
     def share(self, fraction: float) -> "Deadline":
         """The deadline `fraction` (0-1) of the time left from now."""

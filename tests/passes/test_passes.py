@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import woodpecker
 from tests.helpers import conv_bn_relu_residual, make_model, ort_run, rand
@@ -218,6 +218,32 @@ def test_folding_does_not_inflate_constants():
                        {"s": np.array([1024, 1024], np.int64)})
     c = _compile(model, DEFAULT)
     assert "ConstantOfShape" in _ops(c)
+
+
+def test_a_large_constant_node_folds_and_its_conv_gets_a_task():
+    """paddle2onnx writes every weight as a Constant node: its value is in memory already, so
+    it folds whatever its size, and the conv reading it is a task with packed weights."""
+    from woodpecker.tasks import task_from_node
+
+    w = np.random.default_rng(0).standard_normal((384, 192, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w)),
+             helper.make_node("Conv", ["x", "w"], ["y"])]
+    model = make_model(nodes, [("x", [1, 192, 4, 4])], [("y", [1, 384, 4, 4])])
+    c = _compile(model, DEFAULT)
+    (conv,) = c.graph.nodes
+    assert conv.inputs[1].is_const and task_from_node(conv) is not None
+
+
+def test_a_conv_with_run_time_weights_has_no_task():
+    """A generated conv packs its weights when it is built: weights that are a run-time value
+    (a graph input here) leave the conv to the libraries."""
+    from woodpecker.frontend.onnx_import import import_onnx
+    from woodpecker.tasks import task_from_node
+
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"])],
+                       [("x", [1, 8, 4, 4]), ("w", [4, 8, 1, 1])], [("y", [1, 4, 4, 4])])
+    (conv,) = import_onnx(model).nodes
+    assert task_from_node(conv) is None
 
 
 @pytest.mark.parametrize("engines", ["numpy", "torch", "onnxruntime"])

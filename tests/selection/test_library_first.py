@@ -92,3 +92,26 @@ def test_naming_engines_keeps_the_node_level_plan():
     m = woodpecker.compile(conv_bn_relu_residual(), threads=1, engines="onnxruntime,numpy")
     assert "library_first" not in m.plan.meta
     assert "Opaque" not in [n.op for n in m.graph.nodes]
+
+
+def test_a_tuning_compile_times_the_libraries_first_and_keeps_time_for_the_last_check(
+        tmp_path, no_rewrite):
+    """The whole-model sessions are measured before the tuning (their time recorded), so the
+    tuning and selection share what is left and the last comparison is not past `--budget`."""
+    import io
+
+    from woodpecker.selection.library_first import against_seconds
+
+    out = io.StringIO()
+    m = woodpecker.compile(conv_bn_relu_residual(), threads=1, progress=out,
+                           tuning_log=str(tmp_path / "log.jsonl"),
+                           tune=woodpecker.TuneOptions("30s", max_trials=2, build_workers=1))
+    lines = out.getvalue().splitlines()
+    first = {word: next(i for i, line in enumerate(lines) if line.startswith(word))
+             for word in ("library-first:", "tuning")}
+    assert first["library-first:"] < first["tuning"]
+    record = m.plan.meta["library_first"]
+    assert record["seconds"] > 0 and m.plan.meta["tuning"]["measurements"] > 0
+    if "seconds" in record["against"]:    # a plan with a generated kernel was compared
+        assert record["against"]["rounds"] > 0
+    assert against_seconds(m) >= 3.0

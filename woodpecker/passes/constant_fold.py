@@ -11,7 +11,8 @@ from woodpecker.ops import run_reference
 from woodpecker.ops.registry import static_inputs
 
 # Folding must not blow up the plan: an output may be at most this many elements larger than
-# its inputs (Expand/ConstantOfShape of a big shape stay nodes).
+# its inputs and tensor attributes (Expand/ConstantOfShape of a big shape stay nodes; a
+# Constant node's value folds whatever its size — paddle2onnx writes every weight as one).
 _GROWTH_LIMIT = 1 << 16
 
 
@@ -21,7 +22,9 @@ def fold_constants(graph: Graph) -> int:
         args = static_inputs(node, lambda v: v.data)
         if args is None:
             continue
-        size_in = sum(v.data.size for v in node.inputs if v is not None and v.is_const)
+        # (a tensor attribute — a Constant node's value — is in memory already)
+        size_in = sum(v.data.size for v in node.inputs if v is not None and v.is_const) + \
+            sum(a.size for a in node.attrs.values() if isinstance(a, np.ndarray))
         size_out = sum(int(np.prod(v.shape)) for v in node.outputs)
         if size_out > size_in + _GROWTH_LIMIT:
             continue

@@ -78,7 +78,7 @@ class OriginalGraph:
         `rewrites()` makes (Woodpecker's graph on the libraries) — its record in
         `meta["library_first"]`; LibraryRefusal (one line, each library's reason) where no
         library runs the graph."""
-        out = out or sys.stderr
+        out, start = out or sys.stderr, time.monotonic()
         whole = whole_graph(self.proto, self.input_shapes, self.input_values, self.known)
         if self.why is not None:
             print(f"Woodpecker has no node-level plan for this model ({self.why}); the "
@@ -92,7 +92,8 @@ class OriginalGraph:
         library, record = fastest_library(plans, out, deadline, rewrites=others)
         library.plan.meta["library_first"] = {
             **record, **({"refused": refused} if refused else {}),
-            **({"why": self.why} if self.why else {})}
+            **({"why": self.why} if self.why else {}),
+            "seconds": round(time.monotonic() - start, 2)}
         return library
 
 
@@ -220,6 +221,17 @@ def _rounds(runs: list[Callable[[], object]], least: int) -> int:
     # 3 calls a round, 2 of them timed (selection/compare.py)
     fit = int(LIBRARY_FIRST_SECONDS / max(spent * 1.5, 1e-9))
     return max(least, min(LIBRARY_FIRST_MAX_RUNS, fit))
+
+
+def against_seconds(library: CompiledModel) -> float:
+    """About how long `keep_faster` takes against `library` (its record's median, both plans
+    run alike): the time selection leaves for it before the deadline."""
+    record = library.plan.meta.get("library_first", {})
+    ms = max(record.get("median_ms", {}).values(), default=0.0)
+    # warm-ups and LIBRARY_FIRST_RUNS calls of each plan, 3 per round with 2 timed; 1.25 for a
+    # Woodpecker plan slower than the library
+    calls = 2 * (2 + LIBRARY_FIRST_RUNS * 1.5) * 1.25
+    return max(LIBRARY_FIRST_SECONDS, calls * ms / 1e3)
 
 
 def keep_faster(ours: CompiledModel, library: CompiledModel, out: TextIO | None = None,

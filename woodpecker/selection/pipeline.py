@@ -9,7 +9,9 @@ Contract: `select_plan(selection, out, deadline)` returns the compiled plan. `se
 - `log`: the tuning log to take generated kernels from, None when none may be chosen;
 - `library`: the user's original graph to run whole on each allowed library
   (selection/library_first.py), None when the compile is not library-first;
-- `assembly`: the engines allowed, build context, target and the plan's metadata so far.
+- `assembly`: the engines allowed, build context, target and the plan's metadata so far;
+- `baseline`: step 1's plan where the compile measured it already (`measure_libraries`: a
+  compile that tunes does so first, before the tuning, within config.LIBRARY_FIRST_SHARE).
 
 What it does, in order, each decision a paired measurement (selection/compare.decide):
 1. No generated kernel can be chosen and the compile is library-first: the plan *is* the faster
@@ -29,7 +31,9 @@ What it does, in order, each decision a paired measurement (selection/compare.de
    first still runs a fusion), the faster kept (`meta["against_unfused"]`); the first takes
    `config.UNFUSED_PLAN_SHARE` of the selection time, the second the rest.
 4. The plan against step 1's plan (`meta["library_first"]["against"]`): a plan with a
-   generated kernel is kept only where it is faster; one without *is* step 1's plan.
+   generated kernel is kept only where it is faster; one without *is* step 1's plan. Steps 2
+   and 3 end early enough to leave this comparison its time
+   (library_first.against_seconds), so `--budget` bounds the compile.
 """
 
 from __future__ import annotations
@@ -53,7 +57,12 @@ from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.passes import INTENSIVE as INTENSIVE_PASSES
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.memory import MemoryBudgetError, format_bytes, schedule_memory
-from woodpecker.selection.library_first import LibraryRefusal, OriginalGraph, keep_faster
+from woodpecker.selection.library_first import (
+    LibraryRefusal,
+    OriginalGraph,
+    against_seconds,
+    keep_faster,
+)
 from woodpecker.tune.records import TuningLog
 
 # what a plan measured that the library's session, when it is kept instead, carries on
@@ -108,17 +117,34 @@ class Selection:
     opts: CompileOptions
     log: TuningLog | None = None
     library: OriginalGraph | None = None
+    baseline: CompiledModel | None = None   # `library`'s plan, measured before tuning
+
+
+def measure_libraries(selection: Selection, out: TextIO | None = None,
+                      deadline: Deadline = Deadline.NONE) -> Selection:
+    """`selection` with its library baseline measured now (step 1's plan; the compile does
+    this before tuning, so the whole-model comparisons come first and out of the tuning's
+    time), or with no library where none runs the original graph."""
+    if selection.library is None:
+        return selection
+    try:
+        baseline = selection.library.plan(selection.assembly, out or sys.stderr, deadline,
+                                          _rewrites(selection))
+    except LibraryRefusal:
+        return replace(selection, library=None)   # the node-level plan says which node, why
+    return replace(selection, baseline=baseline)
 
 
 def select_plan(selection: Selection, out: TextIO | None = None,
                 deadline: Deadline = Deadline.NONE) -> CompiledModel:
     out = out or sys.stderr
-    if selection.log is None and selection.library is not None:
-        try:
-            return selection.library.plan(selection.assembly, out, deadline,
-                                          _rewrites(selection))
-        except LibraryRefusal:
-            pass    # the node-level plan says which node no engine runs, and why
+    if selection.library is not None and selection.baseline is None:
+        selection = measure_libraries(selection, out, deadline)
+    library = selection.baseline
+    if selection.log is None and library is not None:
+        return library
+    if library is not None and selection.log is not None:
+        deadline = deadline.less(against_seconds(library))   # kept for step 4
     first, *others = selection.graphs
     plan = _graph_plan(first, selection, out,
                        deadline.share(UNFUSED_PLAN_SHARE) if others else deadline)
@@ -132,14 +158,9 @@ def select_plan(selection: Selection, out: TextIO | None = None,
         except MemoryBudgetError:
             continue
         plan = _with_or_without_ago(plan, alternative, out, deadline)
-    if selection.log is None or selection.library is None:
-        return plan
-    try:
-        library = selection.library.plan(selection.assembly, out, deadline,
-                                         _rewrites(selection))
-    except LibraryRefusal:
-        return plan    # no library runs the original graph: Woodpecker's plan does
-    return _against_library(plan, library, out, deadline)
+    if selection.log is None or library is None:
+        return plan    # (no library runs the original graph: Woodpecker's plan does)
+    return _against_library(plan, library, out)
 
 
 def _rewrites(selection: Selection):
@@ -191,14 +212,17 @@ def _with_or_without_ago(fused: CompiledModel, unfused: CompiledModel, out: Text
     return kept
 
 
-def _against_library(ours: CompiledModel, library: CompiledModel, out: TextIO,
-                     deadline: Deadline) -> CompiledModel:
-    """`ours` where it has a generated kernel and runs faster than `library` (paired), else
-    `library` carrying what the compile measured (tuning, selection) in its meta."""
+def _against_library(ours: CompiledModel, library: CompiledModel,
+                     out: TextIO) -> CompiledModel:
+    """`ours` where it has a generated kernel and runs faster than `library` (paired, in the
+    time `select_plan` kept for it: its least rounds), else `library` carrying what the
+    compile measured (tuning, selection) in its meta."""
     generated = any(get_engine(e).caps.generated for e in ours.plan.engines)
     record = library.plan.meta["library_first"]
     if generated:
-        kept, record["against"] = keep_faster(ours, library, out, deadline)
+        start = time.monotonic()
+        kept, record["against"] = keep_faster(ours, library, out)
+        record["against"]["seconds"] = round(time.monotonic() - start, 2)
         if kept:
             ours.plan.meta["library_first"] = record
             return ours

@@ -88,6 +88,9 @@ class ConvTask(Task):
         if any(v is not None and tuple(v.shape) != tuple(node.outputs[0].shape)
                for v in node.inputs[3:len(node.inputs) - vectors]):
             raise ValueError(f"{node.name!r}: an epilogue Add broadcasts its operand")
+        if node.inputs[1].data is None:
+            # the kernel takes its weights packed (HWIO) at build time, never as they run
+            raise ValueError(f"{node.name!r}: weights computed at run time")
         x = node.inputs[0]
         n, c, h, w = x.shape
         k, _, kh, kw = node.inputs[1].shape
