@@ -322,6 +322,11 @@ def _in_the_plan(graph: Graph, choices: Choices, log: TuningLog, assembly: Assem
             choice.kernel = None
     if any(get_engine(e).caps.multi_node for e in allowed) and \
             any(c.engine == names.HALIDE for c in choices.values()):
+        if deadline.passed():   # its first plans build sessions of every region: seconds
+            print("library regions: budget spent, left on their preferred library", file=out,
+                  flush=True)
+            meta["library_choice"] = [{"kept": False, "why": "budget spent"}]
+            return
         print("choosing the library of each library region, and its nodes, on the whole plan",
               file=out, flush=True)
         meta["library_choice"] = choose_libraries(graph, choices, assembly, out=out,
