@@ -106,11 +106,12 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     selection = Selection(graphs, _assembly(allowed, tgt, graph.opset, meta, opts), opts,
                           library=library)
     if generated:
+        log = _open_log(opts, selection.assembly, progress)   # a bad log fails before timing
         # the libraries' whole-model sessions first, within their share: what the tuned plan
         # must beat, measured out of the tuning's time (config.LIBRARY_FIRST_SHARE)
         selection = measure_libraries(selection, progress, deadline.share(LIBRARY_FIRST_SHARE))
-        selection.log = _tuning_log(graphs[0].graph, opts, selection.assembly, progress,
-                                    deadline)
+        selection.log = _tuned(graphs[0].graph, log, opts, selection.assembly, progress,
+                               deadline)
     return select_plan(selection, progress, deadline)
 
 
@@ -120,36 +121,42 @@ def _assembly(allowed: list[str], tgt: Target, opset: int, meta: dict,
                            opts.arena)
 
 
-def _tuning_log(graph, opts: CompileOptions, assembly: AssemblyOptions,
-                progress: TextIO | None, deadline: Deadline):
+def _open_log(opts: CompileOptions, assembly: AssemblyOptions, progress: TextIO | None):
     """The tuning log selection takes generated kernels from (default: the shared log in the
-    Woodpecker cache), `graph`'s tasks tuned into it first when the compile tunes, until
-    `config.SELECTION_SHARE` of the time to `deadline` is left; records what it did in
-    `assembly.meta` (`tuning`, `stages_s`, `templates_excluded`)."""
+    Woodpecker cache); records its path and any template excluded in `assembly.meta`."""
     from woodpecker.cache import cache_dir
     from woodpecker.engines.halide.templates import weight_expanding
-    from woodpecker.tune.session import open_log, tune_graph
+    from woodpecker.tune.session import open_log
 
-    progress = progress or sys.stderr
-    meta, tune = assembly.meta, opts.tune
+    meta = assembly.meta
     path = opts.tuning_log if opts.tuning_log is not None else \
         os.fspath(cache_dir() / "tuning.jsonl")
     # a memory plan keeps the process small too: no kernel that multiplies its weights
     lean = weight_expanding() if opts.schedule == "memory" else frozenset()
     if lean:
         meta["templates_excluded"] = sorted(lean)
-    log = open_log(path, opts.resume or opts.tuning_log is None or tune is None, progress,
-                   assembly.target, lean)
+    meta["tuning"] = {"log": path}
+    return open_log(path, opts.resume or opts.tuning_log is None or opts.tune is None,
+                    progress or sys.stderr, assembly.target, lean)
+
+
+def _tuned(graph, log, opts: CompileOptions, assembly: AssemblyOptions,
+           progress: TextIO | None, deadline: Deadline):
+    """`log` with `graph`'s tasks tuned into it first when the compile tunes, until
+    `config.SELECTION_SHARE` of the time to `deadline` is left; records what it did in
+    `assembly.meta` (`tuning`, `stages_s`)."""
+    from woodpecker.tune.session import tune_graph
+
+    meta, tune = assembly.meta, opts.tune
     meta.setdefault("stages_s", {})
     if tune is None:
-        meta["tuning"] = {"log": path}
         return log
     n0, start = len(log.records), time.monotonic()
-    tune_graph(graph, assembly.target, log, tune, progress, deadline.share(1 - SELECTION_SHARE))
+    tune_graph(graph, assembly.target, log, tune, progress or sys.stderr,
+               deadline.share(1 - SELECTION_SHARE))
     seconds = meta["stages_s"]["tuning"] = round(time.monotonic() - start, 1)
-    meta["tuning"] = {"log": path, "search": tune.search, "seed": tune.seed,
-                      "budget_s": tune.budget_s, "seconds": seconds,
-                      "measurements": len(log.records) - n0}
+    meta["tuning"].update({"search": tune.search, "seed": tune.seed, "budget_s": tune.budget_s,
+                           "seconds": seconds, "measurements": len(log.records) - n0})
     return log
 
 
