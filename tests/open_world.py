@@ -1,6 +1,6 @@
-"""Small models of ops Woodpecker has no definition of (If, Loop, LSTM, GRU, Resize,
-ConvTranspose) and of dimensions written -1 / 0: the open-world tests' inputs, each checked by
-onnx.checker and run by ONNX Runtime."""
+"""Small models of ops Woodpecker has no definition of (If, Loop, LSTM, GRU; Resize and
+ConvTranspose had none when these were written) and of dimensions written -1 / 0: the
+open-world tests' inputs, each checked by onnx.checker and run by ONNX Runtime."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Woodpecker as an `onnx.backend` Backend, so the ONNX backend test suite can run through the
 whole pipeline (import → passes → engine selection → executor).
 
-A model whose shapes depend on the values of integer or scalar inputs (a Reshape target or
-Range's bounds fed as graph inputs) cannot be compiled ahead of time; the backend then compiles
-on first run, binding those inputs' values (`input_values`), and keeps one compiled model per
-distinct set of values.
+A model whose shapes depend on the values of integer, scalar or short vector inputs (a Reshape
+target, Range's bounds or Resize's scales fed as graph inputs) cannot be compiled ahead of
+time; the backend then compiles on first run, binding those inputs' values (`input_values`),
+and keeps one compiled model per distinct set of values.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ class WoodpeckerRep(BackendRep):
     def _model_for(self, feeds: dict[str, np.ndarray]):
         if self.model is not None:
             return self.model, feeds
-        # integer inputs (a Reshape's target) and scalars (Range's start, limit and delta)
+        # integer inputs (a Reshape's target), scalars (Range's start, limit and delta) and
+        # short vectors (Resize's scales)
         bound = {k: v for k, v in feeds.items()
-                 if np.issubdtype(np.asarray(v).dtype, np.integer) or np.ndim(v) == 0}
+                 if np.issubdtype(np.asarray(v).dtype, np.integer) or np.ndim(v) == 0
+                 or (np.ndim(v) == 1 and np.size(v) <= 8)}
         key = b"".join(k.encode() + np.asarray(v).tobytes() for k, v in bound.items())
         if key not in self._specialised:
             self._specialised[key] = wp_compile(self.proto, engines=self.engines, threads=2,

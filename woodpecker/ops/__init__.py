@@ -4,6 +4,7 @@ from woodpecker.ops import (  # noqa: F401
     attention,
     chain,
     conv,
+    conv_transpose,
     elementwise,
     fused,
     indexing,
@@ -12,6 +13,7 @@ from woodpecker.ops import (  # noqa: F401
     norm,
     opaque,
     pool,
+    resize,
     separable,
     shape,
 )

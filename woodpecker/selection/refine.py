@@ -32,8 +32,9 @@ latency, while the all-Halide plan ran at 0.97×; on inception_v3 one chain was 
 and the all-Halide plan then ran at 0.990 of that. Whole plans first also bound the work: a
 chain trial costs two plans' worth of interleaved runs (ResNet-50's selection took 321 s
 after a 300 s tuning budget, chain by chain), and `--budget` is the whole compile
-(compiler.py). Past the deadline no
-further chain is tried.
+(compiler.py). No candidate — whole plan or chain — is tried once the deadline has passed or
+the time left is less than twice what the last one took (it, and the plan's assembly after
+selection), so a plan check over a deep model does not overrun the budget by a trial.
 
 When more than one candidate was kept, the result is timed once more against the plan it
 started from (twice the runs), and the start plan comes back unless the result still saves the
@@ -45,6 +46,7 @@ where the library plan had run 1.06×).
 from __future__ import annotations
 
 import sys
+import time
 from typing import TextIO
 
 import numpy as np
@@ -130,6 +132,14 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
                                    for name, e in zip(names, engines)}, assembly)
 
     best_run = runner(current)
+    last = [0.0]    # seconds the last attempt took (building its plan, timing it)
+
+    def time_for_one() -> bool:
+        """Whether another attempt fits before `deadline`: it has not passed, and what is
+        left covers the last attempt twice over (the attempt, then the plan's own assembly
+        after selection) — a whole-plan trial of a deep model (Swin-T's: seconds to build)
+        started just before the deadline ran the compile 11 s past its budget."""
+        return not deadline.passed() and deadline.left() >= 2 * last[0]
 
     def attempt(label: str, nodes: list[int], bar: float) -> bool:
         """Time the plan with `nodes` also on Halide against the current best; keep it when
@@ -140,6 +150,10 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
             trial[i] = HALIDE
         if trial == current or tuple(trial) in seen:   # e.g. one chain of every tuned node
             return False
+        if not time_for_one():
+            print(f"  plan check: budget spent, {label} not tried", file=out, flush=True)
+            return False
+        start = time.monotonic()
         seen.add(tuple(trial))
         trial_run = runner(trial)
         decision = decide(Timed(label, trial_run), Timed(BEST, best_run), runs, bar, deadline)
@@ -148,6 +162,7 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
         report.append({**decision.to_json(), "nodes": [names[i] for i in nodes]})
         if decision.kept:
             current, best_run = trial, trial_run
+        last[0] = time.monotonic() - start
         return decision.kept
 
     # Whole-plan candidates first: every per-node winner, then every tuned node; chain by
@@ -155,12 +170,12 @@ def refine_selection(graph: Graph, before: list[str], choices: Choices, records:
     whole = attempt(WINNERS, sorted(tried), 1 - REFINE_MARGIN) if len(chains) > 1 else False
     whole = attempt(EVERY, sorted(timed | untimed), 1.0) or whole
     for k, chain in enumerate(chains if not whole else []):
-        if deadline.passed():
+        if not time_for_one():
             print(f"  plan check: budget spent, {len(chains) - k} chain(s) not tried",
                   file=out, flush=True)
             break
         attempt(f"chain {k + 1}/{len(chains)}", chain, 1 - REFINE_MARGIN)
-    if sum(r["kept"] for r in report) > 1:
+    if sum(r["kept"] for r in report) > 1 and time_for_one():
         start = [before[i] if i in timed else e for i, e in enumerate(selected)]
         decision = decide(Timed(CONFIRMATION, best_run), Timed(START, runner(start)), 2 * runs,
                           1 - REFINE_MARGIN, deadline)

@@ -98,6 +98,20 @@ class KnobSpace:
         raise ValueError(f"no valid configuration found in {tries} samples of a space of "
                          f"{self.size}")
 
+    def first_valid(self, limit: int = 200_000) -> Config | None:
+        """A valid configuration — a seed, else the first in index order among the first
+        `limit` — or None: a space whose constraints no configuration meets (a task its
+        template's `supports` let through), which a searcher's `sample` would fail on."""
+        if self.seeds:
+            return self.seeds[0]
+        names = [k.name for k in self.knobs]
+        for values in itertools.islice(itertools.product(*(k.values for k in self.knobs)),
+                                       limit):
+            config = dict(zip(names, values))
+            if self.is_valid(config):
+                return config
+        return None
+
     def valid_configs(self) -> Iterator[Config]:
         """Every valid configuration, in index order (for small spaces and tests)."""
         for values in itertools.product(*(k.values for k in self.knobs)):

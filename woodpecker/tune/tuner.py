@@ -228,6 +228,10 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
         trials = None if max_trials is None else \
             math.ceil((max_trials - (len(log.records) - n0)) * part)
         space = template_module(template).space(task, vector_registers)
+        if space.first_valid() is None:
+            # no configuration meets the template's constraints (ddddocr's detector stopped a
+            # compile here, in the searcher's sampling): nothing of it to build or measure
+            continue
         seeds = join_seeds(task, space, joined) if joined else []
         if seeds:        # the joined subgraph starts from the parts' composed schedules
             space = KnobSpace(space.knobs, space.constraints, tuple(seeds) + tuple(space.seeds))

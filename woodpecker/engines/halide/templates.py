@@ -13,7 +13,8 @@ import importlib
 
 TEMPLATES = tuple(f"woodpecker.engines.halide.{name}" for name in (
     "conv_direct", "conv_gemm", "conv_winograd", "conv_depthwise", "conv_separable",
-    "conv_chain", "dense", "pool", "rows", "elementwise", "attention"))
+    "conv_chain", "dense", "pool", "rows", "elementwise", "attention", "resize",
+    "conv_transpose"))
 
 
 def template_module(name: str):
