@@ -31,8 +31,8 @@ What it does, in order, each decision a paired measurement (selection/compare.de
    first still runs a fusion), the faster kept (`meta["against_unfused"]`); the first takes
    `config.UNFUSED_PLAN_SHARE` of the selection time, the second the rest.
 4. The plan against step 1's plan (`meta["library_first"]["against"]`): a plan with a
-   generated kernel is kept only where it is faster; one without *is* step 1's plan. Steps 2
-   and 3 end early enough to leave this comparison its time
+   generated kernel is kept only where it is faster by config.REFINE_MARGIN; one without
+   *is* step 1's plan. Steps 2 and 3 end early enough to leave this comparison its time
    (library_first.against_seconds), so `--budget` bounds the compile.
 """
 
