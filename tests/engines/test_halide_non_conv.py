@@ -1,6 +1,6 @@
-"""Every valid configuration of the dense, pool, rows (softmax, layernorm), element-wise and
-attention templates computes the reference result (any knob setting may be slow, none may be
-wrong)."""
+"""Every valid configuration of the dense, pool, rows (softmax, layernorm), element-wise,
+attention, resize and transposed-convolution templates computes the reference result (any knob
+setting may be slow, none may be wrong)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,16 @@ from woodpecker.tasks.pool import PoolTask
 from woodpecker.tasks.rows import RowTask
 
 pytest.importorskip("halide")
-from woodpecker.engines.halide import attention, dense, elementwise, pool, rows  # noqa: E402
+from tests.engines import test_conv_transpose, test_resize  # noqa: E402
+from woodpecker.engines.halide import (  # noqa: E402
+    attention,
+    conv_transpose,
+    dense,
+    elementwise,
+    pool,
+    resize,
+    rows,
+)
 from woodpecker.engines.halide.templates import kernel_arguments, templates_for  # noqa: E402
 
 DENSE = [
@@ -77,7 +86,9 @@ ATTENTION = [
                   (("Add",), ("Mul", 0.25)), ("mn",), False),
 ]
 CASES = [(dense, t) for t in DENSE] + [(pool, t) for t in POOL] + [(rows, t) for t in ROWS] \
-    + [(elementwise, t) for t in ELEMENTWISE] + [(attention, t) for t in ATTENTION]
+    + [(elementwise, t) for t in ELEMENTWISE] + [(attention, t) for t in ATTENTION] \
+    + [(resize, t) for t in test_resize.TASKS] \
+    + [(conv_transpose, t) for t in test_conv_transpose.TASKS]
 
 
 @settings(max_examples=40, deadline=None)

@@ -17,18 +17,10 @@ from onnx import helper
 from tests.helpers import make_model, ort_run
 
 pytest.importorskip("halide")
-from tests.engines import (  # noqa: E402
-    test_conv_transpose,
-    test_halide_conv,
-    test_halide_non_conv,
-    test_resize,
-)
-from woodpecker.engines.halide import conv_transpose, resize  # noqa: E402
+from tests.engines import test_halide_conv, test_halide_non_conv  # noqa: E402
 from woodpecker.engines.halide.templates import kernel_arguments  # noqa: E402
 
-CASES = test_halide_conv.CASES + test_halide_non_conv.CASES + \
-    [(resize, t) for t in test_resize.TASKS] + \
-    [(conv_transpose, t) for t in test_conv_transpose.TASKS]
+CASES = test_halide_conv.CASES + test_halide_non_conv.CASES
 
 
 def _spoil(a: np.ndarray, rng: np.random.Generator, share: float) -> np.ndarray:

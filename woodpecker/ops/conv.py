@@ -16,15 +16,24 @@ def conv_infer(node: Node, data_of: DataOf):
     node.attrs["group"] = groups
     if len(x) < 3 or len(w) != len(x) or x[1] != w[1] * groups or w[0] % groups:
         raise ModelError(f"{where(node)}: input {x} and weight {w} do not fit group={groups}")
-    if len(node.inputs) > 2 and node.inputs[2] is not None and shape_of(node, 2) != (w[0],):
-        raise ModelError(f"{where(node)}: bias must be a vector of {w[0]} (one per output "
+    kernel = bias_and_kernel(node, w, w[0])
+    out = window.resolve(node, x[2:], kernel)
+    return [((x[0], w[0]) + out, dtype_of(node, 0))]
+
+
+def bias_and_kernel(node: Node, w: tuple[int, ...], channels: int) -> tuple[int, ...]:
+    """The kernel's spatial shape (weights `w`: (…, …, *kernel)); a ModelError unless the
+    bias, where there is one, is a vector of `channels` and `kernel_shape` agrees with `w`
+    (Conv, ConvTranspose)."""
+    if len(node.inputs) > 2 and node.inputs[2] is not None and \
+            shape_of(node, 2) != (channels,):
+        raise ModelError(f"{where(node)}: bias must be a vector of {channels} (one per output "
                          f"channel), got shape {shape_of(node, 2)}")
     kernel = tuple(node.attr("kernel_shape") or w[2:])
     if kernel != tuple(w[2:]):
         raise ModelError(f"{where(node)}: kernel_shape {list(kernel)} disagrees with the "
                          f"weight's {list(w[2:])}")
-    out = window.resolve(node, x[2:], kernel)
-    return [((x[0], w[0]) + out, dtype_of(node, 0))]
+    return kernel
 
 
 def conv_flops(node: Node) -> int:

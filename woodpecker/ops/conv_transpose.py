@@ -22,6 +22,7 @@ import numpy as np
 
 from woodpecker.errors import ModelError
 from woodpecker.ir.graph import Node
+from woodpecker.ops.conv import bias_and_kernel
 from woodpecker.ops.registry import DataOf, dtype_of, numel, op, shape_of, where
 
 
@@ -42,13 +43,7 @@ def _infer(node: Node, data_of: DataOf):
     if nd < 1 or len(w) != len(x) or w[0] != x[1] or x[1] % groups:
         raise ModelError(f"{where(node)}: input {x} and weight {w} do not fit group={groups}")
     m = w[1] * groups
-    if len(node.inputs) > 2 and node.inputs[2] is not None and shape_of(node, 2) != (m,):
-        raise ModelError(f"{where(node)}: bias must be a vector of {m} (one per output "
-                         f"channel), got shape {shape_of(node, 2)}")
-    kernel = tuple(node.attr("kernel_shape") or w[2:])
-    if kernel != tuple(w[2:]):
-        raise ModelError(f"{where(node)}: kernel_shape {list(kernel)} disagrees with the "
-                         f"weight's {list(w[2:])}")
+    kernel = bias_and_kernel(node, w, m)
     strides = list(node.attr("strides") or [1] * nd)
     dil = list(node.attr("dilations") or [1] * nd)
     pads = list(node.attr("pads") or [0] * (2 * nd))
