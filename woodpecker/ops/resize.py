@@ -23,9 +23,17 @@ import math
 
 import numpy as np
 
-from woodpecker.errors import DynamicShapeError, ModelError
+from woodpecker.errors import ModelError
 from woodpecker.ir.graph import Node
-from woodpecker.ops.registry import DataOf, dtype_of, op, output_numel, shape_of, where
+from woodpecker.ops.registry import (
+    DataOf,
+    dtype_of,
+    op,
+    optional_data,
+    output_numel,
+    shape_of,
+    where,
+)
 
 MODES = ("nearest", "linear")
 COORDINATES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
@@ -131,22 +139,11 @@ def axis_taps(attrs: dict, n_in: int, n_out: int, scale: float,
     return first.astype(np.int32), np.minimum(first + 1, last).astype(np.int32), weight
 
 
-def _data(node: Node, i: int, data_of: DataOf) -> np.ndarray | None:
-    v = node.input(i)
-    if v is None:
-        return None
-    d = data_of(v)
-    if d is None:
-        raise DynamicShapeError(f"{where(node)}: its {('scales', 'sizes')[i - 2]} (input {i}) "
-                                "are computed at run time; Woodpecker needs them static (give "
-                                "static input shapes)")
-    return np.asarray(d)
-
-
 def _infer(node: Node, data_of: DataOf):
     x = shape_of(node, 0)
     try:
-        out, _ = geometry(node.attrs, x, _data(node, 2, data_of), _data(node, 3, data_of))
+        out, _ = geometry(node.attrs, x, optional_data(node, 2, data_of),
+                          optional_data(node, 3, data_of))
     except ValueError as e:
         raise ModelError(f"{where(node)}: {e}") from None
     return [(out, dtype_of(node, 0))]
