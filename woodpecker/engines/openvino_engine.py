@@ -6,7 +6,8 @@ Contract: `rank` is (None, None): the default preference never puts a node on Op
 measured selection (a node or a library region timed faster here, or a library-first plan of
 the whole model) chooses it. Capability is asked of OpenVINO itself: `accepts` compiles the
 one-node model and declines the node when OpenVINO cannot read or compile it (`why_not` keeps
-OpenVINO's reason); the compiled model is kept, while the node lives, for `build`. It also
+OpenVINO's reason); the compiled model is kept, while the node lives, for `build`, the answer
+for identical nodes (engines/node_builds.py). It also
 declines nodes whose run-time values OpenVINO's CPU plugin would compute narrower than ONNX
 says (`NARROWED`). Kernels write into the executor's arrays through an infer request whose
 tensors share their memory, bound again only when the arrays change. A saved plan keeps each
@@ -27,7 +28,8 @@ from woodpecker.cache import cache_dir
 from woodpecker.engines import names
 from woodpecker.engines.base import NUMERIC, BuildContext, Capabilities, Engine, Kernel
 from woodpecker.engines.choice import Choices, KernelSpec
-from woodpecker.engines.onnx_step import StepModels, node_io, onnx_bytes
+from woodpecker.engines.node_builds import NodeBuilds
+from woodpecker.engines.onnx_step import StepModels, node_io
 from woodpecker.errors import first_line
 from woodpecker.ir.graph import Graph, Node, StepIO, Value
 from woodpecker.ops import OPS
@@ -92,8 +94,8 @@ class OpenVinoEngine(Engine):
 
     def __init__(self) -> None:
         self._core: Any = None
-        # node -> ((threads, opset), its compiled one-node model or None, why not)
-        self._nodes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # `accepts`' one-node compiled models
+        self._nodes = NodeBuilds(self._compile, _reason, _narrowed)
         self._saved = StepModels(ARTIFACTS_DIR, "OpenVINO model")   # the steps' models
 
     def available(self) -> bool:
@@ -110,32 +112,15 @@ class OpenVinoEngine(Engine):
         source = str(model) if isinstance(model, Path) else model
         return core.compile_model(core.read_model(source), "CPU", compile_config(threads, cache))
 
-    def _node_model(self, node: Node, ctx: BuildContext) -> tuple[Any, str]:
-        """The node's compiled one-node model (None where OpenVINO cannot run it) and why
-        not, made once per thread count and opset."""
-        key = (ctx.threads, ctx.opset)
-        entry = self._nodes.get(node)
-        if entry is None or entry[0] != key:
-            compiled, why = None, _narrowed(node)
-            if why is None:
-                try:
-                    compiled = self._compile(onnx_bytes([node], *node_io(node), ctx.opset),
-                                             ctx.threads)
-                except Exception as e:  # noqa: BLE001 - OpenVINO raises its own types
-                    why = _reason(e)
-            entry = (key, compiled, why or "")
-            self._nodes[node] = entry
-        return entry[1], entry[2]
-
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
-        return self._node_model(node, ctx)[0] is not None
+        return self._nodes.why_not(node, ctx) is None
 
     def declares(self, node: Node) -> bool:
         """Also none whose values OpenVINO computes narrower (`_narrowed`)."""
         return super().declares(node) and _narrowed(node) is None
 
     def why_not(self, node: Node, ctx: BuildContext) -> str:
-        return self._node_model(node, ctx)[1] or "refused the node"
+        return self._nodes.why_not(node, ctx) or "refused the node"
 
     def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
         return self.build_step([node], *node_io(node), ctx, {})
@@ -147,10 +132,10 @@ class OpenVinoEngine(Engine):
         through OpenVINO's model cache; for a single node while compiling, the one `accepts`
         compiled."""
         if len(nodes) == 1 and ctx.artifacts is None:
-            compiled, why = self._node_model(nodes[0], ctx)
+            compiled = self._nodes.built(nodes[0], ctx)
             if compiled is None:
                 raise RuntimeError(f"openvino cannot run {nodes[0].op} node "
-                                   f"{nodes[0].name!r}: {why}")
+                                   f"{nodes[0].name!r}: {self.why_not(nodes[0], ctx)}")
         else:
             compiled = self._compile(self._saved.model(nodes, inputs, outputs, ctx),
                                      ctx.threads, cache=ctx.artifacts is not None)

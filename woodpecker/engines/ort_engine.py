@@ -3,7 +3,8 @@ session, pinned to the thread count given. ORT fuses the expanded epilogue itsel
 
 Capability is asked of ORT itself: ORT lacks kernels for some op/type pairs (Pow with an
 unsigned exponent, say), so `accepts` builds the session and the engine declines the node when
-ORT cannot; the session is kept for `build`.
+ORT cannot; the session is kept for `build`, the answer for identical nodes
+(engines/node_builds.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import numpy as np
 from woodpecker.engines import names
 from woodpecker.engines.base import NUMERIC, BuildContext, Capabilities, Engine, Kernel
 from woodpecker.engines.choice import Choices, KernelSpec
-from woodpecker.engines.onnx_step import StepModels, node_io, onnx_bytes
+from woodpecker.engines.node_builds import NodeBuilds
+from woodpecker.engines.onnx_step import StepModels, node_io
 from woodpecker.errors import first_line
 from woodpecker.ir.graph import Graph, Node, StepIO, Value
 from woodpecker.ops import OPS
@@ -27,13 +29,15 @@ from woodpecker.ops import OPS
 ARTIFACTS_DIR = "onnxruntime"   # a saved plan's step models
 
 
-def session_options(threads: int, layout: bool = True):
+def session_options(threads: int, layout: bool = True, optimize: bool = True):
     """Woodpecker's session options; `layout` False: every graph optimisation but the layout
-    passes (ORT_ENABLE_EXTENDED)."""
+    passes (ORT_ENABLE_EXTENDED); `optimize` False: none (the graph as written)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    if not layout:
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    elif not layout:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -53,14 +57,15 @@ def session_options(threads: int, layout: bool = True):
     return so
 
 
-def new_session(model: "bytes | Path", threads: int, layout: bool = True):
+def new_session(model: "bytes | Path", threads: int, layout: bool = True,
+                optimize: bool = True):
     """A CPU session of a serialized model (or a model file: ONNX Runtime then reads it itself,
     with no copy of its weights in this process's bytes — resnet18's session peaked 45 MiB
     lower) with Woodpecker's options (`session_options`)."""
     import onnxruntime as ort
 
     source = str(model) if isinstance(model, Path) else model
-    return ort.InferenceSession(source, session_options(threads, layout),
+    return ort.InferenceSession(source, session_options(threads, layout, optimize),
                                 providers=["CPUExecutionProvider"])
 
 
@@ -77,32 +82,17 @@ class OrtEngine(Engine):
     dtypes = NUMERIC
 
     def __init__(self) -> None:
-        self._sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._refused: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> why
+        self._nodes = NodeBuilds(new_session, first_line)   # `accepts`' one-node sessions
         self._saved = StepModels(ARTIFACTS_DIR, "ONNX Runtime model")   # the steps' models
 
     def available(self) -> bool:
         return importlib.util.find_spec("onnxruntime") is not None
 
-    def _session(self, node: Node, ctx: BuildContext):
-        key = (ctx.threads, ctx.opset)
-        cached = self._sessions.get(node)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        try:
-            sess = new_session(onnx_bytes([node], *node_io(node), ctx.opset), ctx.threads)
-            self._refused.pop(node, None)
-        except Exception as e:  # noqa: BLE001 - ORT raises its own types for "no kernel"
-            sess = None
-            self._refused[node] = first_line(e)
-        self._sessions[node] = (key, sess)
-        return sess
-
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
-        return self._session(node, ctx) is not None
+        return self._nodes.why_not(node, ctx) is None
 
     def why_not(self, node: Node, ctx: BuildContext) -> str:
-        return self._refused.get(node, "refused the node")
+        return self._nodes.why_not(node, ctx) or "refused the node"
 
     def build(self, node: Node, ctx: BuildContext, kernel: KernelSpec | None = None) -> Kernel:
         return self.build_step([node], *node_io(node), ctx, {})
@@ -113,7 +103,7 @@ class OrtEngine(Engine):
         region, runtime/regions.py): the plan's saved model where there is one; for a single
         node while compiling, the session `accepts` built."""
         if len(nodes) == 1 and ctx.artifacts is None:
-            sess = self._session(nodes[0], ctx)
+            sess = self._nodes.built(nodes[0], ctx)
             if sess is None:
                 raise RuntimeError(f"onnxruntime cannot run {nodes[0].op} node "
                                    f"{nodes[0].name!r}")

@@ -6,7 +6,11 @@ declares it can run the whole-model Opaque node (frontend/whole.py: the user's g
 written), the plan of that one node on that engine — one session over the original graph, so
 the library keeps its own fusions and layouts. `fastest_library(plans, …)` times them paired
 and interleaved (selection/compare.py) and returns the faster with its record; where no
-library runs the model, `LibraryRefusal` says in one line why each refused. `keep_faster`
+library runs the model, `LibraryRefusal` says in one line why each refused. A library is
+among them only where its outputs agree with ONNX Runtime's (`_check_outputs`): within
+config.TOLERANCE, or within config.LIBRARY_SPREAD_FACTOR times how far ORT's own outputs move
+with its graph optimisations off, where the model's float noise is larger than that (a
+detector's boxes, a deep net's sigmoid map). `keep_faster`
 times a Woodpecker plan (generated kernels, rewritten graph) against that library plan and
 keeps the Woodpecker plan only where the paired ratio says it is faster by the margin
 (config.REFINE_MARGIN) — so no compile ends slower than the faster library, within the
@@ -37,6 +41,7 @@ from woodpecker.config import (
     LIBRARY_FIRST_MAX_RUNS,
     LIBRARY_FIRST_RUNS,
     LIBRARY_FIRST_SECONDS,
+    LIBRARY_SPREAD_FACTOR,
     REFINE_MARGIN,
     TOLERANCE,
 )
@@ -44,6 +49,7 @@ from woodpecker.deadline import Deadline
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice
 from woodpecker.engines.names import ONNXRUNTIME
+from woodpecker.engines.ort_engine import new_session
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import ModelError, WoodpeckerError, first_line
 from woodpecker.frontend.whole import whole_graph
@@ -51,6 +57,8 @@ from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.selection.compare import Decision, Timed, compare_plans, decide
 
+# ONNX Runtime's outputs for the given feeds with its graph optimisations off
+Spread = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 # the labels of the decision against the library (selection/compare.Decision)
 WOODPECKER, LIBRARY = "Woodpecker's plan", "the library's session"
 
@@ -89,24 +97,50 @@ class OriginalGraph:
         assembly = replace(assembly, context=BuildContext(assembly.target.threads, whole.opset),
                            meta={**assembly.meta, "schedule": {"kind": "file"}}, arena=False)
         others = rewrites() if rewrites is not None else {}
-        plans, refused = library_plans(whole, assembly, others)
-        library, record = fastest_library(plans, out, deadline, rewrites=others)
+        checked = library_plans(whole, assembly, others, self._unoptimized(assembly))
+        refused = checked.refused
+        library, record = fastest_library(checked.plans, out, deadline, rewrites=others)
         library.plan.meta["library_first"] = {
             **record, **({"refused": refused} if refused else {}),
+            **({"agreement": checked.agreement} if checked.agreement else {}),
             **({"why": self.why} if self.why else {}),
             "seconds": round(time.monotonic() - start, 2)}
         return library
 
+    def _unoptimized(self, assembly: AssemblyOptions) -> Spread:
+        """ONNX Runtime running the user's graph as written, no graph optimisation: how far
+        the same math in another order moves the outputs (`_check_outputs`)."""
+        def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+            session = new_session(self.proto.SerializeToString(), assembly.target.threads,
+                                  optimize=False)
+            given = {**{k: np.asarray(v) for k, v in (self.input_values or {}).items()},
+                     **feeds}
+            wanted = {i.name for i in session.get_inputs()}
+            return session.run(None, {k: v for k, v in given.items() if k in wanted})
+        return run
+
+
+@dataclass
+class LibraryPlans:
+    """`plans`: engine name → the plan running the whole graph on it, for each library that
+    runs it and agrees with ONNX Runtime; `refused`: engine (or rewrite label) → why not;
+    `agreement`: label → how far its outputs differed from the reference's and how far they
+    were allowed to (`_check_outputs`), where the model's own float noise set the bar."""
+
+    plans: dict[str, CompiledModel]
+    refused: dict[str, str]
+    agreement: dict[str, dict]
+
 
 def library_plans(whole: Graph, assembly: AssemblyOptions,
                   extra: dict[str, CompiledModel] | None = None,
-                  ) -> tuple[dict[str, CompiledModel], dict[str, str]]:
-    """engine name → the plan running `whole`'s one node on it, for each allowed engine that
-    runs it and agrees with ONNX Runtime; and engine name → why each other library is not
-    among them. LibraryRefusal where none runs it. `extra` plans (by label) are checked
+                  spread: Spread | None = None) -> LibraryPlans:
+    """The plan running `whole`'s one node on each allowed engine that runs it and agrees
+    with ONNX Runtime (`_check_outputs`, `spread` as there), and why each other library is
+    not among them. LibraryRefusal where none runs it. `extra` plans (by label) are checked
     against the same reference, those that disagree dropped (their reasons among the
     refused)."""
-    plans, refused = {}, {}
+    plans, refused, agreement = {}, {}, {}
     for name in assembly.allowed:
         engine = get_engine(name)
         if not engine.caps.multi_node:
@@ -124,20 +158,26 @@ def library_plans(whole: Graph, assembly: AssemblyOptions,
             plans[name] = CompiledModel(assemble(graph, choices, assembly))
         except Exception as e:  # noqa: BLE001 - a library's own error while building
             refused[name] = f"{type(e).__name__}: {first_line(e)}"
-    _check_outputs(plans, refused, extra)
+    _check_outputs(plans, refused, extra, spread, agreement)
     if not plans:
         why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no library engine allowed"
         raise LibraryRefusal(f"no library runs this model ({why})")
-    return plans, refused
+    return LibraryPlans(plans, refused, agreement)
 
 
 def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
-                   extra: dict[str, CompiledModel] | None = None) -> None:
+                   extra: dict[str, CompiledModel] | None = None,
+                   spread: Spread | None = None,
+                   agreement: dict[str, dict] | None = None) -> None:
     """Drop from `plans` (and from `extra`: further plans, never the reference) each whose
     outputs on one seeded input differ from the reference's (ONNX Runtime's where it is among
     `plans`, else the first plan's) by more than config.TOLERANCE relative to the reference's
-    largest magnitude (NaN where it has NaN)."""
+    largest magnitude (NaN where it has NaN) — or, where `spread(feeds)` (ONNX Runtime's
+    outputs with its graph optimisations off) moves further from the reference than that, by
+    more than config.LIBRARY_SPREAD_FACTOR times that movement: the model's own float noise.
+    Those kept by the second bar are recorded in `agreement`."""
     extra = {} if extra is None else extra
+    agreement = {} if agreement is None else agreement
     if len(plans) + len(extra) < 2:
         return
     reference = ONNXRUNTIME if ONNXRUNTIME in plans else next(iter(plans))
@@ -151,6 +191,19 @@ def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
                 refused[name] = f"not checked against {reference}: {first_line(e)[:120]}"
                 del group[name]
         return
+    noise: list[float] = []
+
+    def allowed(k: int) -> float:
+        if spread is not None and not noise:
+            try:
+                noise.extend(relative_difference(g, w) for g, w in zip(spread(feeds), want))
+            except Exception:  # noqa: BLE001 - ORT's own error without its optimisations
+                noise.append(0.0)
+        moved = noise[k] if k < len(noise) else 0.0
+        # (1 + 1e-5): the differences are of float32 values, rounded alike
+        bar = LIBRARY_SPREAD_FACTOR * moved * (1 + 1e-5) if np.isfinite(moved) else 0.0
+        return max(TOLERANCE, bar)
+
     for group in groups:
         for name in [n for n in group if n != reference]:
             try:
@@ -159,22 +212,46 @@ def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
                 refused[name] = f"failed where {reference} ran: {first_line(e)[:160]}"
                 del group[name]
                 continue
-            bad = next((k for k, (g, w) in enumerate(zip(got, want))
-                        if not outputs_agree(g, w)), None)
+            differs = [relative_difference(g, w) for g, w in zip(got, want)]
+            over = [k for k, d in enumerate(differs) if d > TOLERANCE]
+            if not over:
+                continue
+            bad = next((k for k in over if differs[k] > allowed(k)), None)
             if bad is not None:
-                refused[name] = (f"its output {bad} differs from {reference}'s by more than "
-                                 f"{TOLERANCE:g} relative")
+                refused[name] = (f"its output {bad} differs from {reference}'s by "
+                                 f"{differs[bad]:.2g} relative (allowed {allowed(bad):.2g})")
                 del group[name]
+            else:
+                agreement[name] = {"max_rel_diff": max(differs[k] for k in over),
+                                   "allowed": min(allowed(k) for k in over),
+                                   "ort_unoptimized": max(noise)}
+
+
+def relative_difference(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest difference of `got` from `want` relative to `want`'s largest finite
+    magnitude (NaN and infinities where `want` has them match; inf where the shapes differ or
+    integers differ at all)."""
+    if got.shape != want.shape:
+        return float("inf")
+    if want.dtype.kind not in "fc":
+        return 0.0 if np.array_equal(got, want) else float("inf")
+    if want.size == 0:
+        return 0.0
+    wide = np.complex128 if "c" in (want.dtype.kind, got.dtype.kind) else np.float64
+    g, w = got.astype(wide), want.astype(wide)
+    nan = np.isnan(w)
+    if not np.array_equal(np.isnan(g), nan):
+        return float("inf")
+    g, w = g[~nan], w[~nan]
+    with np.errstate(invalid="ignore"):      # inf - inf: equal infinities, no difference
+        diff = np.where(g == w, 0.0, np.abs(g - w))
+    finite = np.abs(w[np.isfinite(w)])
+    scale = max(float(finite.max()) if finite.size else 0.0, 1e-30)
+    return float(diff.max(initial=0.0)) / scale
 
 
 def outputs_agree(got: np.ndarray, want: np.ndarray) -> bool:
-    if got.shape != want.shape:
-        return False
-    if want.dtype.kind not in "fc":
-        return bool(np.array_equal(got, want))
-    scale = float(np.nanmax(np.abs(want))) if want.size and not np.all(np.isnan(want)) else 1.0
-    return bool(np.allclose(got, want, rtol=0, atol=TOLERANCE * max(scale, 1e-30),
-                            equal_nan=True))
+    return relative_difference(got, want) <= TOLERANCE
 
 
 def fastest_library(plans: dict[str, CompiledModel], out: TextIO | None = None,
