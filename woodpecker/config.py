@@ -45,8 +45,9 @@ TOLERANCE = 1e-4
 # 1.3e-5 / 4.6e-4 / 2.1e-5 (on an image-like input 3.7e-4 vs 5.2e-4); Faster R-CNN's boxes
 # OpenVINO 0.2 / 0.1 / 0.1 vs ORT unoptimised 0.1 / 0.1 / 0.1 (a box flips where a score
 # crosses a threshold: OpenVINO two coordinates where ORT's own order flips one — the bar of 2
-# admits it, a bar of 1 would hold a detector at ONNX Runtime, 1.41x OpenVINO's time); ResNet-50 int8 (QDQ) OpenVINO 0.088 / 0.16 / 0.14 vs 0.028 / 0 / 0.086
-# — OpenVINO requantises otherwise, 3x ORT's own movement on the compile's input: refused.
+# admits it, a bar of 1 would hold a detector at ONNX Runtime, 1.41x OpenVINO's time);
+# ResNet-50 int8 (QDQ) OpenVINO 0.088 / 0.16 / 0.14 vs 0.028 / 0 / 0.086 — OpenVINO
+# requantises otherwise, 3x ORT's own movement on the compile's input: refused.
 LIBRARY_SPREAD_FACTOR = 2.0
 
 # Timed rounds per candidate, each paired with the task's best record (tune/worker.py); 10

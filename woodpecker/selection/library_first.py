@@ -52,6 +52,7 @@ from woodpecker.engines.names import ONNXRUNTIME
 from woodpecker.engines.ort_engine import new_session
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import ModelError, WoodpeckerError, first_line
+from woodpecker.frontend.qdq_unsigned import unsigned_activations
 from woodpecker.frontend.whole import whole_graph
 from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
@@ -59,6 +60,8 @@ from woodpecker.selection.compare import Decision, Timed, compare_plans, decide
 
 # ONNX Runtime's outputs for the given feeds with its graph optimisations off
 Spread = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
+# the label of the plans of the user's graph with uint8 activations (frontend/qdq_unsigned.py)
+UNSIGNED = "the file with uint8 activations"
 # the labels of the decision against the library (selection/compare.Decision)
 WOODPECKER, LIBRARY = "Woodpecker's plan", "the library's session"
 
@@ -97,6 +100,7 @@ class OriginalGraph:
         assembly = replace(assembly, context=BuildContext(assembly.target.threads, whole.opset),
                            meta={**assembly.meta, "schedule": {"kind": "file"}}, arena=False)
         others = rewrites() if rewrites is not None else {}
+        others.update(self._unsigned(assembly))
         checked = library_plans(whole, assembly, others, self._unoptimized(assembly))
         refused = checked.refused
         library, record = fastest_library(checked.plans, out, deadline, rewrites=others)
@@ -106,6 +110,17 @@ class OriginalGraph:
             **({"why": self.why} if self.why else {}),
             "seconds": round(time.monotonic() - start, 2)}
         return library
+
+    def _unsigned(self, assembly: AssemblyOptions) -> dict[str, CompiledModel]:
+        """The plans of the user's graph with its int8 activations carried as uint8 (the same
+        numbers: frontend/qdq_unsigned.py), on each library that runs it; none where the
+        graph has no such activations."""
+        rewritten = unsigned_activations(self.proto)
+        if rewritten is None:
+            return {}
+        whole = whole_graph(rewritten, self.input_shapes, self.input_values, self.known)
+        plans, _ = session_plans(whole, assembly)
+        return {f"{UNSIGNED} on {name}": plan for name, plan in plans.items()}
 
     def _unoptimized(self, assembly: AssemblyOptions) -> Spread:
         """ONNX Runtime running the user's graph as written, no graph optimisation: how far
@@ -140,7 +155,20 @@ def library_plans(whole: Graph, assembly: AssemblyOptions,
     not among them. LibraryRefusal where none runs it. `extra` plans (by label) are checked
     against the same reference, those that disagree dropped (their reasons among the
     refused)."""
-    plans, refused, agreement = {}, {}, {}
+    plans, refused = session_plans(whole, assembly)
+    agreement: dict[str, dict] = {}
+    _check_outputs(plans, refused, extra, spread, agreement)
+    if not plans:
+        why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no library engine allowed"
+        raise LibraryRefusal(f"no library runs this model ({why})")
+    return LibraryPlans(plans, refused, agreement)
+
+
+def session_plans(whole: Graph, assembly: AssemblyOptions,
+                  ) -> tuple[dict[str, CompiledModel], dict[str, str]]:
+    """Engine name → the plan running `whole`'s one node on it, for each allowed library
+    engine that builds it; and engine name → why each other did not."""
+    plans, refused = {}, {}
     for name in assembly.allowed:
         engine = get_engine(name)
         if not engine.caps.multi_node:
@@ -158,11 +186,7 @@ def library_plans(whole: Graph, assembly: AssemblyOptions,
             plans[name] = CompiledModel(assemble(graph, choices, assembly))
         except Exception as e:  # noqa: BLE001 - a library's own error while building
             refused[name] = f"{type(e).__name__}: {first_line(e)}"
-    _check_outputs(plans, refused, extra, spread, agreement)
-    if not plans:
-        why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no library engine allowed"
-        raise LibraryRefusal(f"no library runs this model ({why})")
-    return LibraryPlans(plans, refused, agreement)
+    return plans, refused
 
 
 def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
