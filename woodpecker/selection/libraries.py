@@ -108,7 +108,9 @@ def choose_libraries(graph: Graph, choices: Choices, assembly: AssemblyOptions,
             moved = dict(current.choices)
             moved.update({n: Choice(name, why=f"library regions: {label}") for n in nodes})
             trial(label, _Plan(graph, moved, assembly), bar, engine=name, nodes=nodes)
-    if graph.source is not None and any(len(s) > 1 for s in current.model.steps) and \
+    # (past the deadline no further plan is built: Swin-T's regions take seconds to build)
+    if graph.source is not None and not deadline.passed() and \
+            any(len(s) > 1 for s in current.model.steps) and \
             trial(REWRITE, _Plan(graph, current.choices, assembly, rewrite=True),
                   1 - REFINE_MARGIN, engine=None, nodes=[]):
         graph.source = None
