@@ -64,8 +64,8 @@ def unsigned_activations(model: onnx.ModelProto) -> onnx.ModelProto | None:
         return None
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    names = {i.name for i in out.graph.initializer} | {n for node in out.graph.node
-                                                        for n in node.output}
+    names = {i.name for i in out.graph.initializer} | {i.name for i in out.graph.input} | \
+        {n for node in out.graph.node for n in node.output}
     for node in out.graph.node:
         tensor = node.output[0] if node.op_type == "QuantizeLinear" else node.input[0]
         if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or tensor not in quantized:
