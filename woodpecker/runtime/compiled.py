@@ -67,6 +67,7 @@ class CompiledModel:
                 built.append((nodes, build(nodes, ins, outs)))
             plan.release_weights()    # weights a kernel repacked are not resident twice
         self._executor = Executor(g, built, plan.arena, plan.every)
+        self._run = self._executor.direct or self._executor.run
         _trim_heap()
         # per-model runtime state: each engine's process-wide settings made this model's
         # before every run (Engine.activate)
@@ -122,7 +123,7 @@ class CompiledModel:
         feeds = self._validate(feeds)
         with self._lock:
             self.activate()
-            return self._executor.run(feeds)
+            return self._run(feeds)
 
     def __call__(self, *arrays: Any):
         """Positional inputs in model order; one output is returned bare, several as a tuple."""
