@@ -70,6 +70,34 @@ def test_a_region_moves_to_openvino_only_where_the_plan_runs_faster(tmp_path, mo
     np.testing.assert_allclose(plan(x), ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
+def test_no_trial_starts_that_would_end_past_the_deadline(tmp_path, monkeypatch):
+    """The stage keeps its first plan's build time for the plan built after it and starts a
+    trial only where the longest so far (at first: a build and the timing) still fits: with
+    a second left and a first plan that took two to build, it tries nothing."""
+    import time
+
+    from woodpecker.deadline import Deadline
+    from woodpecker.selection import libraries
+
+    model, graph, log = tuned(tmp_path)
+    ctx = BuildContext(1, graph.opset)
+    choices = {n.name: Choice(choose(n, list(ENGINES), ctx)) for n in graph.nodes}
+    before = dict(choices)
+    assembly = AssemblyOptions(ENGINES, ctx, Target.parse("cpu", 1), {"library_regions": True})
+    built = libraries._Plan.__init__
+
+    def slow_build(self, *args, **kwargs):
+        built(self, *args, **kwargs)
+        time.sleep(2.0)
+
+    monkeypatch.setattr(libraries._Plan, "__init__", slow_build)
+    start = time.monotonic()
+    records = libraries.choose_libraries(graph, choices, assembly, runs=4, out=io.StringIO(),
+                                         deadline=Deadline.after(3.0))
+    assert records == [] and choices == before
+    assert time.monotonic() - start < 3.0
+
+
 def test_a_compile_with_both_libraries_records_the_choice(tmp_path, monkeypatch):
     """Every decision made to keep its candidate: the plan check keeps the tuned kernels, the
     regions move to OpenVINO; the plan matches ONNX Runtime, saved and loaded."""

@@ -17,7 +17,8 @@ one library node. For each other allowed multi-node library, in the order allowe
    a library) and timed paired against the current plan (`decide`, bar 1.0: faster at all);
 2. where that was not kept and more than one region could move, region by region, most nodes
    first, each kept only by `config.REFINE_MARGIN` (a region boundary moved on noise costs a
-   session call), until `deadline`.
+   session call), while the longest trial so far still fits before `deadline` (which the
+   stage moves earlier by its first plan's build time: the final plan's build comes after).
 3. last, the plan with its regions made from Woodpecker's nodes (its passes' rewrite, ops/
    to_onnx.py) instead of the file's (engines/onnx_step.original_region), kept only by the
    margin: a library region runs the user's own nodes unless the rewrite is measurably faster
@@ -33,6 +34,7 @@ per-node timing cannot see.
 from __future__ import annotations
 
 import sys
+import time
 from typing import TextIO
 
 from woodpecker.assembly import AssemblyOptions, assemble
@@ -81,13 +83,23 @@ def choose_libraries(graph: Graph, choices: Choices, assembly: AssemblyOptions,
                      runs: int = REFINE_RUNS, out: TextIO | None = None,
                      deadline: Deadline = Deadline.NONE) -> list[dict]:
     out = out or sys.stderr
+    start = time.monotonic()
     current = _Plan(graph, choices, assembly)
+    # the plan selection assembles after this stage takes about as long to build: its time is
+    # kept; a trial (a plan built, checked, timed against this one) starts only where the
+    # longest so far — at first, a build and the timing at the current plan's first call —
+    # still ends before the deadline (RAFT's 3-minute compile started one 1 s before its
+    # deadline, which ended 2.7 s after it; its final plan then took 2.2 s to build)
+    build_s = time.monotonic() - start
+    deadline = deadline.less(build_s)
+    longest = build_s + current.timing_seconds(runs)
     records: list[dict] = []
 
     def trial(label: str, plan: _Plan, bar: float, **extra) -> bool:
-        nonlocal current
+        nonlocal current, longest
         record = current.against(plan, label, runs, bar, deadline)
         records.append({**record, **extra})
+        longest = max(longest, time.monotonic() - began)
         said = record["why"] if "why" in record else Decision.said(record)
         print(f"  library regions: {said}", file=out, flush=True)
         if record["kept"]:
@@ -103,17 +115,19 @@ def choose_libraries(graph: Graph, choices: Choices, assembly: AssemblyOptions,
         for k, (label, nodes, bar) in enumerate(tries):
             if k == 1 and records[-1]["kept"]:
                 break     # every region moved at once: none is left to try alone
-            if k and deadline.passed():
+            if deadline.left() < longest:
                 break
+            began = time.monotonic()
             moved = dict(current.choices)
             moved.update({n: Choice(name, why=f"library regions: {label}") for n in nodes})
             trial(label, _Plan(graph, moved, assembly), bar, engine=name, nodes=nodes)
-    # (past the deadline no further plan is built: Swin-T's regions take seconds to build)
-    if graph.source is not None and not deadline.passed() and \
-            any(len(s) > 1 for s in current.model.steps) and \
-            trial(REWRITE, _Plan(graph, current.choices, assembly, rewrite=True),
-                  1 - REFINE_MARGIN, engine=None, nodes=[]):
-        graph.source = None
+    # (no plan built that would end past the deadline: Swin-T's regions take seconds to build)
+    if graph.source is not None and deadline.left() >= longest and \
+            any(len(s) > 1 for s in current.model.steps):
+        began = time.monotonic()
+        if trial(REWRITE, _Plan(graph, current.choices, assembly, rewrite=True),
+                 1 - REFINE_MARGIN, engine=None, nodes=[]):
+            graph.source = None
     choices.update(current.choices)
     return records
 
@@ -130,6 +144,18 @@ class _Plan:
         if rewrite:
             copy.source = None
         self.model = CompiledModel(assemble(copy, choices, assembly))
+
+    def timing_seconds(self, runs: int) -> float:
+        """About how long `against` times this plan and another like it: `runs` calls each
+        (3 a round, 2 timed) and warm-ups, at the seconds of one call now (a first call:
+        slower, so the estimate errs long)."""
+        feeds = random_feeds(self.model)
+        start = time.monotonic()
+        try:
+            self.model.run(feeds)
+        except WoodpeckerError:
+            return 0.0
+        return 2 * (2 + runs * 1.5) * (time.monotonic() - start)
 
     def against(self, other: "_Plan", label: str, runs: int, bar: float,
                 deadline: Deadline) -> dict:

@@ -330,11 +330,11 @@ def against_seconds(library: CompiledModel) -> float:
     """About how long `keep_faster` takes against `library` (its record's median, both plans
     run alike): the time selection leaves for it before the deadline."""
     record = library.plan.meta.get("library_first", {})
-    ms = max(record.get("median_ms", {}).values(), default=0.0)
-    # warm-ups and LIBRARY_FIRST_RUNS calls of each plan, 3 per round with 2 timed; 1.25 for a
-    # Woodpecker plan slower than the library
-    calls = 2 * (2 + LIBRARY_FIRST_RUNS * 1.5) * 1.25
-    return max(LIBRARY_FIRST_SECONDS, calls * ms / 1e3)
+    # one call of each plan (the slowest library's median; a Woodpecker plan up to 1.25× it)
+    both = 2.25 * max(record.get("median_ms", {}).values(), default=0.0) / 1e3
+    # `_rounds`: LIBRARY_FIRST_RUNS timed calls of each at least, 3 per round with 2 timed, as
+    # many more as fit LIBRARY_FIRST_SECONDS; then 4 untimed calls each (its own 2, 2 warm-ups)
+    return max(LIBRARY_FIRST_SECONDS, LIBRARY_FIRST_RUNS * 1.5 * both) + 4 * both
 
 
 def keep_faster(ours: CompiledModel, library: CompiledModel, out: TextIO | None = None,

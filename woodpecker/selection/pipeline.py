@@ -143,6 +143,7 @@ def select_plan(selection: Selection, out: TextIO | None = None,
     library = selection.baseline
     if selection.log is None and library is not None:
         return library
+    end = deadline     # step 4's: cut to its least rounds should the steps before run late
     if library is not None and selection.log is not None:
         deadline = deadline.less(against_seconds(library))   # kept for step 4
     first, *others = selection.graphs
@@ -160,7 +161,7 @@ def select_plan(selection: Selection, out: TextIO | None = None,
         plan = _with_or_without_ago(plan, alternative, out, deadline)
     if selection.log is None or library is None:
         return plan    # (no library runs the original graph: Woodpecker's plan does)
-    return _against_library(plan, library, out)
+    return _against_library(plan, library, out, end)
 
 
 def _rewrites(selection: Selection):
@@ -212,16 +213,16 @@ def _with_or_without_ago(fused: CompiledModel, unfused: CompiledModel, out: Text
     return kept
 
 
-def _against_library(ours: CompiledModel, library: CompiledModel,
-                     out: TextIO) -> CompiledModel:
+def _against_library(ours: CompiledModel, library: CompiledModel, out: TextIO,
+                     deadline: Deadline = Deadline.NONE) -> CompiledModel:
     """`ours` where it has a generated kernel and runs faster than `library` (paired, in the
-    time `select_plan` kept for it: its least rounds), else `library` carrying what the
-    compile measured (tuning, selection) in its meta."""
+    time `select_plan` kept for it; past `deadline`, in its least rounds), else `library`
+    carrying what the compile measured (tuning, selection) in its meta."""
     generated = any(get_engine(e).caps.generated for e in ours.plan.engines)
     record = library.plan.meta["library_first"]
     if generated:
         start = time.monotonic()
-        kept, record["against"] = keep_faster(ours, library, out)
+        kept, record["against"] = keep_faster(ours, library, out, deadline)
         record["against"]["seconds"] = round(time.monotonic() - start, 2)
         if kept:
             ours.plan.meta["library_first"] = record
