@@ -63,12 +63,15 @@ class PlanComparison:
 
 
 def compare_plans(runs: dict[str, Callable[[], object]], rounds: int,
-                  deadline: Deadline = Deadline.NONE) -> PlanComparison:
+                  deadline: Deadline = Deadline.NONE,
+                  least: int | None = None) -> PlanComparison:
+    """`runs` timed paired and interleaved, `rounds` calls each; past `deadline` no round
+    starts once each has `least` (default: half the rounds)."""
     labels = list(runs)
     if len(labels) == 1:
         return PlanComparison({labels[0]: float("nan")}, {labels[0]: 1.0}, 0)
     times = time_interleaved(runs, rounds, 2, block=3, deadline=deadline,
-                             min_runs=max(1, rounds // 2))
+                             min_runs=max(1, rounds // 2) if least is None else least)
     base = labels[0]
     return PlanComparison({k: float(np.median(times[k])) for k in labels},
                           {k: 1.0 if k == base else paired_ratio(times, base, k)
