@@ -67,6 +67,9 @@ class Kernel:
     run: Callable[..., Sequence[np.ndarray]]
     into: Callable[..., None] | None = None
     bind: Callable[..., Bound | None] | None = None
+    # `by_name(feeds)`: `run` with the arguments by their value names (a library session's
+    # own call, no repacking); None where the kernel takes them in order only
+    by_name: Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]] | None = None
 
     def __call__(self, *arrays: Any) -> Sequence[np.ndarray]:
         return self.run(*arrays)

@@ -155,7 +155,7 @@ def _kernel(sess, in_names: list[str], out_names: list[str]) -> Kernel:
             bound[:] = [] if copied else [weakref.ref(a) for a in arrays]
         sess.run_with_iobinding(binding)
 
-    return Kernel(kernel, into)
+    return Kernel(kernel, into, by_name=lambda feeds: run(out_names, feeds))
 
 
 def call_overhead_ms(threads: int, runs: int = 50) -> float:

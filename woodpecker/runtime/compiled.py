@@ -99,8 +99,17 @@ class CompiledModel:
 
     def _validate(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         """The feeds as arrays, or a one-line InputError. Runs before every call, so the
-        error text is only built for an error (building it took 4 us a call)."""
+        error text is only built for an error (building it took 4 us a call); feeds that are
+        already the model's arrays pass as they are (a one-call plan's 0.07 ms runs feel each
+        microsecond here)."""
         expected = self._expected
+        if len(feeds) == len(expected):
+            for name, (shape, dtype) in expected.items():
+                a = feeds.get(name)
+                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                    break
+            else:
+                return feeds
         for name in feeds:
             if name not in expected:
                 raise InputError(f"unknown input {name!r}; the model's inputs are: "

@@ -113,10 +113,14 @@ class Executor:
         call, names, label = step.kernel.run, [slots[s] for s in step.ins], step.label
         order = [step.outs.index(s) for s in out_slots]
         out_names = [name for name, _, _ in self._outputs]
+        by_name = step.kernel.by_name
+        if by_name is not None and sorted(names) == sorted(n for n, _ in self._input_slots):
+            # the feeds (exactly the graph's inputs) go to the session as they are
+            call, names = by_name, None
 
         def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             try:
-                results = call(*[feeds[n] for n in names])
+                results = call(feeds) if names is None else call(*[feeds[n] for n in names])
             except WoodpeckerError:
                 raise
             except Exception as e:
