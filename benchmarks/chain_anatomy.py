@@ -33,8 +33,8 @@ from woodpecker.engines.halide.templates import template_module, templates_for
 from woodpecker.tasks.space import Constraint, KnobSpace
 from woodpecker.tune.reformer import split
 
-CHAIN = "woodpecker.engines.halide.conv_chain"
-MIRRORED = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_depthwise")
+CHAIN = "conv_chain"
+MIRRORED = ("conv_direct", "conv_depthwise")
 
 
 def placed(space: KnobSpace, stages: int, where: str) -> KnobSpace:

@@ -12,3 +12,7 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else
                                      "dev"))
+
+# the tests' deliberately faulty kernel template (crashes, hangs, wrong results), by name for
+# the tuner's worker processes too (engines/halide/templates.EXTRA_ENV)
+os.environ["WOODPECKER_TEMPLATES"] = "faulty=tests.tune.faulty_template"

@@ -82,7 +82,7 @@ def build_report(model: CompiledModel, tuning_log: "str | Path | None" = None,
         for i in step:
             rows[i]["step"], rows[i]["step_ms"], rows[i]["step_size"] = k, t, len(step)
             spec = plan.choices[rows[i]["name"]].kernel
-            rows[i]["kernel"] = spec.template.rsplit(".", 1)[-1] if spec is not None else ""
+            rows[i]["kernel"] = spec.template if spec is not None else ""
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Woodpecker report: "
              f"{_e(model.graph.name)}</title><style>{_CSS}</style></head><body>",
              f"<h1>Woodpecker plan report — {_e(model.graph.name)}</h1>",
@@ -94,12 +94,11 @@ def build_report(model: CompiledModel, tuning_log: "str | Path | None" = None,
 
 def _summary(model: CompiledModel, ms: list[float], digest: str | None) -> str:
     plan, t = model.plan, model.plan.target
-    sched = plan.meta.get("schedule", {})
     items = [("Woodpecker", __version__), ("target", f"{t.cpu} ({t.arch}; "
                                                    f"{', '.join(t.isa) or 'no vector ISA'})"),
              ("threads", t.threads), ("nodes / steps", f"{len(model.graph.nodes)} / "
                                                       f"{len(model.steps)}"),
-             ("schedule", sched.get("kind", "file")),
+             ("schedule", plan.schedule.kind.value),
              ("arena", f"{plan.arena.size / 1024:.1f} KiB" if plan.arena else "none"),
              ("profiled time", f"{sum(ms):.3f} ms per run (sum of steps)"),
              ("generated FLOPs share", f"{model.generated_flops_share():.1%}")]

@@ -10,8 +10,8 @@ from woodpecker.tasks.conv import ConvTask
 from woodpecker.tune.records import TuningLog
 
 TASK = ConvTask(1, 8, 6, 6, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, (("Relu",),))
-DIRECT, WINOGRAD = "woodpecker.engines.halide.conv_direct", \
-    "woodpecker.engines.halide.conv_winograd"
+DIRECT, WINOGRAD = "conv_direct", \
+    "conv_winograd"
 DIRECT_CONFIG = {"vec": 8, "co_block": 1, "x_block": 2, "parallel": "co", "pad": "root",
                  "unroll_kw": False, "skew": 0, "rc_block": 0, "pack": False}
 WINOGRAD_CONFIG = {"m": 2, "vec": 8, "co_block": 1, "t_block": 3, "parallel": "e"}

@@ -11,7 +11,7 @@ import pytest
 from onnx import helper
 
 import woodpecker
-from tests.helpers import make_model, ort_run, rand
+from tests.helpers import REGIONS, make_model, ort_run, rand
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.errors import PlanError
 from woodpecker.frontend.onnx_import import import_onnx
@@ -112,7 +112,7 @@ def test_kernel_that_differs_from_reference_is_not_chosen(tuned, tmp_path, capsy
     model, log = tuned
     bad = TuningLog(tmp_path / "bad.jsonl")
     for rec in TuningLog(log).records:
-        bad.append(dict(rec, template="tests.tune.faulty_template", config={"mode": "wrong"}))
+        bad.append(dict(rec, template="faulty", config={"mode": "wrong"}))
     compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=bad.path)
     assert "halide" not in compiled.plan.engines
     assert "differs from the reference" in capsys.readouterr().err
@@ -161,7 +161,7 @@ def test_untimed_tasks_get_their_tuned_kernel_for_the_plan_check(tuned, capsys, 
     before = [choices[n.name].engine for n in graph.nodes]
     engines, report = refine_selection(
         graph, before, choices, [],
-        AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), {"library_regions": True}),
+        AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), {}, schedule=REGIONS),
         runs=6)
     assert [(r["candidate"], set(r["nodes"])) for r in report] == [(EVERY, tuned_nodes)]
     kept = {n.name for n, e in zip(graph.nodes, engines) if e == "halide"}

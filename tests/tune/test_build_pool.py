@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from woodpecker.engines.halide.templates import template_module
 from woodpecker.tune.build_pool import BuildPool
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.measure import Measurer
@@ -39,19 +40,19 @@ def test_halide_builds_land_in_the_kernel_cache(tmp_path, monkeypatch):
     configs = [{"vec": 8, "co_block": 1, "x_block": x, "parallel": "rows", "pad": "inline",
                 "unroll_kw": False} for x in (2, 3)]
     with BuildPool(2) as pool:
-        built = pool.build(TASK, "woodpecker.engines.halide.conv_direct", configs)
+        built = pool.build(TASK, "conv_direct", configs)
     assert [b.error for b in built] == [None, None]
     kernels = list(tmp_path.rglob("kernels/*.so"))
     assert len(kernels) == 2
     with Measurer(threads=1, repeats=2) as m:           # the measurer finds them built
-        got = m.measure("woodpecker.engines.halide.conv_direct", TASK, configs[0])
+        got = m.measure("conv_direct", TASK, configs[0])
     assert got.ok and got.compile_s < min(b.compile_s for b in built)
     assert sorted(tmp_path.rglob("kernels/*.so")) == sorted(kernels)
 
 
 def test_tuning_with_the_pool_records_build_errors_without_measuring(tmp_path):
     log = TuningLog(tmp_path / "log.jsonl")
-    space = __import__(FAULTY, fromlist=["space"]).space(TASK)
+    space = template_module(FAULTY).space(TASK)
     searcher = make_searcher("random", TuningContext(TASK, FAULTY, space, seed=0))
     with Measurer(threads=1, timeout_s=3, repeats=2) as m, BuildPool(2, timeout_s=3) as pool:
         tune_task(TASK, FAULTY, space, searcher, m, log, searcher_name="random", seed=0,

@@ -24,7 +24,7 @@ pytest.importorskip("xgboost")
 pytest.importorskip("sklearn")
 pytest.importorskip("torch")
 
-DIRECT = "woodpecker.engines.halide.conv_direct"
+DIRECT = "conv_direct"
 
 
 def conv(c=64, hw=28, k=64):
@@ -285,7 +285,7 @@ def test_learned_searchers_survive_real_crashes_hangs_and_wrong_results(tmp_path
     from .test_measure import FAULTY
     from .test_measure import TASK as SMALL
 
-    modes = __import__(FAULTY, fromlist=["space"]).space(SMALL).knobs[0]
+    modes = template_module(FAULTY).space(SMALL).knobs[0]
     space = KnobSpace([modes, Knob("copy", (1, 2, 3))])
     path = tmp_path / "log.jsonl"
     for _ in range(2):

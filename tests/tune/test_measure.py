@@ -9,7 +9,7 @@ from woodpecker.tasks.conv import ConvTask
 from woodpecker.tune.measure import Measurer
 
 TASK = ConvTask(1, 4, 6, 6, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, (("Relu",),))
-FAULTY = "tests.tune.faulty_template"
+FAULTY = "faulty"   # tests/tune/faulty_template.py, named in tests/conftest.py
 
 
 @pytest.fixture
@@ -48,5 +48,5 @@ def test_real_halide_candidate(measurer):
     pytest.importorskip("halide")
     config = {"vec": 8, "co_block": 1, "x_block": 3, "parallel": "rows", "pad": "inline",
               "unroll_kw": False}
-    m = measurer.measure("woodpecker.engines.halide.conv_direct", TASK, config)
+    m = measurer.measure("conv_direct", TASK, config)
     assert m.ok, m.error

@@ -151,7 +151,7 @@ def test_templates_share_the_trials_and_the_best_wins(tmp_path):
             return Measurement((1.0 if fast else 2.0) * 1e-3 / config["vec"], None, 0.0)
 
     task = ConvTask(1, 16, 8, 8, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, ())
-    templates = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_gemm")
+    templates = ("conv_direct", "conv_gemm")
     m, log = TemplateMeasurer(), TuningLog(tmp_path / "log.jsonl")
     best = tune_templates(task, templates, m, log, search="random", seed=0,
                           vector_registers=16, max_trials=9)
@@ -172,7 +172,7 @@ def test_similar_tasks_winning_template_gets_the_larger_share_and_goes_first(tmp
     def conv(c, hw):
         return ConvTask(1, c, hw, hw, c, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, ())
 
-    templates = ("woodpecker.engines.halide.conv_direct", "woodpecker.engines.halide.conv_gemm")
+    templates = ("conv_direct", "conv_gemm")
     task, log = conv(16, 8), TuningLog(tmp_path / "log.jsonl")
     assert template_weights(task, templates, log) == [1.0, 1.0]
     for c, hw in ((32, 8), (64, 8), (16, 16)):

@@ -16,7 +16,7 @@ from woodpecker.cli.inspect import cmd_inspect
 from woodpecker.config import CANDIDATE_TIMEOUT_S, DEFAULT_SEARCH
 from woodpecker.errors import WoodpeckerError
 from woodpecker.files import distinct_stems, read_npy
-from woodpecker.options import SEARCHES
+from woodpecker.options import SEARCHES, ScheduleKind
 
 
 def cmd_zoo(args) -> None:
@@ -61,7 +61,7 @@ def cmd_compile(args) -> None:
         print(f"generated Halide kernels run {share:.0%} of the FLOPs; "
               f"{model.plan.meta['layout_conversions']} layout conversion(s)")
     sched, arena = model.plan.meta["schedule"], model.plan.arena
-    if sched["kind"] == "memory":
+    if model.plan.schedule.kind is ScheduleKind.MEMORY:
         print(f"memory schedule: peak activations {format_bytes(sched['peak_bytes'])} "
               f"({'optimal' if sched['optimal'] else 'not proven optimal'}, "
               f"{sched['rewrites']} concat rewrite(s), {sched['seconds']:.2f}s)")
@@ -140,7 +140,7 @@ def cmd_tune(args) -> None:
             for template in g.templates:
                 sp = template_module(template).space(g.task, regs)
                 valid = sum(1 for _ in sp.valid_configs())
-                print(f"  template {template.rsplit('.', 1)[1]}: {sp.size} configurations, "
+                print(f"  template {template}: {sp.size} configurations, "
                       f"{valid} valid")
                 for k in sp.knobs:
                     print(f"    {k.name}: {list(k.values)}")
@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     def tune_opts(q, whole: str):
         q.add_argument("--budget", default="15m", help=f"time for {whole}, e.g. 90s, 15m")
         q.add_argument("--search", default=DEFAULT_SEARCH, choices=SEARCHES,
-                       help=f"searcher (default {DEFAULT_SEARCH}: README, Searchers)")
+                       help=f"searcher (default {DEFAULT_SEARCH}: docs/guide.md, Searchers)")
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--max-trials", type=int, help="measurements per task at most")
         q.add_argument("--timeout", type=float, default=CANDIDATE_TIMEOUT_S,

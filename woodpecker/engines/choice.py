@@ -16,7 +16,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class KernelSpec:
-    template: str          # the template module, e.g. woodpecker.engines.halide.conv_direct
+    template: str          # the template's identity, e.g. conv_direct (halide/templates.py)
     kind: str              # the task kind (woodpecker/tasks)
     config: dict[str, Any]
     task: dict[str, Any]   # the task as JSON (Task.to_json)
@@ -28,8 +28,12 @@ class KernelSpec:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "KernelSpec":
-        return cls(str(d["template"]), str(d["kind"]), dict(d["config"]), dict(d["task"]),
-                   str(d["file"]))
+        """A plan's kernel; an older plan's template module path read as its identity, an
+        unknown template one PlanError line."""
+        from woodpecker.engines.halide.templates import template_name
+
+        return cls(template_name(str(d["template"])), str(d["kind"]), dict(d["config"]),
+                   dict(d["task"]), str(d["file"]))
 
 
 @dataclass

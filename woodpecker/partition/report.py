@@ -26,7 +26,7 @@ def partition_rows(graph: Graph, choices: dict[str, tuple[str, str | None]],
     nodes = {n.name: n for n in graph.nodes}
     rows = []
     for i, s in enumerate(p.subgraphs):
-        kernels = sorted({f"{choices[n][0]}" + (f":{choices[n][1].rsplit('.', 1)[-1]}"
+        kernels = sorted({f"{choices[n][0]}" + (f":{choices[n][1]}"
                                                 if choices[n][1] else "")
                           for n in s.nodes if n in choices})
         rows.append({"subgraph": i, "nodes": list(s.nodes),

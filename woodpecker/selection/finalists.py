@@ -37,7 +37,7 @@ from woodpecker.tune.worker import relative_error
 
 def family(record: dict) -> str:
     """A record's template and parallel split, e.g. "conv_depthwise/rows"."""
-    name = record["template"].rsplit(".", 1)[-1]
+    name = record["template"]
     split = record["config"].get("parallel")
     return name if split is None else f"{name}/{split}"
 

@@ -113,7 +113,7 @@ def features(task: Task, template: str, config: Config,
              extra: Features | None = None) -> Features:
     """Everything about one candidate; `extra` (e.g. the machine's blueprint) is added as
     it is."""
-    out = {f"template={template.rsplit('.', 1)[-1]}": 1.0}
+    out = {f"template={template}": 1.0}
     out.update(task_features(task))
     out.update(config_features(task, config))
     if extra:

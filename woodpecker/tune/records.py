@@ -20,6 +20,7 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
+from woodpecker.engines.halide.templates import known_template
 from woodpecker.tasks.space import KnobSpace
 
 
@@ -34,6 +35,7 @@ class TuningLog:
         self.exclude = frozenset(exclude)
         self.foreign = 0   # records measured for another target, left out
         self.excluded = 0  # records of excluded templates, left out
+        self.unknown = 0   # records of templates this Woodpecker does not have (kept, inert)
         self.records: list[dict] = []
         self._best: dict[str, dict] = {}   # task key -> its fastest valid record (first on ties)
         self.skipped_lines = 0
@@ -84,7 +86,13 @@ class TuningLog:
         if self.target is not None and record.get("target", self.target) != self.target:
             self.foreign += 1
             return
-        if record["template"] in self.exclude:
+        template = known_template(str(record["template"]))
+        if template is None:      # a template this Woodpecker does not have: kept, never built
+            self.unknown += 1
+            template = record["template"]
+        elif template != record["template"]:   # an older log's module path
+            record = {**record, "template": template}
+        if template in self.exclude:
             self.excluded += 1
             return
         self.records.append(record)

@@ -19,7 +19,6 @@ compare engines, so that a change of the machine's speed between candidates canc
 
 from __future__ import annotations
 
-import importlib
 import json
 import statistics
 import sys
@@ -28,7 +27,7 @@ import time
 import numpy as np
 
 from woodpecker.config import TOLERANCE
-from woodpecker.engines.halide.templates import kernel_arguments
+from woodpecker.engines.halide.templates import kernel_arguments, template_module
 from woodpecker.tasks import spec_task
 from woodpecker.tune.rotation import rotating_call
 
@@ -49,7 +48,7 @@ def _reference_call(req: dict, task, inputs: list, threads: int, kernels: dict):
     if key not in kernels:
         kernels.clear()   # the task's best moved on: keep one reference and its weight copies
         try:
-            template = importlib.import_module(spec["template"])
+            template = template_module(spec["template"])
             run = template.build(task, spec["config"], threads)
             args = kernel_arguments(template, task, spec["config"], inputs)
             run(*args)
@@ -80,7 +79,7 @@ def _timed(call) -> float:
 
 def measure_one(req: dict, threads: int, cache: dict) -> dict:
     task = spec_task(req)
-    template = importlib.import_module(req["template"])
+    template = template_module(req["template"])
     run, built = _build(template, task, req["config"], threads)
     if run is None or req.get("build_only"):
         return built

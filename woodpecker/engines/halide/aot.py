@@ -119,6 +119,7 @@ RUNTIME_NAME = "libwoodpecker_halide_runtime.so"
 # (compiled for this host, like the kernels).
 _C_SOURCES = tuple(Path(__file__).with_name(name)
                    for name in ("spin_pool.c", "chain.c", "movement.c"))
+_C_HEADER = Path(__file__).with_name("wp_runtime.h")   # what they declare for one another
 _runtime_lib: list[ctypes.CDLL] = []
 
 # Why Woodpecker runs Halide's parallel loops on its own pool (spin_pool.c): Halide's workers
@@ -132,7 +133,8 @@ def runtime_path() -> Path:
     """The shared Halide runtime library of this Halide version and host with Woodpecker's
     C sources (`_C_SOURCES`) linked in; built if missing, named by those sources so a changed
     one is rebuilt."""
-    digest = hashlib.sha256(b"".join(src.read_bytes() for src in _C_SOURCES)).hexdigest()
+    digest = hashlib.sha256(b"".join(src.read_bytes()
+                                     for src in (*_C_SOURCES, _C_HEADER))).hexdigest()
     path = _kernel_dir() / RUNTIME_NAME.replace(".so", f"-{digest[:12]}.so")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,8 @@
  * taken in order from args. Returns 0, or the failing kernel's error code with its index in
  * *failed. */
 
+#include "wp_runtime.h"
+
 typedef void *p;
 
 /* Calls kernel `f` with `nargs` buffer pointers from `a`; -1 for more than any template
@@ -22,8 +24,6 @@ int wp_call_kernel(void *f, int nargs, p const *a) {
     default: return -1;
     }
 }
-
-extern int wp_run_stage(int n, void *const *fns, const int *nargs, p const *args, int *failed);
 
 /* Present in runtimes whose chains take stages (a plan saved before carries one without). */
 int wp_chain_stages(void) { return 1; }

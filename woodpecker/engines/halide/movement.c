@@ -14,10 +14,8 @@
 /* Parallel tasks per copy: a few per thread, so that the pool balances them. */
 #define PAR_TASKS 8
 
-typedef int (*task_fn)(void *user_context, int index, uint8_t *closure);
-/* Halide's runtime: runs tasks [min, min + size) on the installed pool (spin_pool.c). */
-extern int halide_do_par_for(void *user_context, task_fn fn, int min, int size,
-                             uint8_t *closure);
+/* halide_do_par_for runs tasks [min, min + size) on the installed pool (spin_pool.c) */
+#include "wp_runtime.h"
 
 /* Columns [j0, j1) of one (A, B) -> (B, A) transpose. */
 static void columns(const float *restrict in, float *restrict out, int64_t a, int64_t b,

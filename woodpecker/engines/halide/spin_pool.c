@@ -22,9 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int (*task_fn)(void *user_context, int index, uint8_t *closure);
-typedef int (*par_for_fn)(void *, task_fn, int, int, uint8_t *);
-extern par_for_fn halide_set_custom_do_par_for(par_for_fn);
+#include "wp_runtime.h"
 
 #define MAX_WORKERS 255
 /* Pause instructions (~20 ns each on Zen 4) the caller spins for its workers before yielding. */
@@ -222,7 +220,6 @@ void wp_spin_pool_join_stats(long *ns, long *long_joins, int reset) {
  * (its time on one core). Returns 0, or a failing kernel's error code with its
  * index in *failed. */
 #define STAGE_MAX 64
-extern int wp_call_kernel(void *f, int nargs, void *const *args);
 struct stage { void *const *fns; const int *nargs; void *const *argv[STAGE_MAX]; int failed; };
 
 static int stage_member(void *user_context, int i, uint8_t *closure) {

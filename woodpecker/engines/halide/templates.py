@@ -10,15 +10,52 @@ Every template that supports a task is tuned for it and the fastest measured con
 from __future__ import annotations
 
 import importlib
+import os
 
-TEMPLATES = tuple(f"woodpecker.engines.halide.{name}" for name in (
+from woodpecker.errors import PlanError
+
+# A template's identity is its short name, stored in tuning logs and plans; where its code
+# lives is this table's business alone (a module moved or renamed changes its entry here, and
+# every log and plan written before still loads). Logs and plans written before identities
+# were short name the module path `LEGACY_PREFIX` + name: read as that name.
+MODULES: dict[str, str] = {name: f"woodpecker.engines.halide.{name}" for name in (
     "conv_direct", "conv_gemm", "conv_winograd", "conv_depthwise", "conv_separable",
     "conv_chain", "dense", "pool", "rows", "elementwise", "attention", "resize",
-    "conv_transpose"))
+    "conv_transpose")}
+TEMPLATES = tuple(MODULES)
+LEGACY_PREFIX = "woodpecker.engines.halide."
+# Templates of one's own, beside these (tried by name, not tuned for every task): `name=module`
+# pairs, comma-separated — the tests' deliberately faulty template, a template being developed.
+# Read at each look-up, so the tuner's worker processes see what their parent set.
+EXTRA_ENV = "WOODPECKER_TEMPLATES"
+
+
+def _modules() -> dict[str, str]:
+    extra = os.environ.get(EXTRA_ENV, "")
+    pairs = [p.split("=", 1) for p in extra.split(",") if "=" in p]
+    return {**{k.strip(): v.strip() for k, v in pairs}, **MODULES}
+
+
+def known_template(name: str) -> str | None:
+    """The identity `name` stands for (a short name, or the module path an older log or plan
+    wrote), or None where this Woodpecker has no such template."""
+    short = name[len(LEGACY_PREFIX):] if name.startswith(LEGACY_PREFIX) else name
+    return short if short in _modules() else None
+
+
+def template_name(name: str) -> str:
+    """`known_template`, or one PlanError line naming the unknown template."""
+    short = known_template(name)
+    if short is None:
+        raise PlanError(f"unknown kernel template {name!r} (this Woodpecker has: "
+                        f"{', '.join(_modules())})")
+    return short
 
 
 def template_module(name: str):
-    return importlib.import_module(name)
+    """The module of template `name` (`template_name`): only modules of this table (and of
+    `EXTRA_ENV`) are imported, never a string read from a file."""
+    return importlib.import_module(_modules()[template_name(name)])
 
 
 def templates_for(task) -> tuple[str, ...]:
