@@ -6,7 +6,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from woodpecker.runtime.plan_schedule import PlanSchedule
+
 F32 = TensorProto.FLOAT
+# a plan schedule whose consecutive library nodes run as one region (as compiles do)
+REGIONS = PlanSchedule(library_regions=True)
 
 
 def sampled_log(graph, path):

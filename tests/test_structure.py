@@ -1,6 +1,6 @@
 """Structure kept as ARCHITECTURE.md states it: no engine named by a string literal above
-engines/, no module over 450 lines. (The layer contract itself is import-linter's, run by
-`make test`.)"""
+engines/, no schedule kind compared as a string, no module over 450 lines. (The layer
+contract itself is import-linter's, run by `make test`.)"""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 from woodpecker.engines.names import ALL
+from woodpecker.options import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1] / "woodpecker"
 # Version reports list Python distributions, some of which share an engine's name.
@@ -32,6 +33,26 @@ def test_no_engine_name_literals_outside_engines():
             if isinstance(node, ast.Constant) and node.value in ALL and \
                     id(node) not in docstrings:
                 found.append(f"{rel}:{node.lineno} {node.value!r}")
+    assert found == []
+
+
+def test_no_schedule_kind_compared_as_a_string():
+    """Schedule kinds are `options.ScheduleKind` members, compared by identity; only the enum
+    (options.py) spells them. A template knob named "parallel" is a dict key, not compared."""
+    found = []
+    for path in _modules():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "options.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            parts = [node.left, *node.comparators]
+            for part in parts:
+                items = part.elts if isinstance(part, (ast.Tuple, ast.List, ast.Set)) \
+                    else [part]
+                if any(isinstance(x, ast.Constant) and x.value in SCHEDULES for x in items):
+                    found.append(f"{rel}:{node.lineno}")
     assert found == []
 
 

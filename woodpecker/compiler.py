@@ -21,8 +21,9 @@ from woodpecker.engines.base import BuildContext
 from woodpecker.engines.registry import get_engine, parse_engines
 from woodpecker.errors import DynamicShapeError, ModelError, UnsupportedOpError, first_line
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
-from woodpecker.options import CompileOptions
+from woodpecker.options import CompileOptions, ScheduleKind
 from woodpecker.runtime.compiled import CompiledModel
+from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.selection.library_first import LibraryRefusal, OriginalGraph
 from woodpecker.selection.pipeline import (
     Selection,
@@ -76,8 +77,7 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     tgt = Target.parse(target, opts.threads, opts.force_threads)
     allowed = parse_engines(opts.engines)
     meta = {"source_sha256": hashlib.sha256(proto.SerializeToString()).hexdigest(),
-            "options": opts.to_json(), "engines_allowed": allowed,
-            "library_regions": opts.regions}
+            "options": opts.to_json(), "engines_allowed": allowed}
     if isinstance(model, (str, os.PathLike)):
         meta["source"] = os.path.basename(os.fspath(model))
     zoo = {p.key: p.value for p in proto.metadata_props if p.key.startswith("woodpecker.")}
@@ -118,7 +118,7 @@ def compile(model: Any, options: CompileOptions | None = None, *,
 def _assembly(allowed: list[str], tgt: Target, opset: int, meta: dict,
               opts: CompileOptions) -> AssemblyOptions:
     return AssemblyOptions(tuple(allowed), BuildContext(tgt.threads, opset), tgt, meta,
-                           opts.arena)
+                           opts.arena, schedule=PlanSchedule(opts.schedule, opts.regions))
 
 
 def _open_log(opts: CompileOptions, assembly: AssemblyOptions, progress: TextIO | None):
@@ -132,7 +132,7 @@ def _open_log(opts: CompileOptions, assembly: AssemblyOptions, progress: TextIO 
     path = opts.tuning_log if opts.tuning_log is not None else \
         os.fspath(cache_dir() / "tuning.jsonl")
     # a memory plan keeps the process small too: no kernel that multiplies its weights
-    lean = weight_expanding() if opts.schedule == "memory" else frozenset()
+    lean = weight_expanding() if opts.schedule is ScheduleKind.MEMORY else frozenset()
     if lean:
         meta["templates_excluded"] = sorted(lean)
     meta["tuning"] = {"log": path}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 from woodpecker import config
@@ -17,7 +18,20 @@ from woodpecker.errors import WoodpeckerError
 from woodpecker.target import check_threads
 
 SEARCHES = ("ga", "random", "xgb", "ppo", "chameleon", "glimpse")   # tune/searchers (checked there)
-SCHEDULES = ("file", "memory", "parallel")
+
+
+class ScheduleKind(StrEnum):
+    """How a plan orders its nodes: as the model file does (FILE), for the least peak of live
+    activations (MEMORY: SERENITY, schedule/memory.py), or as the file does with independent
+    Halide steps run side by side where the whole plan gets faster (PARALLEL: DOS,
+    selection/parallel.py). Its value is what the CLI takes and plan.json stores."""
+
+    FILE = "file"
+    MEMORY = "memory"
+    PARALLEL = "parallel"
+
+
+SCHEDULES = tuple(k.value for k in ScheduleKind)
 
 
 def parse_budget(text: "str | float | int") -> float:
@@ -90,7 +104,7 @@ class CompileOptions:
     threads: int | None = None
     force_threads: bool = False
     passes: tuple[str, ...] | None = None
-    schedule: str = "file"
+    schedule: ScheduleKind = ScheduleKind.FILE
     memory_budget: int | None = None
     arena: bool = True
     library_regions: bool | None = None
@@ -114,7 +128,8 @@ class CompileOptions:
         if self.schedule not in SCHEDULES:
             raise WoodpeckerError(f"unknown schedule {self.schedule!r}; use 'file', "
                                   "'memory' or 'parallel'")
-        if self.memory_budget is not None and self.schedule != "memory":
+        object.__setattr__(self, "schedule", ScheduleKind(self.schedule))
+        if self.memory_budget is not None and self.schedule is not ScheduleKind.MEMORY:
             raise WoodpeckerError("a memory budget needs the memory schedule "
                                   "(--schedule memory)")
 
@@ -123,7 +138,7 @@ class CompileOptions:
         """Whether the compile is library-first (see the class)."""
         if self.library_first is not None:
             return self.library_first
-        return self.engines is None and self.schedule == "file" and \
+        return self.engines is None and self.schedule is ScheduleKind.FILE and \
             self.library_regions is not False
 
     @property
@@ -148,6 +163,7 @@ class CompileOptions:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["tune"] = None if self.tune is None else self.tune.to_json()
+        d["schedule"] = self.schedule.value
         for key in ("engines", "passes"):
             if d[key] is not None:
                 d[key] = list(d[key])

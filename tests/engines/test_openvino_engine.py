@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import woodpecker
-from tests.helpers import make_model, ort_run, rand
+from tests.helpers import REGIONS, make_model, ort_run, rand
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
@@ -159,7 +159,7 @@ def saved(tmp_path_factory):
                                   else names.OPENVINO) for n in graph.nodes}
         ctx, target = BuildContext(1, graph.opset), Target.parse("cpu", 1)
         plan = assemble(graph, choices, AssemblyOptions((names.OPENVINO, names.NUMPY), ctx,
-                                                        target, {"library_regions": True}))
+                                                        target, {}, schedule=REGIONS))
         model = CompiledModel(plan)
         folder = tmp_path_factory.mktemp("plan") / "p"
         model.save(folder)

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import ort_run, rand
+from tests.helpers import REGIONS, ort_run, rand
 from tests.selection.test_per_node import _convnet, _tuned_log
 
 pytest.importorskip("halide")
@@ -60,7 +60,7 @@ def _mixed_plan(tmp_path_factory):
                                                         kernel.path.name))
     ctx, target = BuildContext(2, graph.opset), Target.parse("cpu", 2)
     plan = assemble(graph, choices, AssemblyOptions(("halide", "onnxruntime", "numpy"), ctx,
-                                                    target, {"library_regions": True}))
+                                                    target, {}, schedule=REGIONS))
     return model, CompiledModel(plan)
 
 

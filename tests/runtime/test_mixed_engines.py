@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 import woodpecker
-from tests.helpers import make_model, ort_run, rand, sampled_log
+from tests.helpers import REGIONS, make_model, ort_run, rand, sampled_log
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
@@ -61,7 +61,7 @@ def test_generated_onnxruntime_openvino_and_numpy_steps_in_one_plan(tmp_path):
     engines = (names.HALIDE, names.ONNXRUNTIME, names.OPENVINO, names.NUMPY)
     plan = assemble(graph, choices, AssemblyOptions(engines, BuildContext(1, graph.opset),
                                                     Target.parse("cpu", 1),
-                                                    {"library_regions": True}))
+                                                    {}, schedule=REGIONS))
     compiled = CompiledModel(plan)
     assert {names.HALIDE, names.ONNXRUNTIME, names.OPENVINO} <= set(compiled.plan.engines)
     x = rand(1, 8, 12, 12, seed=4)

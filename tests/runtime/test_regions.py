@@ -16,6 +16,7 @@ from woodpecker.engines.choice import Choice
 from woodpecker.ir.graph import step_io
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
+from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.runtime.regions import plan_steps
 from woodpecker.schedule.arena import check_arena, plan_arena
 
@@ -72,8 +73,9 @@ def test_regions_match_one_session_per_node(model, on_ort, arena):
     for regions in (False, True):
         steps = plan_steps(engines, regions)
         choices = {n.name: Choice(e) for n, e in zip(g.nodes, engines)}
-        plan = Plan(g, choices, base.plan.target, {"library_regions": regions},
-                    plan_arena(g, steps) if arena else None)
+        plan = Plan(g, choices, base.plan.target, {},
+                    plan_arena(g, steps) if arena else None,
+                    schedule=PlanSchedule(library_regions=regions))
         if arena:   # region outputs never overwrite a region input still being read
             assert check_arena(g, plan.arena, steps) is None
         m = CompiledModel(plan)
@@ -97,7 +99,7 @@ def test_regions_match_one_session_per_node(model, on_ort, arena):
 
 def test_default_plan_is_one_session_and_round_trips(tmp_path):
     model = woodpecker.compile(concat_model(False, True), threads=1, engines="onnxruntime")
-    assert model.plan.meta["library_regions"] and len(model.steps) == 1
+    assert model.plan.schedule.library_regions and len(model.steps) == 1
     model.save(tmp_path / "p")
     loaded = woodpecker.load(tmp_path / "p")
     assert loaded.steps == model.steps
@@ -105,7 +107,7 @@ def test_default_plan_is_one_session_and_round_trips(tmp_path):
     np.testing.assert_array_equal(loaded(x), model(x))
     memory = woodpecker.compile(concat_model(False, True), threads=1, engines="onnxruntime",
                                 schedule="memory")
-    assert memory.plan.meta["library_regions"] and memory.plan.every
+    assert memory.plan.schedule.library_regions and memory.plan.every
     np.testing.assert_allclose(memory(x), model(x), rtol=1e-5, atol=1e-5)
     memory.save(tmp_path / "m")
     loaded = woodpecker.load(tmp_path / "m")

@@ -33,7 +33,7 @@ def test_roundtrip(compiled, plan_dir):
                                rtol=1e-4, atol=1e-5)
     assert loaded.plan.engines == compiled.plan.engines
     doc = json.loads((plan_dir / PLAN_FILE).read_text())
-    assert doc["schema_version"] == 4 and doc["order"] == [n["name"] for n in doc["nodes"]]
+    assert doc["schema_version"] == 5 and doc["order"] == [n["name"] for n in doc["nodes"]]
 
 
 def test_weights_are_raw_and_mapped(plan_dir):

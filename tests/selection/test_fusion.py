@@ -10,7 +10,7 @@ import io
 import numpy as np
 import pytest
 
-from tests.helpers import ort_run, rand, seed_tuning_log
+from tests.helpers import REGIONS, ort_run, rand, seed_tuning_log
 from tests.passes.test_fuse_chain import BLOCK, SHAPE, _model
 
 pytest.importorskip("halide")
@@ -37,7 +37,7 @@ def _fused_plan(tmp_path):
     choices = {node.name: Choice("halide", spec, "test")}
     ctx = BuildContext(2, graph.opset)
     assembly = AssemblyOptions(("halide", "numpy"), ctx, Target.parse("cpu", 2),
-                               {"library_regions": True})
+                               {}, schedule=REGIONS)
     return model, graph, log, choices, assembly
 
 

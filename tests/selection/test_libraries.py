@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import woodpecker
-from tests.helpers import ort_run, rand
+from tests.helpers import REGIONS, ort_run, rand
 from tests.runtime.test_mixed_engines import tuned
 from woodpecker.assembly import AssemblyOptions
 from woodpecker.engines import names
@@ -54,7 +54,7 @@ def test_a_region_moves_to_openvino_only_where_the_plan_runs_faster(tmp_path, mo
                Choice(choose(n, list(ENGINES), ctx)) for n in graph.nodes}
     assert names.ONNXRUNTIME in {c.engine for c in choices.values()}
     monkeypatch.setattr(compare, "paired_ratio", lambda times, base, other: ratio)
-    assembly = AssemblyOptions(ENGINES, ctx, Target.parse("cpu", 1), {"library_regions": True})
+    assembly = AssemblyOptions(ENGINES, ctx, Target.parse("cpu", 1), {}, schedule=REGIONS)
     records = choose_libraries(graph, choices, assembly, runs=4, out=io.StringIO())
     assert records[0]["candidate"] == "every library region on openvino"
     assert records[0]["paired_ratio"] == ratio and records[0]["kept"] == (ratio < 1)
@@ -83,7 +83,7 @@ def test_no_trial_starts_that_would_end_past_the_deadline(tmp_path, monkeypatch)
     ctx = BuildContext(1, graph.opset)
     choices = {n.name: Choice(choose(n, list(ENGINES), ctx)) for n in graph.nodes}
     before = dict(choices)
-    assembly = AssemblyOptions(ENGINES, ctx, Target.parse("cpu", 1), {"library_regions": True})
+    assembly = AssemblyOptions(ENGINES, ctx, Target.parse("cpu", 1), {}, schedule=REGIONS)
     built = libraries._Plan.__init__
 
     def slow_build(self, *args, **kwargs):

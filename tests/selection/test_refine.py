@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import REGIONS
 from tests.ir.test_graph import _build, random_dag
 from woodpecker.config import REFINE_MARGIN as MARGIN
 from woodpecker.deadline import Deadline
@@ -75,10 +76,10 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
                                               g.task.to_json(), kernel.path.name))
             records.append({"node": name, "library": "onnxruntime",
                             "total_ms": {"halide": 2.0 if loses else 0.0, "onnxruntime": 1.0}})
-    meta = {"library_regions": True}
     engines, report = refine_selection(
         graph, before, choices, records,
-        AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), meta),
+        AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), {},
+                        schedule=REGIONS),
         runs=6, deadline=Deadline(0.0) if late else Deadline.NONE)
     every = sorted(r["node"] for r in records)
     rest = sorted(set(every) - {records[0]["node"]})
@@ -101,7 +102,8 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
     final = {n.name: Choice(e, choices[n.name].kernel if e == "halide" else None)
              for n, e in zip(graph.nodes, engines)}
     plan = assemble(graph, final,
-                    AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), meta))
+                    AssemblyOptions(tuple(allowed), ctx, Target.parse("cpu", 2), {},
+                                    schedule=REGIONS))
     x = rand(1, 8, 10, 10, seed=9)
     want = ort_run(model, {"x": x})[0]
     got = CompiledModel(plan)(x)

@@ -12,7 +12,7 @@ needs of the compile is `AssemblyOptions`, plain data.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from woodpecker.assembly.inplace import concat_aliases
@@ -24,7 +24,9 @@ from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import MOVEMENT, get_engine
 from woodpecker.ir.graph import Graph
+from woodpecker.options import ScheduleKind
 from woodpecker.runtime.plan import Plan
+from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.target import Target
 
@@ -32,10 +34,11 @@ from woodpecker.target import Target
 @dataclass(frozen=True)
 class AssemblyOptions:
     """What assembly needs of a compile: the engines allowed, the build context and target, the
-    plan's metadata so far (copied into each plan), whether to plan an arena and to run
-    consecutive library nodes as one region. `final`: the plan is the compile's result, whose
-    memory-scheduled arena is placed exactly (a MILP of up to config.ARENA_EXACT_S); the
-    candidate plans selection times take the greedy placement."""
+    plan's metadata so far (copied into each plan: provenance), whether to plan an arena, and
+    the plan's schedule (its kind, whether consecutive library nodes run as one region; the
+    regions a memory plan's arena needs are placed here). `final`: the plan is the compile's
+    result, whose memory-scheduled arena is placed exactly (a MILP of up to
+    config.ARENA_EXACT_S); the candidate plans selection times take the greedy placement."""
 
     allowed: tuple[str, ...]
     context: BuildContext
@@ -43,6 +46,7 @@ class AssemblyOptions:
     meta: dict[str, Any] = field(default_factory=dict)
     arena: bool = True
     final: bool = True
+    schedule: PlanSchedule = PlanSchedule()
 
 
 def assemble(graph: Graph, choices: Choices, options: AssemblyOptions) -> Plan:
@@ -56,7 +60,7 @@ def assemble(graph: Graph, choices: Choices, options: AssemblyOptions) -> Plan:
     elif "selection" in meta:
         meta["layout_conversions"] = 0
     regions = [e for e in options.allowed if get_engine(e).caps.multi_node]
-    if meta["library_regions"] and regions:
+    if options.schedule.library_regions and regions:
         nodes, ctx = graph.nodes, options.context
 
         def movable(i: int, region: str) -> bool:
@@ -69,21 +73,22 @@ def assemble(graph: Graph, choices: Choices, options: AssemblyOptions) -> Plan:
         for n, e in zip(graph.nodes, engines):
             if e != choices[n.name].engine:
                 choices[n.name] = Choice(e, why="data movement inside a library region")
-    plan = Plan(graph, choices, options.target, meta)
+    plan = Plan(graph, choices, options.target, meta, schedule=options.schedule)
     _place(plan, options.arena, options.final)
     return plan
 
 
-def reordered(plan: Plan, order: Sequence[int], **meta: Any) -> Plan:
-    """A copy of `plan` with its nodes in `order` (node indices; topological) and `meta`
-    entries set, the in-place parts and the arena placed anew for its steps. With
-    `parallel=` (`meta["parallel"]`, selection/parallel.py) its kept stages run consecutive
-    nodes at the same time (runtime/stages.py), each stage one step, so its operators' inputs
-    and outputs never share space."""
+def reordered(plan: Plan, order: Sequence[int], schedule: PlanSchedule | None = None,
+              meta: dict[str, Any] | None = None) -> Plan:
+    """A copy of `plan` with its nodes in `order` (node indices; topological), its `schedule`
+    (default: the plan's) and `meta` entries set, the in-place parts and the arena placed anew
+    for its steps. A schedule with `stages` (selection/parallel.py) runs consecutive nodes at
+    the same time (runtime/stages.py), each stage one step, so its operators' inputs and
+    outputs never share space."""
     graph = plan.graph.copy()
     graph.nodes = [graph.nodes[i] for i in order]
-    new = Plan(graph, dict(plan.choices), plan.target, dict(plan.meta, **meta),
-               directory=plan.directory)
+    new = Plan(graph, dict(plan.choices), plan.target, dict(plan.meta, **(meta or {})),
+               directory=plan.directory, schedule=schedule or plan.schedule)
     _place(new, plan.arena is not None)
     return new
 
@@ -91,17 +96,17 @@ def reordered(plan: Plan, order: Sequence[int], **meta: Any) -> Plan:
 def _place(plan: Plan, arena: bool, final: bool = True) -> None:
     """Concat parts written in place and the arena, for the plan's steps (fills `arena`)."""
     graph, meta, engines = plan.graph, plan.meta, plan.engines
-    steps = plan.steps()
     # In-place concats make a whole live from its first part: not under the memory schedule,
     # whose peak (and budget) counts the parts as values of their own.
-    memory = meta.get("schedule", {}).get("kind") == "memory"
-    meta.pop("arena_regions", None)
-    if memory and meta.get("library_regions"):
-        # regions hold at most the order's peak, or `region_bytes` (a budget) where more
-        limit = meta["schedule"].get("region_bytes")
-        meta["arena_regions"] = {"starts": [graph.nodes[i].name for i in
-                                            arena_region_starts(graph, engines, limit)]}
-        steps = plan.steps()
+    memory = plan.schedule.kind is ScheduleKind.MEMORY
+    every = memory and plan.schedule.library_regions
+    # a memory plan's regions write every value into the arena and hold at most the order's
+    # peak, or `region_bytes` (a budget) where more
+    starts = tuple(graph.nodes[i].name for i in
+                   arena_region_starts(graph, engines, plan.schedule.region_bytes)) \
+        if every else ()
+    plan.schedule = replace(plan.schedule, every=every, region_starts=starts)
+    steps = plan.steps()
     aliases = {} if memory else concat_aliases(graph, engines, steps)
     # the memory schedule's footprint is the point: its arena is placed exactly where the
     # greedy placements leave a gap above the live bound

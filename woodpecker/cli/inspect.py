@@ -8,6 +8,7 @@ from pathlib import Path
 
 from woodpecker.cli.common import _is_plan, _load_or_compile, _reference_onnx, _shapes
 from woodpecker.engines import names
+from woodpecker.options import ScheduleKind
 from woodpecker.selection.compare import Decision
 
 
@@ -169,7 +170,7 @@ def _inspect_memory(args) -> None:
         import woodpecker
 
         model = woodpecker.load(args.model)
-        if model.plan.meta.get("schedule", {}).get("kind", "file") in ("file", "parallel"):
+        if model.plan.schedule.kind is not ScheduleKind.MEMORY:
             graph = model.graph
         else:   # the plan is reordered: start again from the model file
             graph = import_onnx(load_model_proto(_reference_onnx(model, args.onnx, args.model)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from woodpecker.ir.graph import Graph
+from woodpecker.options import ScheduleKind
 from woodpecker.passes.constant_fold import fold_constants
 from woodpecker.passes.dce import eliminate_dead_code
 from woodpecker.passes.expose_epilogues import expose_epilogues
@@ -53,10 +54,11 @@ def optimize(graph: Graph, passes: tuple[str, ...] = DEFAULT) -> dict[str, int]:
     return {name: PASSES[name](graph) for name in passes}
 
 
-def pipeline(fusion: str = "default", schedule: str = "file") -> tuple[str, ...] | None:
+def pipeline(fusion: str = "default",
+             schedule: ScheduleKind = ScheduleKind.FILE) -> tuple[str, ...] | None:
     """The passes `compile --fusion F --schedule S` runs: None for the default (the compiler's
     DEFAULT, or MEMORY for the memory schedule); with `ago`, those and the INTENSIVE ones."""
     if fusion != "ago":
         return None
-    base = MEMORY if schedule == "memory" else DEFAULT
+    base = MEMORY if ScheduleKind(schedule) is ScheduleKind.MEMORY else DEFAULT
     return tuple(p for p in AGO if p in base or p in INTENSIVE)

@@ -29,6 +29,7 @@ from woodpecker.errors import PlanError, WoodpeckerError
 from woodpecker.files import inside, sha256_file
 from woodpecker.ir.graph import DYNAMIC, Graph, StepIO, step_io
 from woodpecker.ops import OPS
+from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.runtime.regions import plan_steps
 from woodpecker.runtime.weights import MappedWeights, aligned, write_weights
 from woodpecker.schedule.arena import Arena, check_arena
@@ -36,15 +37,18 @@ from woodpecker.schedule.problem import value_bytes
 from woodpecker.target import Target
 from woodpecker.version import __version__
 
-SCHEMA_VERSION = 4   # 4: weights.bin, mapped (3 had weights.npz, still read)
-READS = (3, 4)
+# 5: the schedule typed (`schedule`; 3 and 4 kept it in their metadata, still read);
+# 4: weights.bin, mapped (3 had weights.npz, still read)
+SCHEMA_VERSION = 5
+READS = (3, 4, 5)
 PLAN_FILE, WEIGHTS_FILE = "plan.json", "weights.bin"
 
 
 @dataclass
 class Plan:
     """A graph in execution order, each node's `Choice` (by node name), the target it was
-    compiled for, what the compile recorded (`meta`) and the arena's placement."""
+    compiled for, what the compile recorded (`meta`: provenance, which decides nothing), the
+    arena's placement and how it runs (`schedule`, runtime/plan_schedule.py)."""
 
     graph: Graph
     choices: Choices
@@ -53,6 +57,7 @@ class Plan:
     arena: Arena | None = None
     directory: Path | None = None   # the folder it was loaded from (its engines' artifacts)
     mapped: MappedWeights | None = None   # its weights file, mapped (runtime/weights.py)
+    schedule: PlanSchedule = PlanSchedule()
 
     def release_weights(self) -> None:
         """Hand back the weight pages touched so far (a loaded plan's; see MappedWeights)."""
@@ -66,28 +71,25 @@ class Plan:
 
     def stages(self) -> list[list[int]]:
         """Node indices of each stage of the parallel schedule whose operators run at the same
-        time (`meta["parallel"]`, selection/parallel.py); none for a sequential plan."""
-        parallel = self.meta.get("parallel") or {}
-        if not parallel.get("kept"):
-            return []
+        time (`schedule.stages`, selection/parallel.py); none for a sequential plan."""
         index = {n.name: i for i, n in enumerate(self.graph.nodes)}
-        return [[index[name] for name in stage["nodes"]] for stage in parallel["stages"]]
+        return [[index[name] for name in stage] for stage in self.schedule.stages]
 
     @property
     def every(self) -> bool:
         """Whether its library regions write every value they produce into the arena (a
-        memory-scheduled plan's, `meta["arena_regions"]`; runtime/regions.py)."""
-        return "arena_regions" in self.meta
+        memory-scheduled plan's; runtime/regions.py)."""
+        return self.schedule.every
 
     def region_starts(self) -> list[int]:
-        """Node indices where a library region must begin (`meta["arena_regions"]`)."""
+        """Node indices where a library region must begin (`schedule.region_starts`)."""
         index = {n.name: i for i, n in enumerate(self.graph.nodes)}
-        return [index[name] for name in self.meta.get("arena_regions", {}).get("starts", [])]
+        return [index[name] for name in self.schedule.region_starts]
 
     def steps(self, stages: bool = True) -> list[list[int]]:
         """Node indices per execution step (runtime/regions.py); with `stages` false, the
         nodes of each parallel stage as steps of their own (as they are built)."""
-        return plan_steps(self.engines, self.meta.get("library_regions", False),
+        return plan_steps(self.engines, self.schedule.library_regions,
                           self.stages() if stages else (), self.region_starts())
 
     def step_io(self, nodes: list) -> "StepIO":
@@ -177,6 +179,7 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
                    "attrs": _encode(n.attrs)} for n in g.nodes],
         "order": [n.name for n in g.nodes],
         "choices": {n.name: plan.choices[n.name].to_json() for n in g.nodes},
+        "schedule": plan.schedule.to_json(),
         "engines": artifacts,
         **({"arena": plan.arena.to_json()} if plan.arena is not None else {}),
     }
@@ -360,14 +363,17 @@ def _build(d: Path, doc: dict) -> Plan:
                             f"{list(s['shape'])} but its value is {v.dtype.name}{list(v.shape)}")
         g.outputs.append(v)
     meta = {k: v for k, v in doc["model"].items() if k not in ("name", "opset")}
-    plan = Plan(g, choices, Target.from_json(doc["target"]), meta, directory=d, mapped=mapped)
+    schedule = PlanSchedule.from_json(doc["schedule"]) if doc["schema_version"] >= 5 else \
+        PlanSchedule.from_meta(meta)
+    plan = Plan(g, choices, Target.from_json(doc["target"]), meta, directory=d, mapped=mapped,
+                schedule=schedule)
     used = set(plan.engines)
     if used != set(doc["engines"]):
         raise PlanError("plan.json: the engines' artifacts do not match the engines chosen")
     for name in sorted(used):
         get_engine(name).load_artifacts(d, doc["engines"][name], choices)
     _check_stages(plan)
-    missing = set(plan.meta.get("arena_regions", {}).get("starts", [])) - set(choices)
+    missing = set(schedule.region_starts) - set(choices)
     if missing:
         raise PlanError(f"plan.json: a region starts at unknown node {sorted(missing)[0]!r}")
     if "arena" in doc:

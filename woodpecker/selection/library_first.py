@@ -56,6 +56,7 @@ from woodpecker.errors import ModelError, WoodpeckerError, first_line
 from woodpecker.frontend.qdq_unsigned import unsigned_activations
 from woodpecker.frontend.whole import whole_graph
 from woodpecker.ir.graph import Graph
+from woodpecker.options import ScheduleKind
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.selection.compare import Decision, Timed, compare_plans, decide
 
@@ -99,7 +100,9 @@ class OriginalGraph:
         # no arena: the library allocates the outputs it returns (no copy out of an arena; a
         # dimension the data decides is fine)
         assembly = replace(assembly, context=BuildContext(assembly.target.threads, whole.opset),
-                           meta={**assembly.meta, "schedule": {"kind": "file"}}, arena=False)
+                           meta={**assembly.meta, "schedule": {"kind": ScheduleKind.FILE.value}},
+                           schedule=replace(assembly.schedule, kind=ScheduleKind.FILE),
+                           arena=False)
         others = rewrites() if rewrites is not None else {}
         others.update(self._unsigned(assembly))
         checked = library_plans(whole, assembly, others, self._unoptimized(assembly))

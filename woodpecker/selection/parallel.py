@@ -1,4 +1,5 @@
-"""Parallel scheduling of an assembled plan: DOS (`../shared/papers/003_*.txt`, §3-4,
+"""Parallel scheduling of an assembled plan: DOS ("Accelerate DNN Inference by Inter-Operator
+Parallelism", §3-4,
 Algorithm 1) over its steps, with stage costs measured on this machine, kept only where the
 whole plan gets faster.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TextIO
 
 import numpy as np
@@ -254,7 +256,9 @@ def schedule_parallel(model: CompiledModel, out: TextIO | None = None,
         plan.meta["parallel"] = record
         return model
     order = [i for st in schedule.stages for s in sorted(st.nodes) for i in steps[s]]
-    parallel = CompiledModel(reordered(plan, order, parallel=dict(record, kept=True)))
+    stages = tuple(tuple(stage["nodes"]) for stage in record["stages"])
+    parallel = CompiledModel(reordered(plan, order, replace(plan.schedule, stages=stages),
+                                       meta={"parallel": dict(record, kept=True)}))
     record.update(_whole_plan(model, parallel, feeds, deadline))
     record["kept"] = record["faster"] or (always and record["same_outputs"])
     record["seconds"] = round(time.monotonic() - start, 2)

@@ -52,7 +52,7 @@ from woodpecker.engines.registry import choose, get_engine
 from woodpecker.errors import KernelFailure, first_line
 from woodpecker.ir.graph import Graph
 from woodpecker.ops import INTENSIVE
-from woodpecker.options import CompileOptions
+from woodpecker.options import CompileOptions, ScheduleKind
 from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.passes import INTENSIVE as INTENSIVE_PASSES
 from woodpecker.runtime.compiled import CompiledModel
@@ -93,7 +93,7 @@ def candidate_graphs(graph: Graph, opts: CompileOptions, generated: bool,
     after the passes `opts` asks for, and — with generated kernels and AGO's intensive fusions
     among those passes — after the same passes without them (module docstring, step 3)."""
     passes = tuple(opts.passes) if opts.passes is not None else \
-        MEMORY if opts.schedule == "memory" else DEFAULT
+        MEMORY if opts.schedule is ScheduleKind.MEMORY else DEFAULT
     unfused = tuple(p for p in passes if p not in INTENSIVE_PASSES)
     todo = [("passes asked for", graph, passes)]
     if generated and unfused != passes:
@@ -189,10 +189,10 @@ def _graph_plan(candidate: GraphCandidate, selection: Selection, out: TextIO,
         _node_selection(graph, choices, selection.log, replace(assembly, final=False), out,
                         deadline)
     plan = assemble(graph, choices, assembly)
-    if opts.schedule == "memory":
+    if opts.schedule is ScheduleKind.MEMORY:
         plan = _memory_after_assembly(plan, opts.memory_budget)
     compiled = CompiledModel(plan)
-    if opts.schedule == "parallel":
+    if opts.schedule is ScheduleKind.PARALLEL:
         compiled = schedule_parallel(compiled, out, deadline)
     return compiled
 
@@ -262,7 +262,7 @@ def _node_selection(graph: Graph, choices: Choices, log: TuningLog, assembly: As
     print("selecting kernels: timing tuned Halide kernels against the libraries",
           file=out, flush=True)
     meta["selection"] = select_kernels(graph, choices, allowed, assembly.context, log, out=out,
-                                       regions=meta["library_regions"],
+                                       regions=assembly.schedule.library_regions,
                                        deadline=deadline.share(PER_NODE_SHARE))
     lap("per_node")
     tuned = {n.name: [c.kernel, *c.finalists.values()] for n in graph.nodes
@@ -353,14 +353,14 @@ def _check_fusions(graph: Graph, choices: Choices, log: TuningLog, assembly: Ass
                           whole_plan="library" if record["node"] in on_library else "apart")
 
 
-def _schedule(graph: Graph, schedule: str, budget: int | None, fuse: bool) -> dict:
+def _schedule(graph: Graph, schedule: ScheduleKind, budget: int | None, fuse: bool) -> dict:
     """Order the graph's nodes; returns what the plan records about it. With `fuse` (the
     memory pipeline's passes ran), the memory schedule fuses the separable pairs its rewriting
     left where the peak allows."""
-    if schedule in ("file", "parallel"):
-        return {"kind": schedule}
+    if schedule is not ScheduleKind.MEMORY:
+        return {"kind": schedule.value}
     result = schedule_memory(graph, rewrite=True, budget=budget, fuse=fuse)
-    return {"kind": "memory", "peak_bytes": result.peak, "optimal": result.report.optimal,
+    return {"kind": schedule.value, "peak_bytes": result.peak, "optimal": result.report.optimal,
             "rewrites": result.rewrites, "fused_separable": result.fused,
             "seconds": round(result.seconds, 3),
             **({"budget_bytes": budget} if budget is not None else {})}
@@ -377,7 +377,7 @@ def _memory_after_assembly(plan, budget: int | None):
         index = {n.name: i for i, n in enumerate(plan.graph.nodes)}
         sched = dict(plan.meta["schedule"], peak_bytes=result.peak,
                      optimal=result.report.optimal, after_assembly=True)
-        plan = reordered(plan, [index[n.name] for n in g.nodes], schedule=sched)
+        plan = reordered(plan, [index[n.name] for n in g.nodes], meta={"schedule": sched})
     sched = plan.meta["schedule"]
     if budget is None:
         return plan
@@ -385,7 +385,8 @@ def _memory_after_assembly(plan, budget: int | None):
         raise MemoryBudgetError("a memory budget needs the arena (do not turn it off)")
     if plan.every:    # regions may hold up to the budget: fewer steps (runtime/regions.py)
         larger = reordered(plan, range(len(plan.graph.nodes)),
-                           schedule=dict(sched, region_bytes=budget))
+                           replace(plan.schedule, region_bytes=budget),
+                           meta={"schedule": dict(sched, region_bytes=budget)})
         if larger.arena.size <= budget:
             plan = larger
     if plan.arena.size > budget:
