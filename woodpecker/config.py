@@ -200,7 +200,7 @@ TRANSFER_RECORDS = 1500
 # tasks of five zoo models, 150 measurements, 3 seeds, Zen 3: median 7 s; xgb 8 s, ga 8 s) with
 # 24.6 measurements (xgb 23.7, ga 34.9), and whose 3-minute plans came within 3 % of 15-minute
 # `ga` plans on resnet18, mobilenet_v2 and shufflenet_v2_x1_0 (0.996x, 0.980x, 0.992x). Numbers:
-# README, "Searchers".
+# docs/guide.md, "Searchers".
 DEFAULT_SEARCH = "glimpse"
 
 # AGO Eq. (1)'s slope and bias (partition/weights.py): an operator's weight, in measurements of

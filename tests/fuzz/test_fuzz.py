@@ -11,7 +11,7 @@ a case); every LIBRARY_EVERY-th uses the default engines (ONNX Runtime regions, 
 For every tampered plan (a value in plan.json replaced, a key removed, a byte of any file
 flipped or the file cut) loading and running gives one-line PlanError/WoodpeckerError or runs:
 a consistent edit may change what the plan computes (the digest is what pins a plan, see the
-README's Security paragraph), it must never crash the process.
+docs/guide.md, "Security: a plan is code"), it must never crash the process.
 
 WOODPECKER_FUZZ_CASES / WOODPECKER_FUZZ_PLANS set the case counts (defaults below); the counts
 of each outcome are printed at the end of the test session (tests/fuzz/conftest.py)."""

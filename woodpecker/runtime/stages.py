@@ -1,4 +1,5 @@
-"""A stage of a parallel schedule as one executor step (DOS, `../shared/papers/003_*.txt` §3):
+"""A stage of a parallel schedule as one executor step ("DOS: Accelerate DNN Inference by
+Inter-Operator Parallelism", §3):
 independent operators whose kernels run at the same time, each on one thread of the pool.
 
 Contract: `stage_kernel(members)` combines the kernels of a stage's nodes into one `Kernel`

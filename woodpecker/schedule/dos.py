@@ -1,4 +1,5 @@
-"""DOS, the Deep Optimal Scheduler (`../shared/papers/003_*.txt`, §3-4, Algorithm 1): the
+"""DOS, the Deep Optimal Scheduler ("DOS: Accelerate DNN Inference by Inter-Operator
+Parallelism", §3-4, Algorithm 1): the
 stages of an inter-operator parallel schedule, found by dynamic programming over the sets of
 operators still to run.
 
