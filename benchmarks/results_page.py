@@ -1,0 +1,252 @@
+"""The results page (`docs/results.md`) and the README's results table, made from the JSON files
+under `benchmarks/results/` — no number on either is typed by hand.
+
+Contract: `SETS` names each published result (its files, what it measured, the command that
+made it); `render_page()` is the page and `render_summary()` the README's table (between the
+`BEGIN`/`END` markers), each with the machine (CPU, ISA) and the versions the files record.
+`python benchmarks/results_page.py` rewrites both; `--check` exits 1 where either differs from
+what the files give (tests/bench/test_results_page.py runs it). A benchmark that publishes a
+new result adds its set here and reruns the script.
+
+Ratios: Woodpecker's median over the other runtime's (< 1: Woodpecker faster); "faster
+library" is per round the faster of ONNX Runtime and OpenVINO; a geomean of such ratios over
+models; "paired" is the median over rounds of the per-round ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- results table: benchmarks/results_page.py -->", "<!-- end of results table -->"
+BAR = 1.02   # issue 50's bar after a tune: Woodpecker within 2 % of the faster library
+
+
+@dataclass(frozen=True)
+class ResultSet:
+    key: str
+    title: str
+    kind: str          # "open_world", "tuned_e2e" or "torch_compile": how its files read
+    file: str          # under benchmarks/results/
+    what: str          # what was run, in words (no numbers: those come from the file)
+    command: str
+
+
+SETS = (
+    ResultSet("realworld-3m", "Models from outside the zoo, tuned 3 minutes", "open_world",
+              "open_world_3m_v5_zen4.json",
+              "38 models nobody tuned for (benchmarks/realworld.py: real pretrained ONNX "
+              "models from PyPI wheels, timm / transformers / torchvision families with random "
+              "weights), each compiled with `--tune --budget 3m` from an empty tuning log, "
+              "then 30 interleaved rounds against ONNX Runtime and OpenVINO on the set's own "
+              "inputs; the output checked against ONNX Runtime (`ORT noise`: how far ONNX "
+              "Runtime's own output moves without its graph optimisations).",
+              "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --json {file}"),
+    ResultSet("zoo-3m", "The zoo, tuned 3 minutes", "open_world",
+              "open_world_3m_v4_zoo_zen4.json",
+              "Every zoo model, compiled and timed as the set above (the compiler's default "
+              "searcher, glimpse).",
+              "python benchmarks/open_world_e2e.py --zoo-only --budget 3m --runs 30 --json {file}"),
+    ResultSet("open-world-untuned", "Untuned compiles, outside the zoo and the zoo",
+              "open_world", "open_world_untuned_v2_zen4.json",
+              "Every model of both sets compiled without tuning (library-first: the faster "
+              "library's session of the file, or Woodpecker's graph on it where 2 % faster).",
+              "python benchmarks/open_world_e2e.py --zoo --runs 30 --json {file}"),
+    ResultSet("zoo-5m-zen4", "The zoo, tuned 5 minutes with the GA searcher (AVX-512)",
+              "tuned_e2e", "zoo_5min.json",
+              "Every zoo model compiled with `--tune --budget 5m --search ga` from an empty "
+              "log, then 30 interleaved rounds against ONNX Runtime, OpenVINO and PyTorch "
+              "eager (before library-first plans: the plan was Woodpecker's node-level one).",
+              "python benchmarks/tuned_e2e.py --budget 5m --runs 30 --json {file}"),
+    ResultSet("zoo-5m-zen3", "The zoo's harder models, tuned 5 minutes with the GA (AVX2)",
+              "tuned_e2e", "zoo_5min_zen3.json",
+              "As above, on an AVX2-only machine, the models that lost there first.",
+              "python benchmarks/tuned_e2e.py --budget 5m --runs 30 --json {file}"),
+    ResultSet("torch-compile", "`torch.compile(backend=\"woodpecker\")`", "torch_compile",
+              "torch_compile_emr.json",
+              "Each module through torch.compile with Woodpecker as the backend (3-minute "
+              "tune), against eager PyTorch, inductor, ONNX Runtime and OpenVINO on the "
+              "exported graph; median ms, 30 interleaved rounds.",
+              "python benchmarks/torch_compile.py --budget 3m --json {file}"),
+)
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def _machine(machine: dict | None, versions: dict | None) -> str:
+    machine, versions = machine or {}, versions or {}
+    isa = ", ".join(machine.get("isa", [])) or "ISA not recorded"
+    runtimes = ", ".join(f"{k} {v.split('-')[0].split('+')[0]}" for k, v in versions.items()
+                         if k in ("onnxruntime", "openvino", "torch", "halide", "numpy"))
+    return f"{machine.get('cpu', 'CPU not recorded')} ({isa}); {runtimes}"
+
+
+def _f(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *["| " + " | ".join(r) + " |" for r in rows]]
+
+
+# -- open_world_e2e.py's files ----------------------------------------------------------------
+
+def _open_world_rows(doc: dict) -> list[dict]:
+    return sorted(doc["models"], key=lambda r: (r["group"], r["name"]))
+
+
+def _open_world(doc: dict) -> tuple[list[str], dict]:
+    rows, out = _open_world_rows(doc), []
+    for r in rows:
+        ms = r["median_ms"]
+        out.append([r["name"], r["group"], r["plan"], f"{r['generated_time_share']:.0%}",
+                    _f(ms["woodpecker"]), _f(ms["onnxruntime"]), _f(ms.get("openvino")),
+                    _f(r["ratio_to_faster_library"]), _f(r["paired_vs_faster_library"]),
+                    f"{r['max_rel_diff_vs_ort']:.1e}",
+                    f"{r['ort_unoptimized_rel_diff']:.1e}"
+                    if r.get("ort_unoptimized_rel_diff") is not None else "–",
+                    _f(r["compile_s"], 1)])
+    lines = _table(["model", "group", "plan", "generated time", "ours ms", "ORT ms",
+                    "OpenVINO ms", "ours ÷ faster library", "paired", "diff vs ORT",
+                    "ORT noise", "compile s"], out)
+    return lines, _open_world_summary(rows)
+
+
+def _open_world_summary(rows: list[dict]) -> dict:
+    ratios = {r["name"]: r["ratio_to_faster_library"] for r in rows}
+    best = min(ratios, key=ratios.get)
+    over = sorted((n for n, x in ratios.items() if x > BAR), key=ratios.get, reverse=True)
+    generated = sum(1 for r in rows if r["generated_time_share"] > 0)
+    return {"models": len(rows), "geomean": _geomean(list(ratios.values())),
+            "best": f"{best} {ratios[best]:.3f}",
+            "over": ", ".join(f"{n} {ratios[n]:.3f}" for n in over) or "none",
+            "generated": generated,
+            "compile": f"{min(r['compile_s'] for r in rows):.0f}–"
+                       f"{max(r['compile_s'] for r in rows):.0f}",
+            "machine": _machine(rows[0].get("machine"), rows[0].get("versions"))}
+
+
+# -- tuned_e2e.py's files ---------------------------------------------------------------------
+
+def _tuned_e2e(doc: dict) -> tuple[list[str], dict]:
+    out, ratios = [], {}
+    for name, r in doc["models"].items():
+        inv = {k: 1 / v for k, v in r["paired_speedup_vs"].items()}
+        ratios[name] = inv["fastest library"]
+        out.append([name, _f(inv["fastest library"]), _f(inv.get("onnxruntime")),
+                    _f(inv.get("openvino")), _f(inv.get("torch")),
+                    f"{r['generated_flops_share']:.0%}", f"{r['generated_time_share']:.0%}",
+                    _f(r["compile_seconds"], 0), f"{r['max_rel_diff']:.1e}"])
+    lines = _table(["model", "ours ÷ faster library", "÷ ORT", "÷ OpenVINO", "÷ torch",
+                    "generated FLOPs", "generated time", "compile s", "diff vs ORT"], out)
+    best = min(ratios, key=ratios.get)
+    over = sorted((n for n, x in ratios.items() if x > 1), key=ratios.get, reverse=True)
+    return lines, {"models": len(ratios), "geomean": _geomean(list(ratios.values())),
+                   "best": f"{best} {ratios[best]:.3f}",
+                   "over": ", ".join(f"{n} {ratios[n]:.3f}" for n in over) or "none",
+                   "machine": _machine(doc.get("machine"), doc.get("versions")),
+                   "search": doc.get("search", "")}
+
+
+# -- torch_compile.py's files -----------------------------------------------------------------
+
+def _torch_compile(doc: dict) -> tuple[list[str], dict]:
+    runtimes = ["woodpecker", "eager", "inductor", "onnxruntime", "openvino"]
+    out = [[name, *(_f(r["results"][k]["median_ms"], 2) if k in r["results"] else "–"
+                    for k in runtimes)] for name, r in doc["models"].items()]
+    lines = _table(["model", 'backend="woodpecker" ms', "eager", "inductor", "ONNX Runtime",
+                    "OpenVINO"], out)
+    return lines, {"models": len(out),
+                   "machine": _machine(doc.get("machine"), doc.get("versions"))}
+
+
+KINDS: dict[str, Callable[[dict], tuple[list[str], dict]]] = {
+    "open_world": _open_world, "tuned_e2e": _tuned_e2e, "torch_compile": _torch_compile}
+
+
+def _section(s: ResultSet) -> list[str]:
+    doc = _load(s.file)
+    lines, summary = KINDS[s.kind](doc)
+    head = [f"## {s.title}", "", s.what, "",
+            f"Machine: {summary['machine']}. File: `benchmarks/results/{s.file}`"
+            + (f" ({doc['note']})" if doc.get("note") else "") + ".", "",
+            f"    {s.command.format(file='benchmarks/results/' + s.file)}", ""]
+    tail = [""]
+    if "geomean" in summary:
+        tail = ["", f"Geomean of ours ÷ faster library over {summary['models']} models: "
+                    f"**{summary['geomean']:.3f}**; best {summary['best']}; over "
+                    f"{BAR if s.kind == 'open_world' else 1.0}: {summary['over']}.", ""]
+    return head + lines + tail
+
+
+def render_page() -> str:
+    lines = ["# Results", "",
+             "Generated by `python benchmarks/results_page.py` from `benchmarks/results/`; "
+             "do not edit by hand. " + __doc__.split("Ratios:", 1)[1].strip().replace("\n", " "),
+             ""]
+    for s in SETS:
+        lines += _section(s)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_summary() -> str:
+    """The README's table: the headline sets, one line each."""
+    rows = []
+    for key in ("realworld-3m", "zoo-3m", "open-world-untuned"):
+        s = next(x for x in SETS if x.key == key)
+        _, summary = KINDS[s.kind](_load(s.file))
+        rows.append([s.title, str(summary["models"]), f"{summary['geomean']:.3f}",
+                     summary["best"], summary["over"]])
+    machine = _open_world_summary(_open_world_rows(_load(SETS[0].file)))["machine"]
+    return "\n".join([BEGIN, *_table(["run", "models", "ours ÷ faster library (geomean)",
+                                      "best", f"over {BAR}"], rows), "",
+                      f"Machine: {machine}.", END])
+
+
+def _readme(text: str) -> str:
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"README.md lacks the markers {BEGIN!r} … {END!r}")
+    before, rest = text.split(BEGIN, 1)
+    return before + render_summary() + rest.split(END, 1)[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 where docs/results.md or the README's table differ")
+    args = p.parse_args(argv)
+    page, readme = render_page(), _readme(README.read_text())
+    if args.check:
+        stale = [str(f.relative_to(ROOT)) for f, want in ((PAGE, page), (README, readme))
+                 if not f.exists() or f.read_text() != want]
+        if stale:
+            print(f"out of date (run python benchmarks/results_page.py): {', '.join(stale)}")
+            return 1
+        return 0
+    PAGE.parent.mkdir(exist_ok=True)
+    PAGE.write_text(page)
+    README.write_text(readme)
+    print(f"wrote {PAGE.relative_to(ROOT)} and the README's table")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
