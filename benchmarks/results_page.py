@@ -57,7 +57,7 @@ SETS = (
               "searcher, glimpse).",
               "python benchmarks/open_world_e2e.py --zoo-only --budget 3m --runs 30 --json {file}"),
     ResultSet("open-world-untuned", "Untuned compiles, outside the zoo and the zoo",
-              "open_world", "open_world_untuned_v2_zen4.json",
+              "open_world", "open_world_untuned_v4_zen4.json",
               "Every model of both sets compiled without tuning (library-first: the faster "
               "library's session of the file, or Woodpecker's graph on it where 2 % faster).",
               "python benchmarks/open_world_e2e.py --zoo --runs 30 --json {file}"),
