@@ -102,7 +102,7 @@ def main() -> int:
     from woodpecker.bench.isolated import IsolatedRuntime, time_isolated
     from woodpecker.bench.runners import versions
     from woodpecker.bench.timing import time_interleaved
-    from woodpecker.engines.halide.runtime import host_vector_registers
+    from woodpecker.engines.halide.host import host_vector_registers
     from woodpecker.ops.to_onnx import nodes_model
     from woodpecker.options import parse_budget
     from woodpecker.selection.finalists import finalist_runners, leaders

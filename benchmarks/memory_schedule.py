@@ -28,8 +28,8 @@ from woodpecker.passes import MEMORY, optimize
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.schedule.memory import format_bytes, schedule_memory
 from woodpecker.schedule.memory_dp import StepTimeout, least_peak_floor, memory_schedule
+from woodpecker.schedule.memory_report import memory_report
 from woodpecker.schedule.problem import graph_problem
-from woodpecker.schedule.report import memory_report
 
 IRREGULAR = ["randwire_cifar", "randwire_imagenet", "darts_cifar", "swiftnet_vww"]
 RSS_MODELS = ["resnet18", "randwire_imagenet"]

@@ -9,7 +9,7 @@ Rows per network:
 - speed: the speed plan (the file's order; ONNX Runtime regions allocate their inner
   activations themselves);
 - memory: the memory plan (SERENITY's order; its regions write every value into the arena and
-  are cut where they would hold more than the order's peak: runtime/regions.py);
+  are cut where they would hold more than the order's peak: runtime/steps.py);
 - memory, a step per node: the same plan without regions (what memory plans were before);
 - library memory ≤ f×: the memory order compiled for the library engines alone (ONNX Runtime
   regions, no generated kernels), its regions allowed to hold f × the order's peak (f = 1: the

@@ -42,7 +42,7 @@ import numpy as np
 from woodpecker import zoo
 from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import versions
-from woodpecker.engines.halide.runtime import host_vector_registers
+from woodpecker.engines.halide.host import host_vector_registers
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, optimize

@@ -31,7 +31,7 @@ from search_compare import Memo, run_one
 from woodpecker import zoo
 from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import versions
-from woodpecker.engines.halide.runtime import host_vector_registers
+from woodpecker.engines.halide.host import host_vector_registers
 from woodpecker.engines.halide.templates import template_module, templates_for
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import AGO, optimize

@@ -126,7 +126,7 @@ def _open_log(opts: CompileOptions, assembly: AssemblyOptions, progress: TextIO 
     Woodpecker cache); records its path and any template excluded in `assembly.meta`."""
     from woodpecker.cache import cache_dir
     from woodpecker.engines.halide.templates import weight_expanding
-    from woodpecker.tune.session import open_log
+    from woodpecker.tune.driver import open_log
 
     meta = assembly.meta
     path = opts.tuning_log if opts.tuning_log is not None else \
@@ -145,7 +145,7 @@ def _tuned(graph, log, opts: CompileOptions, assembly: AssemblyOptions,
     """`log` with `graph`'s tasks tuned into it first when the compile tunes, until
     `config.SELECTION_SHARE` of the time to `deadline` is left; records what it did in
     `assembly.meta` (`tuning`, `stages_s`)."""
-    from woodpecker.tune.session import tune_graph
+    from woodpecker.tune.driver import tune_graph
 
     meta, tune = assembly.meta, opts.tune
     meta.setdefault("stages_s", {})

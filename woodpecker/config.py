@@ -11,7 +11,7 @@ from __future__ import annotations
 
 # -- tuning (tune/) ---------------------------------------------------------------------------
 
-# The least share of a model's tuning budget any task gets (tune/session.py), so a pool or a
+# The least share of a model's tuning budget any task gets (tune/driver.py), so a pool or a
 # classifier does not take a convolution's time yet still gets a search.
 MIN_SHARE = 0.02
 

@@ -5,7 +5,7 @@ Contract: a `Deadline` is a point on `time.monotonic()`, or none (`Deadline.NONE
 `share(f)` is the deadline a fraction `f` of the time left from now, which a stage takes for
 itself so the stages after it keep the rest; `less(s)` ends `s` seconds sooner (time kept for a
 last stage of known length). A stage given a deadline stops starting new work
-once it has passed and keeps what it has measured so far (tune/session.py,
+once it has passed and keeps what it has measured so far (tune/driver.py,
 bench/timing.time_interleaved, selection/); it never abandons work midway, so a compile can
 overrun by at most the one step under way when its deadline came.
 """

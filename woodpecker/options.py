@@ -93,7 +93,7 @@ class CompileOptions:
     optional `memory_budget` in bytes, or "parallel" (the file order, then independent
     Halide steps run side by side where the whole plan gets faster: DOS, selection/parallel.py);
     `arena`; `library_regions` (None: on; a memory-scheduled plan's regions write every
-    value into the arena and never lift its peak, runtime/regions.py); `tune` (tune
+    value into the arena and never lift its peak, runtime/steps.py); `tune` (tune
     before selecting) and `tuning_log` (a log to select from, and with `tune` to extend;
     `resume` to continue a non-empty one); `library_first` (None: on when the engines are
     not restricted and the schedule is the file's): the plan starts as the faster library
@@ -143,7 +143,7 @@ class CompileOptions:
 
     @property
     def regions(self) -> bool:
-        """Whether consecutive library nodes run as one region (runtime/regions.py)."""
+        """Whether consecutive library nodes run as one region (runtime/steps.py)."""
         return self.library_regions is None or bool(self.library_regions)
 
     @classmethod

@@ -249,7 +249,7 @@ def _partition(model: CompiledModel) -> str:
     coloured by subgraph, edges inside a subgraph drawn bold; a parallel stage's operators
     ringed in black."""
     from woodpecker.partition.ago import partition_graph
-    from woodpecker.partition.report import layout
+    from woodpecker.partition.summary import layout
 
     graph = model.graph
     p = partition_graph(graph)

@@ -17,7 +17,7 @@ from woodpecker.ir.graph import step_io
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
 from woodpecker.runtime.plan_schedule import PlanSchedule
-from woodpecker.runtime.regions import plan_steps
+from woodpecker.runtime.steps import plan_steps
 from woodpecker.schedule.arena import check_arena, plan_arena
 
 
@@ -117,7 +117,7 @@ def test_default_plan_is_one_session_and_round_trips(tmp_path):
 
 def test_memory_plan_regions_write_every_value_and_keep_the_peak():
     """A chain of four equal activations on ORT: the order never holds more than two, so the
-    region is cut where a third would be held (runtime/regions.py), and every value the
+    region is cut where a third would be held (runtime/steps.py), and every value the
     regions produce has arena space of its own."""
     convs = [helper.make_node("Conv", [f"v{i}", f"w{i}"], [f"v{i + 1}"]) for i in range(4)]
     weights = {f"w{i}": rand(8, 8, 1, 1, seed=i) for i in range(4)}

@@ -114,8 +114,8 @@ def test_tune_with_a_learned_searcher_records_it(conv_model, tmp_path, capsys):
 def test_budget_follows_the_work_with_a_floor():
     from woodpecker.tasks.dense import DenseTask
     from woodpecker.tasks.pool import PoolTask
+    from woodpecker.tune.driver import FLOPS_PER_BYTE, MIN_SHARE, task_bytes, work_weights
     from woodpecker.tune.extract import TaskGroup
-    from woodpecker.tune.session import FLOPS_PER_BYTE, MIN_SHARE, task_bytes, work_weights
 
     big = DenseTask(1, 256, 256, 256, True, "", (), ())
     tiny = PoolTask(1, 8, 4, 4, "avg", 4, 4, (1, 1), (0, 0, 0, 0), (1, 1), False, False)
@@ -128,8 +128,8 @@ def test_budget_follows_the_work_with_a_floor():
 
 def test_a_memory_bound_task_is_weighed_by_its_bytes():
     from woodpecker.tasks.conv import ConvTask
+    from woodpecker.tune.driver import FLOPS_PER_BYTE, task_bytes, work_weights
     from woodpecker.tune.extract import TaskGroup
-    from woodpecker.tune.session import FLOPS_PER_BYTE, task_bytes, work_weights
 
     # MnasNet's 5x5 depthwise conv at 7x7: 2.8 MFLOPs over 0.57 MB
     dw = ConvTask(1, 1152, 7, 7, 1152, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 1152, True, ())

@@ -3,7 +3,7 @@
 have no channel axis) in the model's own layout. Where a value crosses between the two a
 Transpose is inserted (run by numpy); chains of Halide nodes pass NHWC values straight through,
 and so do the data-movement nodes between them (concat, split, slice, channel shuffle: see
-passes/layout_follow.py), so only the boundaries pay. The number of conversions is returned
+assembly/layout_follow.py), so only the boundaries pay. The number of conversions is returned
 and recorded in the plan.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from woodpecker.assembly.layout_follow import FOLLOWERS, NHWC_PERM, MovedOp, moved_op
 from woodpecker.engines import names
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import get_engine
 from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
-from woodpecker.passes.layout_follow import FOLLOWERS, NHWC_PERM, MovedOp, moved_op
 from woodpecker.tasks import NHWC, spec_kind, spec_task
 
 

@@ -1,4 +1,4 @@
-"""Cheap data-movement nodes join adjacent library regions (runtime/regions.py); where a
+"""Cheap data-movement nodes join adjacent library regions (runtime/steps.py); where a
 memory-scheduled plan's regions must begin so that none lifts its peak."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from woodpecker.ir.graph import Graph
-from woodpecker.runtime.regions import plan_steps
+from woodpecker.runtime.steps import plan_steps
 from woodpecker.schedule.arena import lifetimes, live_peak
 
 
@@ -46,7 +46,7 @@ def arena_region_starts(graph: Graph, engines: Sequence[str],
     holds more bytes than the most the node order ever holds (its live peak), or than `limit`
     where that is more (a memory budget above the peak buys fewer, larger regions).
 
-    Such a region writes every value it produces into the arena (runtime/regions.py), so during
+    Such a region writes every value it produces into the arena (runtime/steps.py), so during
     the region every value alive at any of its nodes is alive at once: the values live when it
     starts and each one born inside. Each region is cut greedily, a new one started at the node
     whose value would lift that sum above the peak. The regions then cost the order nothing in

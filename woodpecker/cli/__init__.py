@@ -124,11 +124,11 @@ def cmd_bench(args) -> None:
 
 
 def cmd_tune(args) -> None:
-    from woodpecker.engines.halide.runtime import host_vector_registers
+    from woodpecker.engines.halide.host import host_vector_registers
     from woodpecker.engines.halide.templates import template_module
     from woodpecker.target import Target
+    from woodpecker.tune.driver import open_log, tune_graph
     from woodpecker.tune.extract import extract_tasks
-    from woodpecker.tune.session import open_log, tune_graph
 
     model = _load_or_compile(args, library_first=False)   # the graph tasks are read from
     target = Target.parse("cpu", args.threads, args.force_threads)

@@ -161,10 +161,11 @@ def _show_parallel(record: dict | None) -> dict | None:
 
 
 def _inspect_memory(args) -> None:
-    """Memory of the file's order, Kahn's, the DP's and DP + rewriting (schedule/report.py)."""
+    """Memory of the file's order, Kahn's, the DP's and DP + rewriting
+    (schedule/memory_report.py)."""
     from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
     from woodpecker.passes import MEMORY, optimize
-    from woodpecker.schedule.report import show_report
+    from woodpecker.schedule.memory_report import show_report
 
     if _is_plan(args.model):
         import woodpecker
@@ -183,10 +184,10 @@ def _inspect_memory(args) -> None:
 
 def _inspect_partition(args) -> None:
     """AGO's partition of the plan's graph: subgraphs, operators, weight, kernels, time
-    (partition/report.py), and its picture."""
+    (partition/summary.py), and its picture."""
     from woodpecker.bench.compare import random_feeds
     from woodpecker.partition.ago import partition_graph
-    from woodpecker.partition.report import format_rows, partition_rows, plot_partition
+    from woodpecker.partition.summary import format_rows, partition_rows, plot_partition
 
     model = _load_or_compile(args)
     graph = model.graph

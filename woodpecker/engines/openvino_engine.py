@@ -128,7 +128,7 @@ class OpenVinoEngine(Engine):
     def build_step(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
                    ctx: BuildContext, choices: Choices) -> Kernel:
         """One compiled model computing `outputs` from `inputs` over consecutive `nodes` (a
-        library region, runtime/regions.py): the plan's saved model where there is one,
+        library region, runtime/steps.py): the plan's saved model where there is one,
         through OpenVINO's model cache; for a single node while compiling, the one `accepts`
         compiled."""
         if len(nodes) == 1 and ctx.artifacts is None:

@@ -100,7 +100,7 @@ class OrtEngine(Engine):
     def build_step(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
                    ctx: BuildContext, choices: Choices) -> Kernel:
         """One session computing `outputs` from `inputs` over consecutive `nodes` (a library
-        region, runtime/regions.py): the plan's saved model where there is one; for a single
+        region, runtime/steps.py): the plan's saved model where there is one; for a single
         node while compiling, the session `accepts` built."""
         if len(nodes) == 1 and ctx.artifacts is None:
             sess = self._nodes.built(nodes[0], ctx)

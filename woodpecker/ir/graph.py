@@ -267,7 +267,7 @@ def step_io(nodes: Sequence[Node], graph: Graph,
     """The values a step of consecutive `nodes` reads from outside (runtime inputs, each once,
     in first-use order) and the values it produces that anything outside it reads (graph
     outputs included) — with `every`, all the values it produces (a region whose activations
-    all live in the arena, runtime/regions.py). A single node's are its runtime inputs and all
+    all live in the arena, runtime/steps.py). A single node's are its runtime inputs and all
     its outputs."""
     if len(nodes) == 1:
         node = nodes[0]

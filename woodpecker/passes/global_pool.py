@@ -1,7 +1,7 @@
 """ReduceMean over the two spatial axes of a 4-D activation is a GlobalAveragePool:
 torchvision's ShuffleNet v2 and MnasNet end in `x.mean([2, 3])`. As a pool it becomes a pool
 task a generated kernel can run in NHWC, and the Reshape dropping the unit axes (keepdims=0)
-needs no layout conversion (passes/layout_follow.py); as a ReduceMean it ran on a library
+needs no layout conversion (assembly/layout_follow.py); as a ReduceMean it ran on a library
 engine, which forced the network's last activation back to NCHW (0.09 ms) and a one-node
 ONNX Runtime call (0.5-0.75 ms in ShuffleNet v2's all-Halide plan).
 Identity relied on: mean over axes (2, 3) with keepdims = GlobalAveragePool(x)."""

@@ -44,10 +44,10 @@ class Step:
 
 class Executor:
     """Runs `steps` in order: each a list of consecutive nodes and the one kernel computing
-    them (a single node, or a library region, runtime/regions.py). A step reads the runtime
+    them (a single node, or a library region, runtime/steps.py). A step reads the runtime
     inputs of its nodes that it does not produce itself and returns the values it produces
     that later steps or the graph outputs read — with `every`, all it produces (a memory
-    plan's regions, runtime/regions.py); the rest stay inside the kernel."""
+    plan's regions, runtime/steps.py); the rest stay inside the kernel."""
 
     def __init__(self, graph: Graph, steps: Sequence[tuple[Sequence[Node], Kernel]],
                  arena: Arena | None = None, every: bool = False) -> None:

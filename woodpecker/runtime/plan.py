@@ -30,7 +30,7 @@ from woodpecker.files import inside, sha256_file
 from woodpecker.ir.graph import DYNAMIC, Graph, StepIO, step_io
 from woodpecker.ops import OPS
 from woodpecker.runtime.plan_schedule import PlanSchedule
-from woodpecker.runtime.regions import plan_steps
+from woodpecker.runtime.steps import plan_steps
 from woodpecker.runtime.weights import MappedWeights, aligned, write_weights
 from woodpecker.schedule.arena import Arena, check_arena
 from woodpecker.schedule.problem import value_bytes
@@ -78,7 +78,7 @@ class Plan:
     @property
     def every(self) -> bool:
         """Whether its library regions write every value they produce into the arena (a
-        memory-scheduled plan's; runtime/regions.py)."""
+        memory-scheduled plan's; runtime/steps.py)."""
         return self.schedule.every
 
     def region_starts(self) -> list[int]:
@@ -87,7 +87,7 @@ class Plan:
         return [index[name] for name in self.schedule.region_starts]
 
     def steps(self, stages: bool = True) -> list[list[int]]:
-        """Node indices per execution step (runtime/regions.py); with `stages` false, the
+        """Node indices per execution step (runtime/steps.py); with `stages` false, the
         nodes of each parallel stage as steps of their own (as they are built)."""
         return plan_steps(self.engines, self.schedule.library_regions,
                           self.stages() if stages else (), self.region_starts())

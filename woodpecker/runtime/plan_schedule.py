@@ -20,7 +20,7 @@ from woodpecker.options import ScheduleKind
 @dataclass(frozen=True)
 class PlanSchedule:
     """`kind`; `library_regions`: consecutive library nodes run as one region
-    (runtime/regions.py); `every`: the regions write every value they produce into the arena
+    (runtime/steps.py); `every`: the regions write every value they produce into the arena
     (a memory plan's), beginning at the nodes `region_starts` names, each holding at most
     `region_bytes` where that is set (a memory budget); `stages`: node names of each stage of
     the parallel schedule that runs at the same time."""

@@ -3,7 +3,7 @@ Inter-Operator Parallelism", §3):
 independent operators whose kernels run at the same time, each on one thread of the pool.
 
 Contract: `stage_kernel(members)` combines the kernels of a stage's nodes into one `Kernel`
-over the step's inputs and outputs (runtime/regions.py makes the stage one step, so the arena
+over the step's inputs and outputs (runtime/steps.py makes the stage one step, so the arena
 keeps every input of the stage alive and every output apart until the whole stage has run:
 concurrent operators never share arena space). Bound to the arena, the members' bound calls
 run through their engine's `together` (Halide: one foreign call, the members as the

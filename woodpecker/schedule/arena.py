@@ -58,10 +58,10 @@ def lifetimes(graph: Graph, steps: Steps = None, aliases: dict | None = None,
     """(value name, aligned bytes, first step, last step) for every activation, in order.
 
     `steps`: node indices per execution step (default one node each). A multi-node step (a
-    library region, runtime/regions.py) runs as one call: its inputs stay live until it ends,
+    library region, runtime/steps.py) runs as one call: its inputs stay live until it ends,
     its outputs are live from its start, and values produced and read only inside it never
     reach the arena — with `every`, they do, live for the whole step (a region whose
-    activations all live in the arena, runtime/regions.py). `aliases`: parts written in place
+    activations all live in the arena, runtime/steps.py). `aliases`: parts written in place
     into a whole (schedule/aliases.py)."""
     steps = steps or [[i] for i in range(len(graph.nodes))]
     aliases = aliases or {}

@@ -12,7 +12,7 @@ Choices left open by the paper, made here:
   kernel, or the value is a graph output); a library candidate, or a Halide kernel in the
   node's own layout (dense), pays the NHWC→NCHW copy of each input an NHWC Halide node
   produced.
-- With library regions (runtime/regions.py) a Halide node amid ONNX Runtime nodes splits their
+- With library regions (runtime/steps.py) a Halide node amid ONNX Runtime nodes splits their
   session in two: the Halide candidate is charged two session calls (measured on a near-empty
   session) — the call the split adds, and the one the per-node library timing includes but a
   node inside a region does not pay.

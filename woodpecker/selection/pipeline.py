@@ -383,7 +383,7 @@ def _memory_after_assembly(plan, budget: int | None):
         return plan
     if plan.arena is None:
         raise MemoryBudgetError("a memory budget needs the arena (do not turn it off)")
-    if plan.every:    # regions may hold up to the budget: fewer steps (runtime/regions.py)
+    if plan.every:    # regions may hold up to the budget: fewer steps (runtime/steps.py)
         larger = reordered(plan, range(len(plan.graph.nodes)),
                            replace(plan.schedule, region_bytes=budget),
                            meta={"schedule": dict(sched, region_bytes=budget)})

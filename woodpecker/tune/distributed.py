@@ -14,7 +14,7 @@ workers idle.
 
 Budget: with W workers (the cluster's CPUs ÷ the tuning target's threads) the wall-clock budget
 B buys W × B of tuning. Tasks start largest first whenever a worker frees up, none past the
-deadline; each gets, when it starts, its part by work (tune/session.py's weights) of the
+deadline; each gets, when it starts, its part by work (tune/driver.py's weights) of the
 capacity left — every worker's time to the deadline less what running tasks still hold — among
 itself and the tasks waiting, at most the time to the deadline, so every task gets a turn.
 
@@ -120,8 +120,8 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
     records, tasks restarted after a worker died."""
     import ray
 
-    from woodpecker.engines.halide.runtime import host_vector_registers
-    from woodpecker.tune.session import work_weights
+    from woodpecker.engines.halide.host import host_vector_registers
+    from woodpecker.tune.driver import work_weights
 
     out = out or sys.stderr
     workers = connect(address, target.threads)     # before the budget starts: set-up

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from woodpecker.engines.halide import ieee
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.schedule import compiled
+from woodpecker.engines.halide.template_parts import compiled
 from woodpecker.tasks.attention import AttentionTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 

@@ -39,7 +39,7 @@ from woodpecker.engines.halide.conv_common import (
     packed_weights,
     whole_tiles,
 )
-from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled
+from woodpecker.engines.halide.template_parts import aligned_channel_tiles, compiled
 from woodpecker.tasks.chain import ChainTask
 from woodpecker.tasks.conv import ConvTask
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.engines.halide import ieee
-from woodpecker.engines.halide.schedule import PARALLEL, TILE_PAD
+from woodpecker.engines.halide.template_parts import PARALLEL, TILE_PAD
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 

@@ -21,7 +21,7 @@ from woodpecker.engines.halide.conv_common import (
     own_shapes,
     window_space,
 )
-from woodpecker.engines.halide.schedule import compiled, pad_input, register_tile
+from woodpecker.engines.halide.template_parts import compiled, pad_input, register_tile
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import KnobSpace
 

@@ -40,7 +40,7 @@ from woodpecker.engines.halide.conv_common import (
     scale_knob,
     whole_channel_tiles,
 )
-from woodpecker.engines.halide.schedule import (
+from woodpecker.engines.halide.template_parts import (
     PARALLEL,
     aligned_channel_tiles,
     compiled,

@@ -37,7 +37,7 @@ from woodpecker.engines.halide.conv_common import (
     packed_weights,
     scale_knob,
 )
-from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled, pad_input
+from woodpecker.engines.halide.template_parts import aligned_channel_tiles, compiled, pad_input
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 

@@ -31,7 +31,7 @@ from woodpecker.engines.halide.conv_common import (
     fits_registers,
     own_shapes,
 )
-from woodpecker.engines.halide.schedule import compiled
+from woodpecker.engines.halide.template_parts import compiled
 from woodpecker.tasks.separable import SeparableTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import fits_registers, own_shapes
-from woodpecker.engines.halide.schedule import PARALLEL, compiled, register_tile
+from woodpecker.engines.halide.template_parts import PARALLEL, compiled, register_tile
 from woodpecker.tasks.conv_transpose import ConvTransposeTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 

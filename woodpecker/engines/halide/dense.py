@@ -21,7 +21,7 @@ import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, epilogue_expr, fits_registers
-from woodpecker.engines.halide.schedule import aligned_channel_tiles, compiled
+from woodpecker.engines.halide.template_parts import aligned_channel_tiles, compiled
 from woodpecker.tasks.dense import DenseTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, program_expr
-from woodpecker.engines.halide.schedule import compiled
+from woodpecker.engines.halide.template_parts import compiled
 from woodpecker.tasks.elementwise import ElementwiseTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from woodpecker.engines.halide import ieee
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, window_space
-from woodpecker.engines.halide.schedule import compiled, pad_input, register_tile
+from woodpecker.engines.halide.template_parts import compiled, pad_input, register_tile
 from woodpecker.tasks.pool import PoolTask
 from woodpecker.tasks.space import Constraint, KnobSpace
 

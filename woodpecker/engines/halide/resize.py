@@ -17,7 +17,7 @@ import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes
-from woodpecker.engines.halide.schedule import compiled
+from woodpecker.engines.halide.template_parts import compiled
 from woodpecker.tasks.resize import ResizeTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 

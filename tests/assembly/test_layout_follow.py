@@ -15,7 +15,7 @@ from onnx import helper
 
 import woodpecker
 from tests.helpers import make_model, ort_run, rand, sampled_log
-from woodpecker.passes.layout_follow import reshape_perm
+from woodpecker.assembly.layout_follow import reshape_perm
 from woodpecker.schedule.aliases import VIEW, slice_code
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from woodpecker.config import FLOPS_PER_BYTE, MIN_SHARE
 from woodpecker.deadline import Deadline
-from woodpecker.engines.halide.runtime import host_vector_registers
+from woodpecker.engines.halide.host import host_vector_registers
 from woodpecker.errors import WoodpeckerError
 from woodpecker.ir.graph import Graph
 from woodpecker.options import TuneOptions
