@@ -103,7 +103,7 @@ def main() -> int:
     from woodpecker.bench.runners import versions
     from woodpecker.bench.timing import time_interleaved
     from woodpecker.engines.halide.host import host_vector_registers
-    from woodpecker.ops.to_onnx import nodes_model
+    from woodpecker.frontend.onnx_export import nodes_model
     from woodpecker.options import parse_budget
     from woodpecker.selection.finalists import finalist_runners, leaders
     from woodpecker.selection.per_node import library_inputs

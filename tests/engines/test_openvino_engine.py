@@ -19,7 +19,7 @@ from woodpecker.engines.choice import Choice
 from woodpecker.engines.registry import MOVEMENT, get_engine
 from woodpecker.errors import PlanError
 from woodpecker.frontend.onnx_import import import_onnx
-from woodpecker.ir.graph import step_io
+from woodpecker.ir.steps import step_io
 from woodpecker.passes import optimize
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.target import Target

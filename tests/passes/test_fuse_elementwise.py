@@ -240,7 +240,7 @@ def test_a_gelu_like_pattern_read_elsewhere_stays():
 def test_a_scale_and_shift_goes_to_onnx_runtime_as_one_batchnorm():
     """A BatchNormalization that folded into no conv is a Mul and an Add in the group; ONNX
     Runtime gets it back as one BatchNormalization (one pass over the activation)."""
-    from woodpecker.ops.to_onnx import node_protos
+    from woodpecker.frontend.onnx_export import node_protos
 
     c = woodpecker.compile(_pool_bn(), engines="onnxruntime,numpy", threads=1)
     (group,) = _groups(c)
@@ -296,9 +296,9 @@ def _programs(draw):
 def test_any_program_exported_to_onnx_computes_like_the_reference(case):
     """Whatever the export merges into BatchNormalizations, ONNX Runtime's result equals the
     numpy reference of the program."""
+    from woodpecker.frontend.onnx_export import nodes_model
     from woodpecker.ir.graph import Graph
     from woodpecker.ops.fused import run_program
-    from woodpecker.ops.to_onnx import nodes_model
 
     program, consts = case
     g = Graph("p")

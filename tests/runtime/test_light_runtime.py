@@ -30,7 +30,7 @@ print(json.dumps(sorted(sys.modules)))
 FORBIDDEN = ("torch", "onnx", "scipy", "matplotlib", "halide", "woodpecker.compiler",
              "woodpecker.tune", "woodpecker.selection", "woodpecker.assembly",
              "woodpecker.frontend", "woodpecker.passes", "woodpecker.bench", "woodpecker.zoo",
-             "woodpecker.engines.torch_engine", "woodpecker.ops.to_onnx")
+             "woodpecker.engines.torch_engine", "woodpecker.frontend.onnx_export")
 
 
 def _mixed_plan(tmp_path_factory):

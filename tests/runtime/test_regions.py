@@ -13,7 +13,7 @@ from tests.helpers import make_model, ort_run, rand
 from tests.schedule.test_rewrite_arena import chains, concat_model
 from woodpecker.assembly.regions import absorb_movement
 from woodpecker.engines.choice import Choice
-from woodpecker.ir.graph import step_io
+from woodpecker.ir.steps import step_io
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan import Plan
 from woodpecker.runtime.plan_schedule import PlanSchedule

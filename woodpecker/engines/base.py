@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from woodpecker.engines.choice import Choices, KernelSpec
-from woodpecker.ir.graph import Graph, Node, StepIO, Value, runtime_positions
+from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
+from woodpecker.ir.steps import StepIO
 
 
 @dataclass(frozen=True)

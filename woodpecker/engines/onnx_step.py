@@ -3,8 +3,8 @@ OpenVINO) build their kernels from, and what they keep of each step in a saved p
 
 Contract: `node_io(node)` is a node's run-time inputs (as the executor passes them) and its
 outputs; `onnx_bytes(nodes, inputs, outputs, opset)` the serialized model computing `outputs`
-from `inputs` over consecutive `nodes` (ops/to_onnx.py; imported only when a model is made, so
-a loaded plan never imports onnx). `StepModels` is an engine's step models in plan folders:
+from `inputs` over consecutive `nodes` (frontend/onnx_export.py; imported only when a model is
+made, so a loaded plan never imports onnx). `StepModels` is an engine's step models in plan folders:
 `save` writes each step's model under the engine's folder with its sha256 (the model a loaded
 plan came with, else one made from the nodes) and returns the engine's `models` section;
 `load` checks a loaded plan's files (one-line PlanErrors); `model` is a step's model to
@@ -16,7 +16,7 @@ inputs, found by name), not Woodpecker's rewrite of them, so the library keeps i
 and layout choices over what the user wrote (issue 50: ONNX Runtime ran Woodpecker's rewritten
 graph 0.83× as fast as the exporter's on an Intel machine); where the walk cannot show that
 the file's nodes are the very step (see `original_region`), the step is made from
-Woodpecker's nodes (ops/to_onnx.py) as before.
+Woodpecker's nodes (frontend/onnx_export.py) as before.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from pathlib import Path
 from woodpecker.engines.base import BuildContext
 from woodpecker.errors import PlanError
 from woodpecker.files import inside, sha256_file, verified, write_bytes
-from woodpecker.ir.graph import Graph, Node, StepIO, Value, runtime_positions
+from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
+from woodpecker.ir.steps import StepIO
 
 
 def node_io(node: Node) -> tuple[list[Value], list[Value]]:
@@ -37,7 +38,7 @@ def node_io(node: Node) -> tuple[list[Value], list[Value]]:
 def onnx_bytes(nodes: list[Node], inputs: list[Value], outputs: list[Value], opset: int) -> bytes:
     """The step as an ONNX model; a value read twice (a conv whose residual is its own input)
     is one graph input."""
-    from woodpecker.ops.to_onnx import nodes_model
+    from woodpecker.frontend.onnx_export import nodes_model
 
     return nodes_model(nodes, list(dict.fromkeys(inputs)), outputs, opset).SerializeToString()
 

@@ -23,7 +23,8 @@ from woodpecker.engines.choice import Choices, KernelSpec
 from woodpecker.engines.node_builds import NodeBuilds
 from woodpecker.engines.onnx_step import StepModels, node_io
 from woodpecker.errors import first_line
-from woodpecker.ir.graph import Graph, Node, StepIO, Value
+from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.ir.steps import StepIO
 from woodpecker.ops import OPS
 
 ARTIFACTS_DIR = "onnxruntime"   # a saved plan's step models

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import heapq
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,33 +250,3 @@ class Graph:
 def runtime_positions(node: Node) -> list[int]:
     """Positions of the inputs that arrive at run time (present and not constant)."""
     return [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
-
-
-@dataclass(frozen=True)
-class StepIO:
-    """One execution step: its consecutive nodes, the values it reads from outside and the
-    values it writes (`step_io`)."""
-
-    nodes: list[Node]
-    inputs: list[Value]
-    outputs: list[Value]
-
-
-def step_io(nodes: Sequence[Node], graph: Graph,
-            every: bool = False) -> tuple[list[Value], list[Value]]:
-    """The values a step of consecutive `nodes` reads from outside (runtime inputs, each once,
-    in first-use order) and the values it produces that anything outside it reads (graph
-    outputs included) — with `every`, all the values it produces (a region whose activations
-    all live in the arena, runtime/steps.py). A single node's are its runtime inputs and all
-    its outputs."""
-    if len(nodes) == 1:
-        node = nodes[0]
-        return [node.inputs[p] for p in runtime_positions(node)], list(node.outputs)
-    inside = {id(n) for n in nodes}
-    produced = {v.name for n in nodes for v in n.outputs}
-    ins = list({v.name: v for n in nodes for p in runtime_positions(n)
-                for v in [n.inputs[p]] if v.name not in produced}.values())
-    graph_outputs = {id(v) for v in graph.outputs}
-    outs = [v for n in nodes for v in n.outputs
-            if every or id(v) in graph_outputs or any(id(c) not in inside for c in v.consumers)]
-    return ins, outs

@@ -337,7 +337,7 @@ def _view_infer(node: Node, data_of: DataOf):
 @op("StridedView", _view_infer)
 def strided_view(attrs, x):
     """The elements of `x`'s row-major data at the view's flat indices (a copy); ONNX has it
-    as a Reshape to one dimension and a Gather (ops/to_onnx.py)."""
+    as a Reshape to one dimension and a Gather (frontend/onnx_export.py)."""
     view = attrs["view"]
     flat = np.ascontiguousarray(x).reshape(-1)
     strides = [s * flat.itemsize for s in view["strides"]]

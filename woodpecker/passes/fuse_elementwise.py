@@ -6,7 +6,7 @@ Why: RandWire's nodes sum their inputs weighted by constants, then apply ReLU (M
 ReLU before each separable conv) and DARTS applies ReLU before each op; whatever runs these
 between two generated kernels pays per node, and they were 60 % of RandWire's all-Halide plan.
 As one node they are one Halide kernel (engines/halide/elementwise.py) or, on a library, the
-same ops expanded back (ops/to_onnx.py).
+same ops expanded back (frontend/onnx_export.py).
 
 Choices: a group is a tree grown from a root towards its producers; a producer joins when the
 group holds its only reader and the value is not a graph output, so nothing inside is needed

@@ -19,7 +19,7 @@ import numpy as np
 from woodpecker.engines.base import BuildContext, Engine
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import InputError
-from woodpecker.ir.graph import step_io
+from woodpecker.ir.steps import step_io
 from woodpecker.ops import OPS
 from woodpecker.ops.opaque import OP as OPAQUE
 from woodpecker.runtime.executor import Executor

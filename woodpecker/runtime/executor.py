@@ -21,7 +21,8 @@ import numpy as np
 
 from woodpecker.engines.base import Bound, Kernel
 from woodpecker.errors import RunError, WoodpeckerError
-from woodpecker.ir.graph import Graph, Node, Value, step_io
+from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.ir.steps import step_io
 from woodpecker.schedule.aliases import VIEW, is_view, part_index, sliced_axis
 from woodpecker.schedule.arena import Arena
 from woodpecker.schedule.problem import value_bytes

@@ -27,7 +27,8 @@ from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import PlanError, WoodpeckerError
 from woodpecker.files import inside, sha256_file
-from woodpecker.ir.graph import DYNAMIC, Graph, StepIO, step_io
+from woodpecker.ir.graph import DYNAMIC, Graph
+from woodpecker.ir.steps import StepIO, step_io
 from woodpecker.ops import OPS
 from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.runtime.steps import plan_steps
@@ -93,7 +94,7 @@ class Plan:
                           self.stages() if stages else (), self.region_starts())
 
     def step_io(self, nodes: list) -> "StepIO":
-        """A step's nodes, the values it reads and those it writes (ir.graph.step_io)."""
+        """A step's nodes, the values it reads and those it writes (ir.steps.step_io)."""
         return StepIO(nodes, *step_io(nodes, self.graph, self.every))
 
 

@@ -19,9 +19,10 @@ one library node. For each other allowed multi-node library, in the order allowe
    first, each kept only by `config.REFINE_MARGIN` (a region boundary moved on noise costs a
    session call), while the longest trial so far still fits before `deadline` (which the
    stage moves earlier by its first plan's build time: the final plan's build comes after).
-3. last, the plan with its regions made from Woodpecker's nodes (its passes' rewrite, ops/
-   to_onnx.py) instead of the file's (engines/onnx_step.original_region), kept only by the
-   margin: a library region runs the user's own nodes unless the rewrite is measurably faster
+3. last, the plan with its regions made from Woodpecker's nodes (its passes' rewrite,
+   frontend/onnx_export.py) instead of the file's (engines/onnx_step.original_region), kept
+   only by the margin: a library region runs the user's own nodes unless the rewrite is
+   measurably faster
    (`benchmarks/original_regions.py`, Zen 4: equal within 1 % on 7 of 10 models, the rewrite
    ahead on transformer_encoder, 0.893 of ONNX Runtime against 1.006, and PP-OCRv4's
    detector, 0.925 against 1.008); kept, it clears `graph.source`.

@@ -22,7 +22,8 @@ from woodpecker.engines.base import Bound, BuildContext, Capabilities, Engine, K
 from woodpecker.engines.choice import Choices, KernelSpec
 from woodpecker.errors import EngineError, PlanError
 from woodpecker.files import inside, install, sha256_file, verified
-from woodpecker.ir.graph import Graph, Node, StepIO
+from woodpecker.ir.graph import Graph, Node
+from woodpecker.ir.steps import StepIO
 from woodpecker.tasks import NHWC, spec_task, task_from_node, task_kinds
 
 KERNELS_DIR = "kernels"   # a saved plan's compiled kernels and Halide runtime
