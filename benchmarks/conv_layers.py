@@ -104,6 +104,7 @@ def main() -> int:
     from woodpecker.bench.timing import time_interleaved
     from woodpecker.engines.halide.host import host_vector_registers
     from woodpecker.frontend.onnx_export import nodes_model
+    from woodpecker.lazy import Lazy
     from woodpecker.options import parse_budget
     from woodpecker.selection.finalists import finalist_runners, leaders
     from woodpecker.selection.per_node import library_inputs
@@ -150,14 +151,15 @@ def main() -> int:
             torch_args = dict(x=nchw[0], w=w, b=b, residuals=nchw[1:], attrs=node.attrs,
                               epilogue=list(task.epilogue), threads=args.threads)
             runtimes = {
-                "halide": IsolatedRuntime(f"{__name__}:halide_runtime", template=best["template"],
+                "halide": IsolatedRuntime(Lazy(__name__, "halide_runtime"),
+                                          template=best["template"],
                                           task=task.to_json(), config=best["config"],
                                           threads=args.threads),
-                "torch_nchw": IsolatedRuntime(f"{__name__}:torch_runtime", channels_last=False,
+                "torch_nchw": IsolatedRuntime(Lazy(__name__, "torch_runtime"), channels_last=False,
                                               **torch_args),
-                "torch_cl": IsolatedRuntime(f"{__name__}:torch_runtime", channels_last=True,
+                "torch_cl": IsolatedRuntime(Lazy(__name__, "torch_runtime"), channels_last=True,
                                             **torch_args),
-                "onnxruntime": IsolatedRuntime(f"{__name__}:onnxruntime_runtime",
+                "onnxruntime": IsolatedRuntime(Lazy(__name__, "onnxruntime_runtime"),
                                                model=onnx_model.SerializeToString(),
                                                feeds=feeds, threads=args.threads)}
             try:

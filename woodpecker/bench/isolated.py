@@ -6,21 +6,21 @@ allocator and cache state). A process per runtime keeps each one's threads, heap
 its own; the driver still interleaves blocks of calls (first call of a block discarded, see
 timing.py) so machine drift hits every runtime alike. Only one process runs at a time.
 
-A runtime is given as `builder` ("module:function") and keyword arguments; the function runs in
-the child and returns the zero-argument callable to time.
+A runtime is given as `builder` (a `lazy.Lazy` of a function) and keyword arguments; the
+function runs in the child and returns the zero-argument callable to time.
 """
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing as mp
 import time
 
+from woodpecker.lazy import Lazy
 
-def _serve(conn, builder: str, kwargs: dict) -> None:
-    module, _, name = builder.partition(":")
+
+def _serve(conn, builder: Lazy, kwargs: dict) -> None:
     try:
-        fn = getattr(importlib.import_module(module), name)(**kwargs)
+        fn = builder.load()(**kwargs)
         conn.send(("ready", None))
     except Exception as e:  # noqa: BLE001 - reported to the driver
         conn.send(("error", f"{type(e).__name__}: {e}"))
@@ -38,7 +38,7 @@ def _serve(conn, builder: str, kwargs: dict) -> None:
 
 
 class IsolatedRuntime:
-    def __init__(self, builder: str, **kwargs) -> None:
+    def __init__(self, builder: Lazy, **kwargs) -> None:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_serve, args=(child, builder, kwargs), daemon=True)

@@ -7,7 +7,6 @@ in engines/names.py, and one line in `REGISTRY`.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from functools import cache
 
@@ -15,15 +14,16 @@ from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext, Engine
 from woodpecker.errors import EngineError
 from woodpecker.ir.graph import Node
+from woodpecker.lazy import Lazy
 from woodpecker.ops.opaque import OP as OPAQUE
 
-# name -> "module:class"
-REGISTRY = {
-    names.TORCH: "woodpecker.engines.torch_engine:TorchEngine",
-    names.ONNXRUNTIME: "woodpecker.engines.ort_engine:OrtEngine",
-    names.NUMPY: "woodpecker.engines.numpy_ref:NumpyEngine",
-    names.HALIDE: "woodpecker.engines.halide.engine:HalideEngine",
-    names.OPENVINO: "woodpecker.engines.openvino_engine:OpenVinoEngine",
+# name -> the engine's class, imported when first asked for
+REGISTRY: dict[str, Lazy] = {
+    names.TORCH: Lazy("woodpecker.engines.torch_engine", "TorchEngine"),
+    names.ONNXRUNTIME: Lazy("woodpecker.engines.ort_engine", "OrtEngine"),
+    names.NUMPY: Lazy("woodpecker.engines.numpy_ref", "NumpyEngine"),
+    names.HALIDE: Lazy("woodpecker.engines.halide.engine", "HalideEngine"),
+    names.OPENVINO: Lazy("woodpecker.engines.openvino_engine", "OpenVinoEngine"),
 }
 ENGINE_NAMES = tuple(REGISTRY)
 # Data-movement ops cost nothing in numpy (views); compute ops go to the fastest library first.
@@ -35,8 +35,7 @@ MOVEMENT = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", 
 def engine_class(name: str) -> type[Engine]:
     if name not in REGISTRY:
         raise EngineError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
-    module, cls = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return REGISTRY[name].load()
 
 
 @cache

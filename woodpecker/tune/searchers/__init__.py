@@ -17,28 +17,22 @@ session splits its budget, so the first task's share is not spent importing.
 
 from __future__ import annotations
 
-import importlib
-
 from woodpecker.errors import WoodpeckerError
+from woodpecker.lazy import Lazy
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.searchers.base import Searcher
 
-# name -> "module:factory"; every factory takes a TuningContext
-SEARCHERS = {
-    "random": "woodpecker.tune.searchers.random_search:RandomSearch.from_context",
-    "ga": "woodpecker.tune.searchers.genetic:GeneticSearch.from_context",
-    "xgb": "woodpecker.tune.searchers.xgb:XGBSearch",
-    "ppo": "woodpecker.tune.searchers.ppo:PPOSearch",
-    "chameleon": "woodpecker.tune.searchers.chameleon:ChameleonSearch",
-    "glimpse": "woodpecker.tune.searchers.glimpse:GlimpseSearch",
-}
-
-# the third-party modules each learned searcher imports when built
-REQUIRES = {
-    "xgb": ("xgboost",),
-    "ppo": ("torch.nn",),
-    "chameleon": ("xgboost", "sklearn.cluster", "torch.nn"),
-    "glimpse": ("xgboost", "sklearn.tree"),
+# name -> the factory, taking a TuningContext; `requires`: the third-party modules a learned
+# searcher imports when built
+SEARCHERS: dict[str, Lazy] = {
+    "random": Lazy("woodpecker.tune.searchers.random_search", "RandomSearch.from_context"),
+    "ga": Lazy("woodpecker.tune.searchers.genetic", "GeneticSearch.from_context"),
+    "xgb": Lazy("woodpecker.tune.searchers.xgb", "XGBSearch", ("xgboost",)),
+    "ppo": Lazy("woodpecker.tune.searchers.ppo", "PPOSearch", ("torch.nn",)),
+    "chameleon": Lazy("woodpecker.tune.searchers.chameleon", "ChameleonSearch",
+                      ("xgboost", "sklearn.cluster", "torch.nn")),
+    "glimpse": Lazy("woodpecker.tune.searchers.glimpse", "GlimpseSearch",
+                    ("xgboost", "sklearn.tree")),
 }
 
 
@@ -51,16 +45,10 @@ def prepare(name: str):
     """The factory of searcher `name`, its module and the modules it needs imported."""
     if name not in SEARCHERS:
         raise ValueError(f"unknown searcher {name!r}; choose from {', '.join(SEARCHERS)}")
-    module, attr = SEARCHERS[name].split(":")
     try:
-        for dep in REQUIRES.get(name, ()):
-            importlib.import_module(dep)
+        return SEARCHERS[name].load()
     except ImportError as e:
         raise _missing(name, e) from None
-    factory = importlib.import_module(module)
-    for part in attr.split("."):
-        factory = getattr(factory, part)
-    return factory
 
 
 def make_searcher(name: str, ctx: TuningContext) -> Searcher:
