@@ -1,6 +1,12 @@
-"""Every zoo model compiles, runs, round-trips through a plan, and matches ONNX Runtime."""
+"""Every zoo model compiles, runs, round-trips through a plan, and matches ONNX Runtime; from
+the same tuning log, the same plan (`FIXED_KERNELS`: the generated kernels two models' plans
+chose from a log of hand-picked schedules, recorded before a refactor and checked after it)."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,20 +40,49 @@ WIDER = ("resnet50", "mobilenet_v3_small", "efficientnet_b0", "regnet_x_400mf", 
          "googlenet", "convnext_tiny", "vit_tiny")
 
 
-@pytest.mark.parametrize("name", WIDER)
-def test_zoo_model_through_generated_kernels(name, tmp_path):
-    pytest.importorskip("halide")
-    from tests.helpers import ort_run, seed_tuning_log
+# node -> [template, config] of every generated kernel the plan runs, per model, per host class
+# (the hand-picked schedules a template offers depend on the vector registers: 16 with AVX2,
+# 32 with AVX-512); written by `python -m tests.zoo.test_zoo_models --fixed-kernels` on a host
+# of each class, checked by the test below where this host's class is there
+FIXED_KERNELS = Path(__file__).with_name("fixed_log_kernels.json")
+
+
+def _host_class() -> str:
+    from woodpecker.engines.halide.host import host_vector_registers
+    from woodpecker.target import Target
+
+    return f"{host_vector_registers(tuple(Target.parse('cpu', 2).isa))} vector registers"
+
+
+def _generated(name: str, folder: Path):
+    """The model, compiled with generated kernels from a log of hand-picked schedules."""
+    from tests.helpers import seed_tuning_log
     from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
     from woodpecker.passes import optimize
 
-    path = zoo.export(name)
-    proto = load_model_proto(str(path))
+    proto = load_model_proto(str(zoo.export(name)))
     graph = import_onnx(proto)
     optimize(graph)
-    log = seed_tuning_log(graph, tmp_path / "tuning.jsonl")
-    model = woodpecker.compile(proto, engines="halide,numpy", tuning_log=log.path, threads=2)
+    log = seed_tuning_log(graph, folder / "tuning.jsonl")
+    return proto, woodpecker.compile(proto, engines="halide,numpy", tuning_log=log.path,
+                                     threads=2)
+
+
+def _kernels(model) -> dict[str, list]:
+    return {n.name: [c.kernel.template, c.kernel.config] for n in model.graph.nodes
+            for c in [model.plan.choices[n.name]] if c.kernel is not None}
+
+
+@pytest.mark.parametrize("name", WIDER)
+def test_zoo_model_through_generated_kernels(name, tmp_path):
+    pytest.importorskip("halide")
+    from tests.helpers import ort_run
+
+    proto, model = _generated(name, tmp_path)
     assert model.generated_flops_share() >= 0.9, name   # ViT-Tiny: 93 %
+    fixed = json.loads(FIXED_KERNELS.read_text()).get(_host_class(), {})
+    if name in fixed:    # the same log gives the same plan
+        assert _kernels(model) == fixed[name]
     if name == "densenet121":
         # each dense layer's Concat is a strided (NHWC) view of its block's last one
         from woodpecker.schedule.aliases import slice_code
@@ -93,3 +128,16 @@ def test_memory_schedule_on_irregular_networks(name):
     y = model(x)
     rel = float(np.max(np.abs(y - ref)) / np.max(np.abs(ref)))
     assert rel <= 1e-4, f"{name}: max_rel_diff {rel:.2e}"
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--fixed-kernels"]:
+    import tempfile
+
+    every = json.loads(FIXED_KERNELS.read_text()) if FIXED_KERNELS.exists() else {}
+    out = every[_host_class()] = {}
+    for name in ("mobilenet_v3_small", "regnet_x_400mf"):
+        with tempfile.TemporaryDirectory() as tmp:
+            out[name] = _kernels(_generated(name, Path(tmp))[1])
+    FIXED_KERNELS.write_text(json.dumps(every, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {FIXED_KERNELS} for hosts with {_host_class()}: "
+          + ", ".join(f"{k} {len(v)} kernels" for k, v in out.items()))
