@@ -43,7 +43,7 @@ class ResultSet:
 
 SETS = (
     ResultSet("realworld-3m", "Models from outside the zoo, tuned 3 minutes", "open_world",
-              "open_world_3m_v5_zen4.json",
+              "open_world_3m_v6_zen4.json",
               "38 models nobody tuned for (benchmarks/realworld.py: real pretrained ONNX "
               "models from PyPI wheels, timm / transformers / torchvision families with random "
               "weights), each compiled with `--tune --budget 3m` from an empty tuning log, "
