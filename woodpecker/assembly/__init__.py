@@ -1,10 +1,11 @@
 """Plan assembly: a graph whose engine per node is decided becomes a runnable `Plan`.
 
-Contract: `assemble(graph, engines, options)` rewrites `graph` in place — NHWC layouts and the
+Contract: `assemble(graph, choices, options)` rewrites `graph` in place — NHWC layouts and the
 conversions between them around generated kernels (`layout.py`), cheap data movement absorbed
 into adjacent library regions (`regions.py`), Concat parts and reshapes written in place
 (`inplace.py`) — then places every activation in one arena (schedule/arena.py) and returns the
-plan. Selection (selection/) calls it on copies of the graph to time candidate plans; the
+plan, whose `PlanSchedule` (runtime/plan_schedule.py) is `options.schedule` with a memory
+plan's region starts placed here. Selection (selection/) calls it on copies of the graph to time candidate plans; the
 compiler calls it once on the final choice. It needs nothing from the layers above it: what it
 needs of the compile is `AssemblyOptions`, plain data.
 """
