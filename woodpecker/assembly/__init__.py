@@ -5,9 +5,9 @@ conversions between them around generated kernels (`layout.py`), cheap data move
 into adjacent library regions (`regions.py`), Concat parts and reshapes written in place
 (`inplace.py`) — then places every activation in one arena (schedule/arena.py) and returns the
 plan, whose `PlanSchedule` (runtime/plan_schedule.py) is `options.schedule` with a memory
-plan's region starts placed here. Selection (selection/) calls it on copies of the graph to time candidate plans; the
-compiler calls it once on the final choice. It needs nothing from the layers above it: what it
-needs of the compile is `AssemblyOptions`, plain data.
+plan's region starts placed here. Selection (selection/) calls it on copies of the graph to
+time candidate plans; the compiler calls it once on the final choice. It needs nothing from the
+layers above it: what it needs of the compile is `AssemblyOptions`, plain data.
 """
 
 from __future__ import annotations
