@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from woodpecker.assembly import AssemblyOptions, assemble
@@ -96,8 +97,14 @@ def choose_libraries(graph: Graph, choices: Choices, assembly: AssemblyOptions,
     longest = build_s + current.timing_seconds(runs)
     records: list[dict] = []
 
-    def trial(label: str, plan: _Plan, bar: float, **extra) -> bool:
+    def trial(label: str, make: Callable[[], _Plan], bar: float, **extra) -> bool:
+        """Build the candidate (`make`) and time it against the current plan, if the longest
+        trial so far still fits before the deadline; whether it was kept."""
         nonlocal current, longest
+        if deadline.left() < longest:
+            return False
+        began = time.monotonic()
+        plan = make()
         record = current.against(plan, label, runs, bar, deadline)
         records.append({**record, **extra})
         longest = max(longest, time.monotonic() - began)
@@ -118,17 +125,15 @@ def choose_libraries(graph: Graph, choices: Choices, assembly: AssemblyOptions,
                 break     # every region moved at once: none is left to try alone
             if deadline.left() < longest:
                 break
-            began = time.monotonic()
             moved = dict(current.choices)
             moved.update({n: Choice(name, why=f"library regions: {label}") for n in nodes})
-            trial(label, _Plan(graph, moved, assembly), bar, engine=name, nodes=nodes)
+            trial(label, lambda moved=moved: _Plan(graph, moved, assembly), bar, engine=name,
+                  nodes=nodes)
     # (no plan built that would end past the deadline: Swin-T's regions take seconds to build)
-    if graph.source is not None and deadline.left() >= longest and \
-            any(len(s) > 1 for s in current.model.steps):
-        began = time.monotonic()
-        if trial(REWRITE, _Plan(graph, current.choices, assembly, rewrite=True),
-                 1 - REFINE_MARGIN, engine=None, nodes=[]):
-            graph.source = None
+    if graph.source is not None and any(len(s) > 1 for s in current.model.steps) and \
+            trial(REWRITE, lambda: _Plan(graph, current.choices, assembly, rewrite=True),
+                  1 - REFINE_MARGIN, engine=None, nodes=[]):
+        graph.source = None
     choices.update(current.choices)
     return records
 

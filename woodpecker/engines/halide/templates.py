@@ -9,6 +9,7 @@ Every template that supports a task is tuned for it and the fastest measured con
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 
@@ -31,7 +32,13 @@ EXTRA_ENV = "WOODPECKER_TEMPLATES"
 
 
 def _modules() -> dict[str, str]:
-    extra = os.environ.get(EXTRA_ENV, "")
+    return _table(os.environ.get(EXTRA_ENV, ""))
+
+
+@functools.cache
+def _table(extra: str) -> dict[str, str]:
+    """`MODULES` and the templates `extra` names (parsed once per value: a tuning log's every
+    record is looked up)."""
     pairs = [p.split("=", 1) for p in extra.split(",") if "=" in p]
     return {**{k.strip(): v.strip() for k, v in pairs}, **MODULES}
 
