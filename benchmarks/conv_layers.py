@@ -106,7 +106,7 @@ def main() -> int:
     from woodpecker.frontend.onnx_export import nodes_model
     from woodpecker.lazy import Lazy
     from woodpecker.options import parse_budget
-    from woodpecker.selection.finalists import finalist_runners, leaders
+    from woodpecker.selection.finalists import finalist_candidates, leaders
     from woodpecker.selection.per_node import library_inputs
     from woodpecker.target import Target
     from woodpecker.tune.extract import extract_tasks
@@ -132,7 +132,8 @@ def main() -> int:
                                   vector_registers=host_vector_registers(target.isa),
                                   deadline=t0 + budget)
             tune_s, trials = time.monotonic() - t0, len(log.records) - n0
-            finalists = finalist_runners(task, leaders(log, task), args.threads, print)
+            finalists = {c.name: c for c in finalist_candidates(task, leaders(log, task),
+                                                                 args.threads, print)}
             if best is None or not finalists:
                 print(f"layer {i}: no valid Halide configuration", flush=True)
                 continue
@@ -152,8 +153,8 @@ def main() -> int:
                               epilogue=list(task.epilogue), threads=args.threads)
             runtimes = {
                 "halide": IsolatedRuntime(Lazy(__name__, "halide_runtime"),
-                                          template=best["template"],
-                                          task=task.to_json(), config=best["config"],
+                                          template=best.template,
+                                          task=task.to_json(), config=dict(best.config),
                                           threads=args.threads),
                 "torch_nchw": IsolatedRuntime(Lazy(__name__, "torch_runtime"), channels_last=False,
                                               **torch_args),
@@ -175,8 +176,8 @@ def main() -> int:
                    "count": len(g.nodes), "flops": task.flops, "median_ms": med,
                    "gflops": gf, "speedup_vs_torch": torch_ms / med["halide"],
                    "speedup_vs_onnxruntime": med["onnxruntime"] / med["halide"],
-                   "tuning_seconds": tune_s, "trials": trials, "best_config": best["config"],
-                   "best_template": best["template"].rsplit(".", 1)[1],
+                   "tuning_seconds": tune_s, "trials": trials, "best_config": dict(best.config),
+                   "best_template": best.template,
                    "finalists_ms": picked}
             layers.append(row)
             print(f"layer {i:>2} {row['shape']:<24} halide {gf['halide']:6.1f}  torch "

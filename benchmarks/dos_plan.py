@@ -36,7 +36,8 @@ from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import versions
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.dos import optimal_in_blocks
-from woodpecker.selection.parallel import schedule_parallel, step_edges
+from woodpecker.schedule.dos_steps import step_edges
+from woodpecker.selection.parallel import schedule_parallel
 from woodpecker.target import cpu_info
 
 

@@ -26,7 +26,7 @@ from woodpecker.ops import INTENSIVE
 from woodpecker.passes import AGO, optimize
 from woodpecker.target import Target
 from woodpecker.tune.extract import extract_tasks
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 
 FUSED = ("convchain", "attention")
 
@@ -46,8 +46,7 @@ def check(name: str, tmp: Path) -> dict:
     log = TuningLog(tmp / f"{name}.jsonl", Target.parse("cpu").record_key)
     for g in chains:
         space = template_module(g.templates[0]).space(g.task)
-        log.append({"task": g.task.key, "template": g.templates[0], "config": space.seeds[0],
-                    "cost_s": 1e-4, "error": None})
+        log.append(TuningRecord(g.task.key, g.templates[0], space.seeds[0], 1e-4))
     t0 = time.perf_counter()
     model = woodpecker.compile(path, engines="halide,numpy", passes=AGO, threads=2,
                                tuning_log=str(log.path), progress=open("/dev/null", "w"))

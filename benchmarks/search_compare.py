@@ -148,8 +148,8 @@ def transfer_log(paths: list[str], exclude: set[str], target: Target, tmp: Path)
     with open(tmp, "w") as out:
         for p in paths:
             for r in TuningLog(p, target.record_key).records:
-                if r["task"] not in exclude:
-                    out.write(json.dumps(r) + "\n")
+                if r.task not in exclude:
+                    out.write(TuningLog.line(r))
     return TuningLog(tmp, target.record_key)
 
 

@@ -56,12 +56,12 @@ def main() -> int:
                 print(f"{g.task.describe()[:60]:<60} no valid record in log(s) "
                       f"{[i + 1 for i, b in enumerate(best) if b is None]}")
                 continue
-            ms = [b["cost_s"] * 1e3 * len(g.nodes) for b in best]
+            ms = [b.cost_s * 1e3 * len(g.nodes) for b in best]
             if paired:
-                ref = {"template": best[0]["template"], "config": best[0]["config"]}
+                ref = best[0]
                 for i, b in enumerate(best[1:], 1):
-                    same = b["template"] == ref["template"] and b["config"] == ref["config"]
-                    m = None if same else measurer.measure(b["template"], g.task, b["config"],
+                    same = b.template == ref.template and b.config == ref.config
+                    m = None if same else measurer.measure(b.template, g.task, dict(b.config),
                                                            ref)
                     ratio = 1.0 if same else (m.ratio if m is not None and m.ok else None)
                     ms[i] = ms[0] * ratio if ratio else float("nan")

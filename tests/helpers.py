@@ -20,13 +20,13 @@ def sampled_log(graph, path):
 
     from woodpecker.engines.halide.templates import template_module
     from woodpecker.tune.extract import extract_tasks
-    from woodpecker.tune.records import TuningLog
+    from woodpecker.tune.records import TuningLog, TuningRecord
 
     log = TuningLog(path)
     for i, g in enumerate(extract_tasks(graph)):
         config = template_module(g.templates[0]).space(g.task).sample(random.Random(i))
-        log.append({"task": g.task.key, "template": g.templates[0], "config": config,
-                    "cost_s": 1e-4, "error": None})
+        log.append(TuningRecord(task=g.task.key, template=g.templates[0], config=config,
+                                cost_s=1e-4, error=None))
     return log
 
 
@@ -115,14 +115,14 @@ def seed_tuning_log(graph, path, parts: bool = False):
 
     from woodpecker.engines.halide.templates import template_module
     from woodpecker.tune.extract import extract_tasks
-    from woodpecker.tune.records import TuningLog
+    from woodpecker.tune.records import TuningLog, TuningRecord
 
     log = TuningLog(path)
     for g in extract_tasks(graph, parts):
         space = template_module(g.templates[0]).space(g.task)
         config = space.seeds[0] if space.seeds else space.sample(random.Random(0))
-        log.append({"task": g.task.key, "template": g.templates[0], "config": config,
-                    "cost_s": 1e-4, "error": None})
+        log.append(TuningRecord(task=g.task.key, template=g.templates[0], config=config,
+                                cost_s=1e-4, error=None))
     return log
 
 

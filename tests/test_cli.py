@@ -270,11 +270,11 @@ def test_a_full_disk_while_tuning_is_one_line_and_keeps_the_log(model_file, tmp_
                                                                  monkeypatch):
     import errno
 
-    from woodpecker.tune.records import TuningLog
+    from woodpecker.tune.records import TuningLog, TuningRecord
 
     log = tmp_path / "t.jsonl"
-    TuningLog(log).append({"task": "earlier", "template": "t", "config": {}, "cost_s": 1e-3,
-                           "error": None})
+    TuningLog(log).append(TuningRecord(task="earlier", template="t", config={}, cost_s=1e-3,
+                                       error=None))
     before = log.read_bytes()
 
     def full(self, record):

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 
 import pytest
 from onnx import helper
@@ -42,7 +43,7 @@ def test_report_is_self_contained_and_renders(tmp_path):
     log = seed_tuning_log(graph, tmp_path / "t.jsonl")
     for r in list(log.records):         # a search's worth: a curve to draw
         for k, cost in enumerate((3e-4, 2e-4, 2.5e-4)):
-            log.append(dict(r, cost_s=cost, seed=k))
+            log.append(replace(r, cost_s=cost, time=None, provenance={"seed": k}))
     plan = tmp_path / "p.wpk"
     compiled = woodpecker.compile(model, threads=1, engines="halide,onnxruntime,numpy",
                                   tuning_log=log.path)

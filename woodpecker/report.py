@@ -194,8 +194,8 @@ def _tuning(plan, tuning_log: "str | Path | None") -> str:
                 continue
     costs: dict[str, list[float]] = defaultdict(list)
     for r in log.records:
-        if r.get("cost_s"):
-            costs[r["task"]].append(r["cost_s"])
+        if r.cost_s:
+            costs[r.task].append(r.cost_s)
     keys = [k for k in costs if k in used] or list(costs)
     keys = sorted(keys, key=lambda k: -len(costs[k]))[:CURVES]
     figs = "".join(f"<div class='small'><div class='title'>{_e(_describe(k))}</div>"

@@ -88,7 +88,7 @@ def test_a_plan_with_generated_resize_and_conv_transpose_kernels_matches_onnxrun
     from woodpecker.engines.halide.templates import template_module
     from woodpecker.passes import optimize
     from woodpecker.tune.extract import extract_tasks
-    from woodpecker.tune.records import TuningLog
+    from woodpecker.tune.records import TuningLog, TuningRecord
 
     model = _conv_resize_model()
     graph = import_onnx(model)
@@ -99,8 +99,8 @@ def test_a_plan_with_generated_resize_and_conv_transpose_kernels_matches_onnxrun
         == ["conv_transpose", "resize", "resize"]
     for i, g in enumerate(groups):
         config = template_module(g.templates[0]).space(g.task).sample(random.Random(i))
-        log.append({"task": g.task.key, "template": g.templates[0], "config": config,
-                    "cost_s": 1e-4, "error": None})
+        log.append(TuningRecord(task=g.task.key, template=g.templates[0], config=config,
+                                cost_s=1e-4, error=None))
     m = woodpecker.compile(model, engines="halide,numpy", tuning_log=str(log.path), threads=2)
     on = {n.op: e for n, e in zip(m.plan.graph.nodes, m.plan.engines)}
     assert on["Resize"] == on["ConvTranspose"] == "halide"

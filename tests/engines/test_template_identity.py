@@ -55,7 +55,7 @@ moved = sys.argv[2]
 assert template_module(moved).__name__.endswith("_moved")
 for log in sys.argv[3:5]:
     records = TuningLog(log).records
-    assert records and {r["template"] for r in records} <= set(MODULES), log
+    assert records and {r.template for r in records} <= set(MODULES), log
 model = woodpecker.load(sys.argv[5])
 x = np.load(sys.argv[6])
 np.testing.assert_array_equal(model(x), np.load(sys.argv[7]))
@@ -68,7 +68,7 @@ def test_logs_and_plans_written_before_load_after_a_template_module_is_renamed(t
     m = woodpecker.compile(model, engines="halide,numpy", tuning_log=log.path, threads=1)
     used = sorted({c.kernel.template for c in m.plan.choices.values() if c.kernel})
     assert used and all(t in TEMPLATES for t in used)
-    assert {r["template"] for r in TuningLog(log.path).records} <= set(TEMPLATES)
+    assert {r.template for r in TuningLog(log.path).records} <= set(TEMPLATES)
     plan = tmp_path / "m.wpk"
     m.save(plan)
     x = rand(1, 8, 12, 12, seed=2)
@@ -131,8 +131,8 @@ def test_a_log_record_of_an_unknown_template_is_counted_and_never_built(tmp_path
                     json.dumps({"task": "t", "template": LEGACY_PREFIX + "dense", "config": {},
                                 "cost_s": 1e-3}) + "\n")
     log = TuningLog(path)
-    assert log.unknown == 1 and [r["template"] for r in log.records] == ["gone", "dense"]
-    assert log.best("t")["template"] == "dense"
+    assert log.unknown == 1 and [r.template for r in log.records] == ["gone", "dense"]
+    assert log.best("t").template == "dense"
     with pytest.raises(PlanError, match="unknown kernel template 'gone'"):
         template_module("gone")
 

@@ -156,7 +156,7 @@ def _seeded(model, tmp_path, fused: bool, parts: bool):
     from woodpecker.frontend.onnx_import import import_onnx
     from woodpecker.passes import optimize
     from woodpecker.tune.extract import extract_tasks
-    from woodpecker.tune.records import TuningLog
+    from woodpecker.tune.records import TuningLog, TuningRecord
 
     graph = import_onnx(model)
     optimize(graph, AGO)
@@ -167,8 +167,8 @@ def _seeded(model, tmp_path, fused: bool, parts: bool):
             continue
         space = template_module(g.templates[0]).space(g.task)
         config = space.seeds[0] if space.seeds else space.sample(random.Random(0))
-        log.append({"task": g.task.key, "template": g.templates[0], "config": config,
-                    "cost_s": 1e-4, "error": None})
+        log.append(TuningRecord(task=g.task.key, template=g.templates[0], config=config,
+                                cost_s=1e-4, error=None))
     return log
 
 

@@ -53,10 +53,10 @@ def _mixed_plan(tmp_path_factory):
     log = TuningLog(log_path)
     for g in extract_tasks(graph)[:2]:
         rec = log.best(g.task.key)
-        kernel = template_module(rec["template"]).build(g.task, rec["config"], 2)
+        kernel = template_module(rec.template).build(g.task, rec.config, 2)
         for name in g.nodes:
-            choices[name] = Choice("halide", KernelSpec(rec["template"], g.task.kind,
-                                                        rec["config"], g.task.to_json(),
+            choices[name] = Choice("halide", KernelSpec(rec.template, g.task.kind,
+                                                        dict(rec.config), g.task.to_json(),
                                                         kernel.path.name))
     ctx, target = BuildContext(2, graph.opset), Target.parse("cpu", 2)
     plan = assemble(graph, choices, AssemblyOptions(("halide", "onnxruntime", "numpy"), ctx,

@@ -44,14 +44,17 @@ def _staged(model):
     """The plan with every independent pair of bound Halide steps the DP finds (a cost table
     that makes any such pair cheaper together) run as a stage."""
     from woodpecker.assembly import reordered
+    from woodpecker.config import DOS_BLOCK
     from woodpecker.runtime.compiled import CompiledModel
-    from woodpecker.selection.parallel import StageTimer, dos_schedule, step_edges
+    from woodpecker.schedule.dos_steps import dos_schedule, step_edges
+    from woodpecker.selection.parallel import StageTimer
 
     model.profile({"x": rand(1, 16, 10, 10)}, runs=1)
     bounds = model.bound_steps()
     timer = StageTimer(bounds, [1.0] * len(bounds), threads=2)
     timer.ratio = lambda stage: 0.6          # a given cost table, no measuring
-    schedule = dos_schedule(len(bounds), step_edges(model.graph, model.steps), timer)
+    schedule = dos_schedule(len(bounds), step_edges(model.graph, model.steps), timer,
+                            DOS_BLOCK)
     names = [[model.graph.nodes[i].name for i in s] for s in model.steps]
     stages = [{"nodes": [x for s in sorted(st.nodes) for x in names[s]],
                "strategy": st.strategy, "ms": 0.6 * len(st.nodes), "apart_ms": len(st.nodes)}

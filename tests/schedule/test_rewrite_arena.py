@@ -281,7 +281,7 @@ def test_memory_plan_goes_without_weight_expanding_kernels(tmp_path):
     pytest.importorskip("halide")
     from woodpecker.engines.halide.templates import template_module, weight_expanding
     from woodpecker.tune.extract import extract_tasks
-    from woodpecker.tune.records import TuningLog
+    from woodpecker.tune.records import TuningLog, TuningRecord
 
     winograd = "conv_winograd"
     assert weight_expanding() == {winograd}
@@ -291,8 +291,8 @@ def test_memory_plan_goes_without_weight_expanding_kernels(tmp_path):
     (group,) = extract_tasks(optimized(model))
     assert winograd in group.templates
     log = TuningLog(tmp_path / "t.jsonl")
-    log.append({"task": group.task.key, "template": winograd, "cost_s": 1e-6, "error": None,
-                "config": template_module(winograd).space(group.task).seeds[0]})
+    log.append(TuningRecord(task=group.task.key, template=winograd, cost_s=1e-6, error=None,
+                            config=template_module(winograd).space(group.task).seeds[0]))
     kw = dict(threads=1, engines="halide,numpy", tuning_log=log.path)
     speed = woodpecker.compile(model, **kw)
     (timed,) = speed.plan.meta["selection"]

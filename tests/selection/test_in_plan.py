@@ -18,7 +18,7 @@ from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.passes import optimize
 from woodpecker.selection.finalists import family
 from woodpecker.tune.extract import extract_tasks
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 
 pytest.importorskip("halide")
 
@@ -35,13 +35,13 @@ def _two_families_log(path):
         for _ in range(200):
             template = rng.choice(g.templates)
             config = template_module(template).space(g.task).sample(rng)
-            seen.setdefault(family({"template": template, "config": config}), (template, config))
+            seen.setdefault(family(TuningRecord(g.task.key, template, config)), (template, config))
             if len(seen) == 2:
                 break
         assert len(seen) == 2, g.task.describe()
         for cost, (template, config) in zip((1e-4, 2e-4), seen.values()):
-            log.append({"task": g.task.key, "template": template, "config": config,
-                        "cost_s": cost, "error": None})
+            log.append(TuningRecord(task=g.task.key, template=template, config=config, cost_s=cost,
+                                    error=None))
     return model, log.path
 
 
@@ -56,7 +56,7 @@ def test_each_task_keeps_its_fastest_finalist_in_the_plan(tmp_path, capsys):
         assert r["chosen"] == min(r["finalists_ms"], key=r["finalists_ms"].get)
         for name in r["nodes"]:
             kernel = choices[name].kernel
-            assert family({"template": kernel.template, "config": kernel.config}) == \
+            assert family(kernel) == \
                 r["chosen"].split("#")[0]
     assert not any(c.finalists for c in choices.values())
     assert not any("halide" in n.attrs for n in compiled.graph.nodes)   # choices, not attrs

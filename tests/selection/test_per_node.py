@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from woodpecker.errors import PlanError
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.passes import optimize
 from woodpecker.tune.extract import extract_tasks
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 
 pytest.importorskip("halide")
 
@@ -56,8 +57,8 @@ def _tuned_log(tmp_path_factory, which: str):
     for i, g in enumerate(extract_tasks(graph)):
         template = g.templates[0 if which == "first" else -1]
         config = template_module(template).space(g.task).sample(random.Random(i))
-        log.append({"task": g.task.key, "template": template, "config": config,
-                    "cost_s": 1e-4, "error": None})
+        log.append(TuningRecord(task=g.task.key, template=template, config=config, cost_s=1e-4,
+                                error=None))
     return model, log.path
 
 
@@ -112,7 +113,7 @@ def test_kernel_that_differs_from_reference_is_not_chosen(tuned, tmp_path, capsy
     model, log = tuned
     bad = TuningLog(tmp_path / "bad.jsonl")
     for rec in TuningLog(log).records:
-        bad.append(dict(rec, template="faulty", config={"mode": "wrong"}))
+        bad.append(replace(rec, template="faulty", config={"mode": "wrong"}))
     compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=bad.path)
     assert "halide" not in compiled.plan.engines
     assert "differs from the reference" in capsys.readouterr().err

@@ -68,11 +68,11 @@ def test_plan_check_keeps_a_candidate_only_when_the_plan_gets_faster(tuned, firs
     choices = {n.name: Choice(e) for n, e in zip(graph.nodes, before)}
     for g in extract_tasks(graph):
         rec = log.best(g.task.key)
-        kernel = template_module(rec["template"]).build(g.task, rec["config"], 2)
+        kernel = template_module(rec.template).build(g.task, rec.config, 2)
         for name in g.nodes:
             loses = first_loses and not records
             choices[name] = Choice("onnxruntime" if loses else "halide",
-                                   KernelSpec(rec["template"], g.task.kind, rec["config"],
+                                   KernelSpec(rec.template, g.task.kind, dict(rec.config),
                                               g.task.to_json(), kernel.path.name))
             records.append({"node": name, "library": "onnxruntime",
                             "total_ms": {"halide": 2.0 if loses else 0.0, "onnxruntime": 1.0}})

@@ -72,8 +72,8 @@ def test_ray_tuning_survives_a_killed_worker(tmp_path):
     records = [json.loads(ln) for ln in lines]          # every line whole
     assert len(records) > killed[0]                      # nothing before the kill lost, more after
     t = TuningLog(log)
-    assert {r["task"] for r in t.records} >= {r["task"] for r in records[:killed[0]]}
-    assert len({r["task"] for r in t.records}) == 3      # every task of the model tuned
+    assert {r.task for r in t.records} >= {r["task"] for r in records[:killed[0]]}
+    assert len({r.task for r in t.records}) == 3      # every task of the model tuned
     local = {"task", "template", "config", "cost_s", "error", "time", "target"}
     assert all(local <= r.keys() for r in records)
     print(f"{len(records)} records, worker killed after {killed[0]}", file=sys.stderr)

@@ -16,7 +16,7 @@ from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.measure import Measurement
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 from woodpecker.tune.searchers import SEARCHERS, make_searcher
 from woodpecker.tune.tuner import tune_task
 
@@ -97,8 +97,8 @@ def test_learned_searchers_survive_invalid_candidates_and_resume(tmp_path, name)
                      searcher_name=name, seed=1, max_trials=24)
     assert len(m2.calls) == 24 and not set(m2.calls) & set(m1.calls)   # nothing re-measured
     recs = TuningLog(path).records
-    assert best["cost_s"] == min(r["cost_s"] for r in recs if r["cost_s"])
-    assert all(r["searcher"] == name and r["seed"] == 1 for r in recs)
+    assert best.cost_s == min(r.cost_s for r in recs if r.cost_s)
+    assert all(r.provenance["searcher"] == name and r.provenance["seed"] == 1 for r in recs)
 
 
 def _records(task, n, seed):
@@ -106,8 +106,7 @@ def _records(task, n, seed):
     out = []
     for _ in range(n):
         c = SPACE.sample(rng)
-        out.append({"task": task.key, "template": DIRECT, "config": c,
-                    "cost_s": cost(c, task)})
+        out.append(TuningRecord(task.key, DIRECT, c, cost(c, task)))
     return out
 
 
@@ -248,15 +247,15 @@ def test_glimpse_priors_follow_similar_tasks_and_its_predictor_drops_learned_fai
     failed = []
     for i in range(60):
         c = dict(SPACE.sample(random.Random(i)))
-        rec = {"task": other.key, "template": DIRECT, "config": c, "cost_s": cost(c, other)}
-        (log.append if rec["cost_s"] else failed.append)(rec)
+        rec = TuningRecord(other.key, DIRECT, c, cost(c, other))
+        (log.append if rec.cost_s else failed.append)(rec)
     s = GlimpseSearch(TuningContext(TASK, DIRECT, SPACE, seed=0, log=log))
     x_prior = s.priors[[k.name for k in SPACE.knobs].index("x_block")]
     values = SPACE.knobs[[k.name for k in SPACE.knobs].index("x_block")].values
     from collections import Counter
 
-    valid = sorted((r for r in log.records if r["cost_s"]), key=lambda r: r["cost_s"])
-    top = Counter(r["config"]["x_block"] for r in valid[: len(valid) // 10]).most_common()
+    valid = sorted((r for r in log.records if r.cost_s), key=lambda r: r.cost_s)
+    top = Counter(r.config["x_block"] for r in valid[: len(valid) // 10]).most_common()
     # the prior's favourite is the fast configs' value
     assert values[int(np.argmax(x_prior))] in [v for v, n in top if n == top[0][1]]
     assert (tmp_path / next(p.name for p in tmp_path.glob("blueprint-*.json"))).exists()
@@ -295,10 +294,10 @@ def test_learned_searchers_survive_real_crashes_hangs_and_wrong_results(tmp_path
             tune_task(SMALL, FAULTY, space, make_searcher(name, ctx), m, log,
                       searcher_name=name, seed=0, max_trials=10, builder=pool)
     recs = TuningLog(path).records
-    keys = [KnobSpace.key(r["config"]) for r in recs]
+    keys = [r.key for r in recs]
     assert len(keys) == len(set(keys)) > 10       # resumed: something new, nothing twice
     if name != "glimpse":                          # (glimpse skips predicted failures)
         assert len(keys) == 20
-    errors = {r["config"]["mode"]: r["error"] for r in recs if r["error"]}
-    assert errors and all(r["cost_s"] > 0 for r in recs if r["config"]["mode"] == "ok")
+    errors = {r.config["mode"]: r.error for r in recs if r.error}
+    assert errors and all(r.cost_s > 0 for r in recs if r.config["mode"] == "ok")
     assert all(mode != "ok" for mode in errors)

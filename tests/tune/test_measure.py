@@ -7,6 +7,7 @@ import pytest
 
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tune.measure import Measurer
+from woodpecker.tune.records import TuningRecord
 
 TASK = ConvTask(1, 4, 6, 6, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, True, (("Relu",),))
 FAULTY = "faulty"   # tests/tune/faulty_template.py, named in tests/conftest.py
@@ -34,10 +35,10 @@ def test_faults_are_invalid_and_measuring_continues():
 
 
 def test_paired_timing_reports_the_ratio_to_a_reference_that_builds(measurer):
-    ok = {"template": FAULTY, "config": {"mode": "ok"}}
+    ok = TuningRecord(TASK.key, FAULTY, {"mode": "ok"}, 1e-3)
     m = measurer.measure(FAULTY, TASK, {"mode": "ok"}, reference=ok)
     assert m.ok and m.ratio > 0
-    stale = {"template": FAULTY, "config": {"mode": "raise"}}
+    stale = TuningRecord(TASK.key, FAULTY, {"mode": "raise"}, 1e-3)
     m = measurer.measure(FAULTY, TASK, {"mode": "ok"}, reference=stale)
     assert m.ok and m.ratio is None                    # timed alone, still valid
     m = measurer.measure(FAULTY, TASK, {"mode": "wrong"}, reference=ok)

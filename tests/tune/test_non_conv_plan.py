@@ -17,7 +17,7 @@ from woodpecker.engines.halide.templates import template_module
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.passes import optimize
 from woodpecker.tune.extract import extract_tasks
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 
 pytest.importorskip("halide")
 
@@ -75,8 +75,8 @@ def tuned(tmp_path_factory):
     log = TuningLog(tmp_path_factory.mktemp("log") / "tuning.jsonl")
     for i, g in enumerate(extract_tasks(graph)):
         config = template_module(g.templates[0]).space(g.task).sample(random.Random(i))
-        log.append({"task": g.task.key, "template": g.templates[0], "config": config,
-                    "cost_s": 1e-4, "error": None})
+        log.append(TuningRecord(task=g.task.key, template=g.templates[0], config=config,
+                                cost_s=1e-4, error=None))
     return model, log.path
 
 

@@ -59,7 +59,7 @@ def test_tuning_measures_again_what_another_target_measured(conv_model, tmp_path
         {json.dumps(r["config"], sort_keys=True) for r in after}
     assert {r["target"] for r in after} == {here.record_key}
     best = TuningLog(log, here.record_key).best(measured[0]["task"])
-    assert best is not None and best["cost_s"] > 1e-9
+    assert best is not None and best.cost_s > 1e-9
 
 
 def test_resuming_a_log_of_this_target_measures_nothing_twice(conv_model, tmp_path):  # noqa: F811

@@ -52,7 +52,7 @@ def test_parts_are_tuned_first_and_the_chain_starts_from_their_composition(tmp_p
     assert set(keys[:first_chain]) == set(parts)          # every part before the chain
     assert first_chain <= 0.4 * 40 + len(parts)           # SPLIT_SHARE of the trials
     composed = join_seeds(task, conv_chain.space(task),
-                          [log.best(p)["config"] for p in parts])
+                          [log.best(p).config for p in parts])
     assert m.calls[first_chain][1] == KnobSpace.key(composed[0])
     # the parts are in the log now: a second chain search measures none of them
     m2 = CountingMeasurer()

@@ -10,7 +10,7 @@ import pytest
 
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 from woodpecker.tune.context import TuningContext
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 from woodpecker.tune.searchers import make_searcher
 from woodpecker.tune.tuner import tune_task
 
@@ -101,8 +101,8 @@ def test_log_resume_and_torn_lines(tmp_path):
     assert not set(m2.calls) & set(m1.calls)                 # nothing re-measured
     log3 = TuningLog(path)
     assert len(log3.records) == 30 + len(m2.calls) and log3.skipped_lines == 1
-    assert best["cost_s"] == min(r["cost_s"] for r in log3.records if r["cost_s"])
-    assert any(r["error"] for r in log3.records)             # invalid ones are recorded
+    assert best.cost_s == min(r.cost_s for r in log3.records if r.cost_s)
+    assert any(r.error for r in log3.records)             # invalid ones are recorded
 
 
 def test_paired_costs_share_one_scale_while_the_machine_speed_moves(tmp_path):
@@ -116,17 +116,16 @@ def test_paired_costs_share_one_scale_while_the_machine_speed_moves(tmp_path):
     class DriftingMachine:
         def measure(self, template, task, config, reference=None):
             own = cost(config) * 1e-3 * rng.uniform(1.0, 3.0)
-            ratio = None if reference is None else cost(config) / cost(reference["config"])
+            ratio = None if reference is None else cost(config) / cost(reference.config)
             return Measurement(own, None, 0.0, ratio)
 
     log = TuningLog(tmp_path / "log.jsonl")
     tune_task(FakeTask(), "t", SPACE, searcher("random", SPACE, 0), DriftingMachine(), log,
               searcher_name="random", seed=0, max_trials=40)
     first, *rest = log.records
-    assert "vs_best" not in first and all(r["vs_best"] > 0 for r in rest)
+    assert first.vs_best is None and all(r.vs_best > 0 for r in rest)
     for r in log.records:
-        assert r["cost_s"] == pytest.approx(cost(r["config"]) / cost(first["config"])
-                                            * first["cost_s"])
+        assert r.cost_s == pytest.approx(cost(r.config) / cost(first.config) * first.cost_s)
 
 
 def test_sample_rng_is_seeded():
@@ -156,8 +155,8 @@ def test_templates_share_the_trials_and_the_best_wins(tmp_path):
     best = tune_templates(task, templates, m, log, search="random", seed=0,
                           vector_registers=16, max_trials=9)
     assert m.calls.count(templates[0]) == 5 and m.calls.count(templates[1]) == 4
-    assert best["template"] == templates[1]
-    assert best["cost_s"] == min(r["cost_s"] for r in log.records)
+    assert best.template == templates[1]
+    assert best.cost_s == min(r.cost_s for r in log.records)
 
 
 def test_similar_tasks_winning_template_gets_the_larger_share_and_goes_first(tmp_path):
@@ -177,10 +176,10 @@ def test_similar_tasks_winning_template_gets_the_larger_share_and_goes_first(tmp
     assert template_weights(task, templates, log) == [1.0, 1.0]
     for c, hw in ((32, 8), (64, 8), (16, 16)):
         for tmpl, cost in zip(templates, (2e-3, 1e-3)):
-            log.append({"task": conv(c, hw).key, "template": tmpl, "config": {"vec": 8},
-                        "cost_s": cost})
-    log.append({"task": conv(8, 4).key, "template": templates[0], "config": {"vec": 8},
-                "cost_s": 1e-6})                     # one template only: no vote
+            log.append(TuningRecord(task=conv(c, hw).key, template=tmpl, config={"vec": 8},
+                                    cost_s=cost))
+    log.append(TuningRecord(task=conv(8, 4).key, template=templates[0], config={"vec": 8},
+                            cost_s=1e-6))                     # one template only: no vote
     w = template_weights(task, templates, log)
     assert w[1] > w[0] > 0
     assert w[0] == pytest.approx(TEMPLATE_FLOOR * (w[1] - w[0]))   # floor: share of the votes
@@ -221,6 +220,5 @@ def test_a_task_with_nothing_valid_overruns_its_share_by_one_measurement_only(tm
     assert run(later) == [KnobSpace.key(crash)]
     assert log.best("synthetic") is None
     assert len(run(later)) == 1                  # still nothing valid: one more
-    log.append({"task": "synthetic", "template": "t", "config": dict(crash, k3=3),
-                "cost_s": 1e-3})
+    log.append(TuningRecord(task="synthetic", template="t", config=dict(crash, k3=3), cost_s=1e-3))
     assert run(later) == []

@@ -47,7 +47,7 @@ def test_violations_name_the_problem():
 
 
 def test_configs_of_an_older_template_are_not_in_the_domain(tmp_path):
-    from woodpecker.tune.records import TuningLog
+    from woodpecker.tune.records import TuningLog, TuningRecord
 
     space = KnobSpace([Knob("tile", (1, 2, 4)), Knob("vec", (8, 16))],
                       [Constraint("registers", lambda c: c["tile"] * c["vec"] <= 32)])
@@ -56,7 +56,7 @@ def test_configs_of_an_older_template_are_not_in_the_domain(tmp_path):
     assert not space.in_domain({"tile": 4, "vec": 16, "old": 1})
     assert not space.in_domain({"tile": 3, "vec": 8})
     log = TuningLog(tmp_path / "log.jsonl")
-    log.append({"task": "t", "template": "m", "config": {"tile": 1, "vec": 8}, "cost_s": 2.0})
-    log.append({"task": "t", "template": "m", "config": {"tile": 2}, "cost_s": 1.0})
-    assert log.best("t")["cost_s"] == 1.0
-    assert log.best("t", lambda r: space.in_domain(r["config"]))["cost_s"] == 2.0
+    log.append(TuningRecord(task="t", template="m", config={"tile": 1, "vec": 8}, cost_s=2.0))
+    log.append(TuningRecord(task="t", template="m", config={"tile": 2}, cost_s=1.0))
+    assert log.best("t").cost_s == 1.0
+    assert log.best("t", lambda r: space.in_domain(r.config)).cost_s == 2.0

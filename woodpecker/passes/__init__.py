@@ -1,4 +1,11 @@
-"""Graph rewrites that keep the math. `optimize` runs the default pipeline in order."""
+"""Graph rewrites that keep the math. `optimize` runs the default pipeline in order.
+
+Two kinds live here, both rewrites of a `Graph` in place: the pipeline's passes (`PASSES`,
+named in `DEFAULT`, `MEMORY`, `AGO`; run by `optimize`), and `unfuse.py`, the inverse of the
+composite fusions, which is not a pipeline pass — selection (selection/fusion.py) and tuning
+(tune/extract.py) apply it to the nodes they choose. It sits beside the fusions it undoes: it
+rebuilds a chain's parts with `fuse_separable`, so no lower layer could hold it.
+"""
 
 from __future__ import annotations
 

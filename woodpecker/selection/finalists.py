@@ -20,46 +20,48 @@ producer, as in a plan, 0.17-0.21 against 0.13-0.15.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import NamedTuple
 
 import numpy as np
 
 from woodpecker.config import PER_FAMILY, TOLERANCE
+from woodpecker.engines import names
+from woodpecker.engines.choice import KernelSpec
 from woodpecker.engines.halide.templates import kernel_arguments, template_module
 from woodpecker.errors import EngineError
+from woodpecker.selection.candidates import Candidate
 from woodpecker.tasks import Task
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 from woodpecker.tune.rotation import rotating_call
 from woodpecker.tune.worker import relative_error
 
 
-def family(record: dict) -> str:
-    """A record's template and parallel split, e.g. "conv_depthwise/rows"."""
-    name = record["template"]
-    split = record["config"].get("parallel")
+def family(record: TuningRecord | KernelSpec) -> str:
+    """A record's (or kernel's) template and parallel split, e.g. "conv_depthwise/rows"."""
+    name = record.template
+    split = record.config.get("parallel")
     return name if split is None else f"{name}/{split}"
 
 
 
 
-def leaders(log: TuningLog, task: Task, usable=None, per_family: int = PER_FAMILY) -> list[dict]:
+def leaders(log: TuningLog, task: Task, usable=None,
+            per_family: int = PER_FAMILY) -> list[TuningRecord]:
     """The `per_family` fastest valid records (distinct configs) of each template and parallel
     split for `task`, fastest first."""
-    best: dict[str, dict[str, dict]] = {}
+    best: dict[str, dict[str, TuningRecord]] = {}
     for r in log.records:
-        if r["task"] == task.key and r.get("cost_s") and (usable is None or usable(r)):
+        if r.task == task.key and r.cost_s and (usable is None or usable(r)):
             configs = best.setdefault(family(r), {})
-            key = json.dumps(r["config"], sort_keys=True)
-            if key not in configs or r["cost_s"] < configs[key]["cost_s"]:
+            key = r.key
+            if key not in configs or r.cost_s < configs[key].cost_s:
                 configs[key] = r
     kept = [r for configs in best.values()
-            for r in sorted(configs.values(), key=lambda r: r["cost_s"])[:per_family]]
-    return sorted(kept, key=lambda r: r["cost_s"])
+            for r in sorted(configs.values(), key=lambda r: r.cost_s)[:per_family]]
+    return sorted(kept, key=lambda r: r.cost_s)
 
 
-def finalist_names(records: list[dict]) -> list[str]:
+def finalist_names(records: list[TuningRecord]) -> list[str]:
     """Each record's family, with "#2", "#3"… on the family's later records."""
     names = []
     for i, r in enumerate(records):
@@ -68,13 +70,13 @@ def finalist_names(records: list[dict]) -> list[str]:
     return names
 
 
-def checked_kernel(task: Task, record: dict, threads: int, inputs: list[np.ndarray]):
+def checked_kernel(task: Task, record: TuningRecord, threads: int, inputs: list[np.ndarray]):
     """(kernel, its arguments) for `record`, built and checked against the numpy reference
     on `inputs`; raises EngineError (one line) when it does not build, fails or differs."""
-    template = template_module(record["template"])
+    template = template_module(record.template)
     try:
-        kernel = template.build(task, record["config"], threads)
-        args = kernel_arguments(template, task, record["config"], inputs)
+        kernel = template.build(task, record.config, threads)
+        args = kernel_arguments(template, task, record.config, inputs)
         got = kernel(*args)
     except Exception as e:  # noqa: BLE001 - a kernel that no longer builds or runs is skipped
         raise EngineError(f"tuned kernel does not build or run "
@@ -85,23 +87,21 @@ def checked_kernel(task: Task, record: dict, threads: int, inputs: list[np.ndarr
     return kernel, args
 
 
-class Finalist(NamedTuple):
-    record: dict
-    kernel: object            # the built AotKernel
-    run: Callable[[], object]  # a call on seeded inputs, weights cold (tune/rotation.py)
-
-
-def finalist_runners(task: Task, records: list[dict], threads: int,
-                     report: Callable[[str], None]) -> dict[str, Finalist]:
-    """Per finalist (named by `finalist_names`), its checked kernel; finalists that fail are
-    reported and left out."""
+def finalist_candidates(task: Task, records: list[TuningRecord], threads: int,
+                        report: Callable[[str], None]) -> list[Candidate]:
+    """Each record as a candidate (selection/candidates.py) named by `finalist_names`: its
+    kernel built and checked against the reference, `run` a call on seeded inputs with the
+    weights cold (tune/rotation.py), in the records' order; finalists that fail are reported
+    and left out."""
     inputs = task.random_inputs(0)
-    runners = {}
+    out = []
     for name, record in zip(finalist_names(records), records):
         try:
             kernel, args = checked_kernel(task, record, threads, inputs)
         except EngineError as e:
             report(f"{task.describe()}: {name}: {e}; not used")
             continue
-        runners[name] = Finalist(record, kernel, rotating_call(kernel, args))
-    return runners
+        spec = KernelSpec(record.template, task.kind, dict(record.config), task.to_json(),
+                          kernel.path.name)
+        out.append(Candidate(names.HALIDE, name, rotating_call(kernel, args), spec, record))
+    return out

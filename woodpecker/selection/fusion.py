@@ -79,8 +79,8 @@ def _kernel_runner(task, log: TuningLog, threads: int, out: TextIO):
     without one (or without a task)."""
     if task is None:
         return None
-    finalists = best_tuned(task, log, threads, out)
-    return next(iter(finalists.values())).run if finalists else None
+    best = best_tuned(task, log, threads, out)
+    return None if best is None else best.run
 
 
 def _part_runner(node: Node, log: TuningLog, ctx: BuildContext, out: TextIO):

@@ -1,7 +1,7 @@
 """Parallel scheduling of an assembled plan: DOS ("Accelerate DNN Inference by Inter-Operator
-Parallelism", §3-4,
-Algorithm 1) over its steps, with stage costs measured on this machine, kept only where the
-whole plan gets faster.
+Parallelism", §3-4, Algorithm 1) over its steps — the scheduler itself is schedule/dos.py and
+schedule/dos_steps.py — with stage costs measured here, on this machine, and the staged plan
+kept only where the whole plan gets faster (a plan-level decision, as selection's others).
 
 Contract: `schedule_parallel(model)` returns a model whose plan runs some stages of
 independent steps at the same time (`meta["parallel"]`, runtime/stages.py), or the given model
@@ -48,49 +48,12 @@ from woodpecker.config import (
     TOLERANCE,
 )
 from woodpecker.deadline import Deadline
-from woodpecker.ir.graph import Graph
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.schedule.dos import Schedule, Stage, optimal_in_blocks
+from woodpecker.schedule.dos_steps import critical_path, dos_schedule, greedy_schedule, step_edges
 from woodpecker.selection.compare import Timed, decide
 
 INF = float("inf")
 SEQUENTIAL, PARALLEL = "sequential plan", "parallel stages"   # the decision's labels
-
-
-def step_edges(graph: Graph, steps: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
-    """(producer step, reader step) for every value one step makes and another reads."""
-    owner = {}
-    for s, idx in enumerate(steps):
-        for i in idx:
-            for v in graph.nodes[i].outputs:
-                owner[v.name] = s
-    edges = set()
-    for s, idx in enumerate(steps):
-        for i in idx:
-            for v in graph.nodes[i].inputs:
-                if v is not None and owner.get(v.name, s) != s:
-                    edges.add((owner[v.name], s))
-    return sorted(edges)
-
-
-def critical_path(n: int, edges: Sequence[tuple[int, int]],
-                  ms: Sequence[float]) -> tuple[float, list[int]]:
-    """The longest path through the steps (edges go forward in step order) by step times:
-    no schedule on any number of cores runs faster than it (with these kernels)."""
-    best = list(ms)
-    back: list[int | None] = [None] * n
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for u, v in edges:
-        preds[v].append(u)
-    for v in range(n):
-        for u in preds[v]:
-            if best[u] + ms[v] > best[v]:
-                best[v], back[v] = best[u] + ms[v], u
-    end = max(range(n), key=best.__getitem__)
-    path = [end]
-    while back[path[-1]] is not None:
-        path.append(back[path[-1]])
-    return best[end], path[::-1]
 
 
 def _paired(first, then, runs: int) -> list[tuple[float, float]]:
@@ -160,44 +123,6 @@ class StageTimer:
         return apart, "sequential"
 
 
-def greedy_schedule(n: int, edges: Sequence[tuple[int, int]], cost: StageTimer) -> Schedule:
-    """DOS's greedy baseline within the plan's threads: repeatedly, the first ready steps that
-    can run side by side (as many as there are threads) run together, whatever that costs, and
-    every other ready step alone."""
-    preds: list[set[int]] = [set() for _ in range(n)]
-    for u, v in edges:
-        preds[v].add(u)
-    done: set[int] = set()
-    stages: list[Stage] = []
-    while len(done) < n:
-        ready = [s for s in range(n) if s not in done and preds[s] <= done]
-        together = [s for s in ready if cost.candidate(s)][:cost.threads]
-        if len(together) > 1:
-            members = frozenset(together)
-            r = cost.ratio(members)
-            apart = sum(cost.alone[s] for s in members)
-            stages.append(Stage(members, "concurrent", apart * r if r < INF else apart))
-        for s in ready:
-            if len(together) < 2 or s not in together:
-                stages.append(Stage(frozenset([s]), "sequential", cost.alone[s]))
-        done.update(ready)
-    return Schedule(tuple(stages))
-
-
-def dos_schedule(n: int, edges: Sequence[tuple[int, int]], cost: StageTimer,
-                 block: int = DOS_BLOCK) -> Schedule:
-    """DOS Algorithm 1 per block of `block` consecutive steps, stages of at most the plan's
-    threads; a stage found no faster together is split back into its members."""
-    stages: list[Stage] = []
-    for stage in optimal_in_blocks(range(n), edges, cost, block, cost.threads).stages:
-        if stage.strategy == "concurrent":
-            stages.append(stage)
-        else:
-            stages.extend(Stage(frozenset([s]), "sequential", cost.alone[s])
-                          for s in sorted(stage.nodes))
-    return Schedule(tuple(stages))
-
-
 def schedule_parallel(model: CompiledModel, out: TextIO | None = None,
                       deadline: Deadline = Deadline.NONE, always: bool = False) -> CompiledModel:
     """The model with a parallel schedule where it runs faster on the whole (`always`: where
@@ -242,7 +167,7 @@ def schedule_parallel(model: CompiledModel, out: TextIO | None = None,
         return model
     print(f"parallel schedule: measuring stages of {len(steps)} steps on {threads} threads",
           file=out, flush=True)
-    schedule = dos_schedule(len(steps), edges, timer)
+    schedule = dos_schedule(len(steps), edges, timer, DOS_BLOCK)
     together = [st for st in schedule.stages if st.strategy == "concurrent"]
     record.update(
         dos_sum_ms=round(schedule.cost, 4),

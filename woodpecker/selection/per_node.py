@@ -46,10 +46,11 @@ from woodpecker.engines.ort_engine import call_overhead_ms
 from woodpecker.engines.registry import get_engine
 from woodpecker.engines.torch_engine import settle_threads
 from woodpecker.ir.graph import Graph, Node, runtime_positions
-from woodpecker.selection.finalists import finalist_runners, leaders
+from woodpecker.selection.candidates import Candidate, time_candidates
+from woodpecker.selection.finalists import finalist_candidates, leaders
 from woodpecker.tasks import NHWC, Task
 from woodpecker.tune.extract import extract_tasks
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 
 # the libraries a tuned kernel is timed against; the one the preference order picked competes
 LIBRARIES = (names.ONNXRUNTIME, names.TORCH)
@@ -82,14 +83,14 @@ def buildable(task: Task):
     passed over rather than failing to build). Each template's space is built once."""
     spaces: dict[str, object] = {}
 
-    def usable(record: dict) -> bool:
-        name = record["template"]
+    def usable(record: TuningRecord) -> bool:
+        name = record.template
         if name not in spaces:
             try:
                 spaces[name] = template_module(name).space(task)
             except ImportError:
                 spaces[name] = None
-        return spaces[name] is not None and spaces[name].in_domain(record["config"])
+        return spaces[name] is not None and spaces[name].in_domain(record.config)
 
     return usable
 
@@ -115,25 +116,19 @@ def _untimed_kernels(groups: list, choices: Choices, log: TuningLog, ctx: BuildC
                                    "is tried in the whole-plan check")
 
 
-def best_tuned(task: Task, log: TuningLog, threads: int, out: TextIO) -> dict:
-    """`task`'s best usable record in `log` as a finalist (selection/finalists.py: its kernel
-    built and checked against the reference, not timed), by its name; empty without one that
-    passes."""
+def best_tuned(task: Task, log: TuningLog, threads: int, out: TextIO) -> Candidate | None:
+    """`task`'s best usable record in `log` as a candidate (selection/finalists.py: its kernel
+    built and checked against the reference, not timed); None without one that passes."""
     records = leaders(log, task, buildable(task))[:1]
-    return finalist_runners(task, records, threads, lambda msg: print(f"  {msg}", file=out))
+    found = finalist_candidates(task, records, threads,
+                                lambda msg: print(f"  {msg}", file=out))
+    return found[0] if found else None
 
 
 def best_tuned_spec(task: Task, log: TuningLog, threads: int, out: TextIO) -> KernelSpec | None:
     """The kernel spec of `best_tuned`; None without one."""
-    finalists = best_tuned(task, log, threads, out)
-    return _specs(task, finalists, list(finalists))[0] if finalists else None
-
-
-def _specs(task: Task, finalists: dict, order: list[str]) -> list[KernelSpec]:
-    """The kernel specs of `finalists` named in `order`."""
-    return [KernelSpec(finalists[name].record["template"], task.kind,
-                       finalists[name].record["config"], task.to_json(),
-                       finalists[name].kernel.path.name) for name in order]
+    best = best_tuned(task, log, threads, out)
+    return None if best is None else best.spec
 
 
 def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -148,31 +143,39 @@ def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.
     return out
 
 
-def _time_group(task: Task, records: list[dict], node: Node, allowed: list[str],
+def _time_group(task: Task, records: list[TuningRecord], node: Node, allowed: list[str],
                 ctx: BuildContext, runs: int, out: TextIO,
                 deadline: Deadline = Deadline.NONE) -> GroupTiming | None:
-    """Time the finalists (see selection/finalists.py) and the libraries interleaved;
-    the fastest finalist is the node's Halide candidate."""
-    finalists = finalist_runners(task, records, ctx.threads,
-                                 lambda msg: print(f"  {msg}", file=out))
+    """Time the finalists (see selection/finalists.py) and the libraries' kernels of the node
+    interleaved, all as candidates (selection/candidates.py); the fastest finalist is the
+    node's Halide candidate."""
+    finalists = finalist_candidates(task, records, ctx.threads,
+                                    lambda msg: print(f"  {msg}", file=out))
     if not finalists:
         return None
-    runners = {f"{HALIDE}:{name}": f.run for name, f in finalists.items()}
+    libraries = _library_candidates(task, node, allowed, ctx)
+    times = time_candidates(finalists + libraries, runs, {names.TORCH: settle_threads},
+                            deadline)
+    halide_ms = {c.name: times[c.label] for c in finalists}
+    ranked = sorted(finalists, key=lambda c: halide_ms[c.name])
+    return GroupTiming(task, {HALIDE: halide_ms[ranked[0].name],
+                              **{c.engine: times[c.label] for c in libraries}},
+                       {c.name: c.spec for c in ranked}, finalists_ms=halide_ms)
+
+
+def _library_candidates(task: Task, node: Node, allowed: list[str],
+                        ctx: BuildContext) -> list[Candidate]:
+    """The node's kernel in each allowed library of `LIBRARIES` that runs it, called on the
+    task's seeded inputs in the node's layout, after the Halide pool's rest hook as in a plan
+    (runtime/compiled.py)."""
     own = library_inputs(task, node, task.random_inputs(0))
-    rest = get_engine(HALIDE).rest_hook() or (lambda: None)   # as in a plan (runtime/compiled.py)
+    rest = get_engine(HALIDE).rest_hook() or (lambda: None)
+    out = []
     for name in LIBRARIES:
         if name in allowed and get_engine(name).supports(node, ctx):
             lib = get_engine(name).build(node, ctx)
-            runners[name] = (lambda k: lambda: (rest(), k(*own)))(lib)
-    times = {k: float(np.median(v))
-             for k, v in time_interleaved(runners, runs, 2, block=3,
-                                          settle={names.TORCH: settle_threads},
-                                          deadline=deadline).items()}
-    halide_ms = {name: times.pop(f"{HALIDE}:{name}") for name in finalists}
-    order = sorted(halide_ms, key=halide_ms.get)
-    specs = dict(zip(order, _specs(task, finalists, order)))
-    return GroupTiming(task, {HALIDE: min(halide_ms.values()), **times}, specs,
-                       finalists_ms=halide_ms)
+            out.append(Candidate(name, name, (lambda k: lambda: (rest(), k(*own)))(lib)))
+    return out
 
 
 def select_kernels(graph: Graph, choices: Choices, allowed: list[str], ctx: BuildContext,

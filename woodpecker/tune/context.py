@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from woodpecker.target import Target
 from woodpecker.tasks import Task
 from woodpecker.tasks.space import KnobSpace
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 
 
 @dataclass
@@ -34,16 +34,16 @@ class TuningContext:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
 
-    def own_records(self) -> list[dict]:
+    def own_records(self) -> list[TuningRecord]:
         """The log's records of this task and template (earlier runs), oldest first."""
         if self.log is None:
             return []
         return [r for r in self.log.records
-                if r["task"] == self.task.key and r["template"] == self.template]
+                if r.task == self.task.key and r.template == self.template]
 
-    def other_records(self) -> list[dict]:
+    def other_records(self) -> list[TuningRecord]:
         """The log's records of every other task (what a transferring cost model starts
         from)."""
         if self.log is None:
             return []
-        return [r for r in self.log.records if r["task"] != self.task.key]
+        return [r for r in self.log.records if r.task != self.task.key]

@@ -23,10 +23,11 @@ import numpy as np
 from woodpecker.tasks import Task, task_from_key
 from woodpecker.tasks.space import Config, KnobSpace
 from woodpecker.tune.features import Features, Vectorizer, features
+from woodpecker.tune.records import TuningRecord
 
 
 class CostModel(Protocol):
-    def fit(self, records: Sequence[dict]) -> None: ...
+    def fit(self, records: Sequence[TuningRecord]) -> None: ...
 
     def predict(self, task: Task, template: str, configs: list[Config]) -> np.ndarray: ...
 
@@ -56,26 +57,27 @@ class FeatureCache:
             row = self._rows[k] = features(task, template, config, self.extra)
         return row
 
-    def record_row(self, rec: dict) -> Features:
+    def record_row(self, rec: TuningRecord) -> Features:
         if self.records is not None:
             return self.records.record_row(rec)
-        return self.row(self.task(rec["task"]), rec["template"], rec["config"])
+        return self.row(self.task(rec.task), rec.template, rec.config)
 
 
-def ranking_labels(records: Sequence[dict]) -> tuple[list[dict], np.ndarray, np.ndarray]:
+def ranking_labels(records: Sequence[TuningRecord]) -> tuple[list[TuningRecord], np.ndarray,
+                                                             np.ndarray]:
     """Records grouped by task (sorted, as a ranker needs), each labelled its task's best cost
     over its own (0 when invalid); returns (records, labels, group ids). Tasks with no valid
     record are left out: nothing to rank."""
     best: dict[str, float] = {}
     for r in records:
-        c = r.get("cost_s")
-        if c and c < best.get(r["task"], float("inf")):
-            best[r["task"]] = c
-    keep = sorted((r for r in records if r["task"] in best), key=lambda r: r["task"])
-    labels = np.array([best[r["task"]] / r["cost_s"] if r.get("cost_s") else 0.0
+        c = r.cost_s
+        if c and c < best.get(r.task, float("inf")):
+            best[r.task] = c
+    keep = sorted((r for r in records if r.task in best), key=lambda r: r.task)
+    labels = np.array([best[r.task] / r.cost_s if r.cost_s else 0.0
                        for r in keep], dtype=np.float32)
     ids = {t: i for i, t in enumerate(sorted(best))}
-    return keep, labels, np.array([ids[r["task"]] for r in keep], dtype=np.int64)
+    return keep, labels, np.array([ids[r.task] for r in keep], dtype=np.int64)
 
 
 class XGBCostModel:
@@ -89,7 +91,7 @@ class XGBCostModel:
         self.booster = None
         self.fitted_on = 0
 
-    def fit(self, records: Sequence[dict]) -> None:
+    def fit(self, records: Sequence[TuningRecord]) -> None:
         import xgboost
 
         keep, labels, groups = ranking_labels(records)

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
@@ -44,7 +45,7 @@ from woodpecker.options import TuneOptions
 from woodpecker.progress import Progress
 from woodpecker.target import Target
 from woodpecker.tune.extract import TaskGroup, extract_tasks
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 
 
 def connect(address: str | None, threads: int) -> int:
@@ -90,7 +91,7 @@ class _Tuner:
         path.write_text("".join(TuningLog.line(r) for r in records))
 
         class Forwarding(TuningLog):
-            def append(self, record: dict) -> None:
+            def append(self, record: TuningRecord) -> None:
                 super().append(record)
                 out.put(self.records[-1] if self.records else record)
 
@@ -148,7 +149,7 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
             for ref in stream:
                 rec = ray.get(ref)
                 with lock:
-                    log.append({k: v for k, v in rec.items() if k != "target"})
+                    log.append(replace(rec, target=None))   # stamped the driver's
                     stats["records"] += 1
                     bar.update(wall - deadline.left(), f"{stats['records']} measured on "
                                                        f"{workers} worker(s)")

@@ -105,8 +105,8 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
 
             def progress(rec, i=i, best=best):
                 best["n"] += 1
-                if rec.get("gflops") and rec["gflops"] > best["gflops"]:
-                    best["gflops"] = rec["gflops"]
+                if rec.gflops and rec.gflops > best["gflops"]:
+                    best["gflops"] = rec.gflops
                 bar.update(time.monotonic() - start,
                            f"task {i + 1}/{len(groups)}, {best['n']} measured, best "
                            f"{best['gflops']:.1f} GFLOP/s")
@@ -116,7 +116,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
                                  deadline=now + share, max_trials=options.max_trials,
                                  progress=progress, builder=builder, target=target,
                                  hard_deadline=end)
-            got = f"{rec['gflops']:.1f} GFLOP/s" if rec else "no valid configuration"
+            got = f"{rec.gflops or 0.0:.1f} GFLOP/s" if rec else "no valid configuration"
             bar.note(f"task {i + 1}/{len(groups)} {g.task.describe()}: best {got} "
                      f"({best['n']} measured)")
             results.append((g, rec))

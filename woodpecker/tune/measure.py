@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from woodpecker.config import CANDIDATE_TIMEOUT_S, MEASURE_REPEATS
 from woodpecker.tasks import Task
+from woodpecker.tune.records import TuningRecord
 
 
 def spawn_worker(threads: int, stderr) -> subprocess.Popen:
@@ -81,13 +82,13 @@ class Measurer:
             self._proc = None
 
     def measure(self, template: str, task: Task, config: dict,
-                reference: dict | None = None) -> Measurement:
-        """Build, check and time one candidate; with `reference` ({"template", "config"} of
-        another config of `task`) it is timed paired with it (see tune/worker.py)."""
+                reference: TuningRecord | None = None) -> Measurement:
+        """Build, check and time one candidate; with `reference` (a record of `task`, its
+        best so far) it is timed paired with that record's kernel (see tune/worker.py)."""
         proc = self._start()
         req = request(task, template, config, repeats=self.repeats, seed=self.seed)
         if reference is not None:
-            req["reference"] = reference
+            req["reference"] = {"template": reference.template, "config": dict(reference.config)}
         try:
             proc.stdin.write(json.dumps(req) + "\n")
             proc.stdin.flush()

@@ -10,6 +10,13 @@ vector extensions, thread count) stamps every record it appends with it and leav
 records measured for another (a shared log moved between machines, or tuned at another thread
 count): they are never taken as this machine's best, and their configs are measured again.
 Records without a target (logs written before records carried one) are taken as they are.
+
+A record is a frozen `TuningRecord`: the task, the template (its short identity,
+engines/halide/templates.py; an older log's module path is mapped on read), the configuration
+and the measurement; the fields a log line has beyond those (who searched, with what seed and
+versions) ride along in `provenance` and are written back as they were read. The line format is
+the one logs have always had: `TuningRecord.from_json` and `to_json` are its only readers and
+writers.
 """
 
 from __future__ import annotations
@@ -17,11 +24,62 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from woodpecker.engines.halide.templates import known_template
 from woodpecker.tasks.space import KnobSpace
+
+
+@dataclass(frozen=True, slots=True)
+class TuningRecord:
+    """One measured candidate: `cost_s` its time (None: invalid, `error` says why); `run_s` and
+    `vs_best` when it was timed paired with the task's best (`cost_s` is then on that record's
+    scale); `target` the `Target.record_key` it was measured for (None: older logs).
+    `config` is the candidate's knob values; never mutate it."""
+
+    task: str
+    template: str
+    config: Mapping[str, Any]
+    cost_s: float | None = None
+    error: str | None = None
+    compile_s: float | None = None
+    gflops: float | None = None
+    run_s: float | None = None
+    vs_best: float | None = None
+    target: str | None = None
+    time: str | None = None
+    provenance: Mapping[str, Any] = field(default_factory=dict)   # searcher, seed, versions…
+
+    @property
+    def valid(self) -> bool:
+        """Measured and correct: it has a cost."""
+        return bool(self.cost_s)
+
+    @property
+    def key(self) -> str:
+        """Its configuration's key (`KnobSpace.key`)."""
+        return KnobSpace.key(self.config)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "TuningRecord":
+        """A log line's record; raises KeyError/TypeError when it is not one."""
+        own = {f.name for f in fields(cls)} - {"provenance"}
+        if not isinstance(d["config"], Mapping):
+            raise TypeError("a record's config is an object")
+        return cls(**{k: v for k, v in d.items() if k in own - {"task", "template", "config"}},
+                   config=dict(d["config"]), task=str(d["task"]), template=str(d["template"]),
+                   provenance={k: v for k, v in d.items() if k not in own})
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a log line's object: `cost_s` and `error` always (None where
+        unset), the other fields where set, provenance flattened in."""
+        d = {f.name: v for f in fields(self)
+             if f.name != "provenance" and (v := getattr(self, f.name)) is not None}
+        return {**self.provenance, **d, "config": dict(self.config), "cost_s": self.cost_s,
+                "error": self.error}
 
 
 class TuningLog:
@@ -36,8 +94,9 @@ class TuningLog:
         self.foreign = 0   # records measured for another target, left out
         self.excluded = 0  # records of excluded templates, left out
         self.unknown = 0   # records of templates this Woodpecker does not have (kept, inert)
-        self.records: list[dict] = []
-        self._best: dict[str, dict] = {}   # task key -> its fastest valid record (first on ties)
+        self.records: list[TuningRecord] = []
+        # task key -> its fastest valid record (first on ties)
+        self._best: dict[str, TuningRecord] = {}
         self.skipped_lines = 0
         # What searchers compute from these records and share within a compile (the records'
         # feature rows), by their owner's key; it goes with the log.
@@ -51,24 +110,24 @@ class TuningLog:
                 if not line.strip():
                     continue
                 try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
+                    rec = TuningRecord.from_json(json.loads(line))
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                     self.skipped_lines += 1
                     continue
-                if isinstance(rec, dict) and {"task", "template", "config"} <= rec.keys():
-                    self._add(rec)
-                else:
-                    self.skipped_lines += 1
+                self._add(rec)
 
     @staticmethod
-    def line(record: dict) -> str:
+    def line(record: TuningRecord) -> str:
         """A record as the log's line (JSON, keys sorted)."""
-        return json.dumps(record, sort_keys=True) + "\n"
+        return json.dumps(record.to_json(), sort_keys=True) + "\n"
 
-    def append(self, record: dict) -> None:
-        record = dict(record, time=record.get("time") or time.strftime("%Y-%m-%dT%H:%M:%S"))
-        if self.target is not None:
-            record.setdefault("target", self.target)
+    def append(self, record: TuningRecord) -> None:
+        """Write `record` (stamped with the time and, for a log opened for a target, that
+        target unless it has one) as one line, then take it in."""
+        if not isinstance(record, TuningRecord):
+            raise TypeError(f"a tuning log takes TuningRecord, not {type(record).__name__}")
+        record = replace(record, time=record.time or time.strftime("%Y-%m-%dT%H:%M:%S"),
+                         target=record.target if record.target is not None else self.target)
         line = self.line(record)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+b") as f:
@@ -82,35 +141,34 @@ class TuningLog:
             os.fsync(f.fileno())
         self._add(record)
 
-    def _add(self, record: dict) -> None:
-        if self.target is not None and record.get("target", self.target) != self.target:
+    def _add(self, record: TuningRecord) -> None:
+        if self.target is not None and record.target not in (None, self.target):
             self.foreign += 1
             return
-        template = known_template(str(record["template"]))
+        template = known_template(record.template)
         if template is None:      # a template this Woodpecker does not have: kept, never built
             self.unknown += 1
-            template = record["template"]
-        elif template != record["template"]:   # an older log's module path
-            record = {**record, "template": template}
+            template = record.template
+        elif template != record.template:   # an older log's module path
+            record = replace(record, template=template)
         if template in self.exclude:
             self.excluded += 1
             return
         self.records.append(record)
-        best = self._best.get(record["task"])
-        if record.get("cost_s") and (best is None or record["cost_s"] < best["cost_s"]):
-            self._best[record["task"]] = record
+        best = self._best.get(record.task)
+        if record.valid and (best is None or record.cost_s < best.cost_s):
+            self._best[record.task] = record
 
-    def measured(self, task_key: str, template: str) -> dict[str, dict]:
+    def measured(self, task_key: str, template: str) -> dict[str, TuningRecord]:
         """Records of one task and template, by configuration key (latest wins)."""
-        return {KnobSpace.key(r["config"]): r for r in self.records
-                if r["task"] == task_key and r["template"] == template}
+        return {r.key: r for r in self.records
+                if r.task == task_key and r.template == template}
 
-    def best(self, task_key: str, usable=None) -> dict | None:
+    def best(self, task_key: str, usable=None) -> TuningRecord | None:
         """The fastest valid record of a task over every template; `usable(record)`, when
         given, also has to hold (e.g. the config fits its template's current knobs). Without
         `usable` it is kept up to date as records come in: tuning asks for it per candidate."""
         if usable is None:
             return self._best.get(task_key)
-        valid = [r for r in self.records if r["task"] == task_key and r.get("cost_s")
-                 and usable(r)]
-        return min(valid, key=lambda r: r["cost_s"]) if valid else None
+        valid = [r for r in self.records if r.task == task_key and r.valid and usable(r)]
+        return min(valid, key=lambda r: r.cost_s) if valid else None

@@ -18,6 +18,7 @@ import importlib.metadata
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from woodpecker.config import SPLIT_SHARE, TEMPLATE_FLOOR
 from woodpecker.engines.halide.templates import template_module, templates_for
@@ -30,7 +31,7 @@ from woodpecker.tune.build_pool import BuildPool, Built
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.features import similarity
 from woodpecker.tune.measure import Measurer
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 from woodpecker.tune.reformer import join_seeds, split
 from woodpecker.tune.searchers import make_searcher
 
@@ -48,9 +49,9 @@ def versions() -> dict[str, str]:
 def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: Measurer,
               log: TuningLog, *, searcher_name: str, seed: int, deadline: float | None = None,
               max_trials: int | None = None,
-              progress: Callable[[dict], None] | None = None,
+              progress: Callable[[TuningRecord], None] | None = None,
               builder: BuildPool | None = None,
-              hard_deadline: float | None = None) -> dict | None:
+              hard_deadline: float | None = None) -> TuningRecord | None:
     """Returns the best valid record for the task (from this run or earlier ones). With a
     `builder`, new candidates are compiled in parallel, one per build worker, before they are
     timed (tune/build_pool.py); one that does not build is recorded invalid without being
@@ -92,16 +93,15 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
                 if builder is not None and key not in built:
                     left = None if max_trials is None else max_trials - trials
                     built = _prebuilt(task, template, configs[j:], known, builder, left)
-                rec = {"task": task.key, "template": template, "config": config,
-                       **_measured(task, template, config, measurer, log, built.get(key)),
-                       **stamp}
+                rec = _measured(TuningRecord(task.key, template, config, provenance=stamp),
+                                task, measurer, log, built.get(key))
                 log.append(rec)
                 known[key] = rec
                 trials += 1
                 if progress:
                     progress(rec)
             told.append(config)
-            costs.append(rec.get("cost_s"))
+            costs.append(rec.cost_s)
         searcher.tell(told, costs)
     return log.best(task.key)
 
@@ -118,25 +118,25 @@ def _prebuilt(task: Task, template: str, configs: list[dict], known: dict, build
     return dict(zip(map(KnobSpace.key, fresh), builder.build(task, template, fresh)))
 
 
-def _measured(task: Task, template: str, config: dict, measurer: Measurer,
-              log: TuningLog, built: Built | None = None) -> dict:
-    """A candidate's measurement fields: cost (on the scale of the task's best record when
-    timed paired with it), error, compile time, GFLOP/s; `run_s` and `vs_best` when paired.
-    `built`: its parallel build, whose error makes it invalid and whose time is its compile
-    time."""
+def _measured(candidate: TuningRecord, task: Task, measurer: Measurer, log: TuningLog,
+              built: Built | None = None) -> TuningRecord:
+    """`candidate` (task, template, config, provenance) with its measurement: cost (on the
+    scale of the task's best record when timed paired with it), error, compile time, GFLOP/s;
+    `run_s` and `vs_best` when paired. `built`: its parallel build, whose error makes it
+    invalid and whose time is its compile time."""
     if built is not None and built.error:
-        return {"cost_s": None, "error": built.error, "compile_s": built.compile_s,
-                "gflops": None}
+        return replace(candidate, error=built.error, compile_s=built.compile_s)
     best = log.best(task.key)
-    reference = None if best is None else {"template": best["template"],
-                                           "config": best["config"]}
-    m = measurer.measure(template, task, config, reference)
-    fields = {"cost_s": m.cost_s, "error": m.error,
-              "compile_s": m.compile_s if built is None else built.compile_s}
-    if m.ok and m.ratio:
-        fields.update(cost_s=m.ratio * best["cost_s"], run_s=m.cost_s, vs_best=m.ratio)
-    fields["gflops"] = task.flops / fields["cost_s"] / 1e9 if m.ok else None
-    return fields
+    m = measurer.measure(candidate.template, task, dict(candidate.config), best)
+    compile_s = m.compile_s if built is None else built.compile_s
+    if not m.ok:
+        return replace(candidate, error=m.error, compile_s=compile_s)
+    if m.ratio and best is not None:
+        cost = m.ratio * best.cost_s
+        return replace(candidate, cost_s=cost, compile_s=compile_s, run_s=m.cost_s,
+                       vs_best=m.ratio, gflops=task.flops / cost / 1e9)
+    return replace(candidate, cost_s=m.cost_s, compile_s=compile_s,
+                   gflops=task.flops / m.cost_s / 1e9)
 
 
 def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> list[float]:
@@ -148,11 +148,11 @@ def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> 
     goes unsearched. Without such tasks, equal weights."""
     best: dict[str, dict[str, float]] = {}
     for r in log.records:
-        c = r.get("cost_s")
-        if c and r["task"] != task.key and r["template"] in templates and \
-                r["task"].startswith(f"{task.kind}:"):
-            t = best.setdefault(r["task"], {})
-            t[r["template"]] = min(c, t.get(r["template"], c))
+        c = r.cost_s
+        if c and r.task != task.key and r.template in templates and \
+                r.task.startswith(f"{task.kind}:"):
+            t = best.setdefault(r.task, {})
+            t[r.template] = min(c, t.get(r.template, c))
     voters: dict[str, str] = {}
     tasks: list[Task] = []
     for k, v in best.items():
@@ -193,16 +193,16 @@ def _split(task: Task, measurer: Measurer, log: TuningLog, *, deadline: float | 
             max(1, math.ceil((SPLIT_SHARE * max_trials - (len(log.records) - n0)) / left))
         tune_templates(part, templates_for(part), measurer, log, deadline=end,
                        max_trials=trials, **kw)
-    return [(log.best(p.key) or {}).get("config") for p in parts]
+    return [None if (b := log.best(p.key)) is None else b.config for p in parts]
 
 
 def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                    log: TuningLog, *, search: str, seed: int, vector_registers: int,
                    deadline: float | None = None, max_trials: int | None = None,
-                   progress: Callable[[dict], None] | None = None,
+                   progress: Callable[[TuningRecord], None] | None = None,
                    builder: BuildPool | None = None,
                    target: Target | None = None,
-                   hard_deadline: float | None = None) -> dict | None:
+                   hard_deadline: float | None = None) -> TuningRecord | None:
     """Tune `task` with each template in turn; returns the best record over all of them.
 
     Budget split (WPK leaves it open): the templates go in order of `template_weights` (equal

@@ -82,17 +82,17 @@ class GlimpseSearch(ModelSearch):
                       for v in k.values]
         by_task: dict[str, list[dict]] = {}
         for r in self.prior:
-            if r["template"] == self.ctx.template and r.get("cost_s") and \
-                    self.space.in_domain(r["config"]):
-                by_task.setdefault(r["task"], []).append(r)
+            if r.template == self.ctx.template and r.cost_s and \
+                    self.space.in_domain(r.config):
+                by_task.setdefault(r.task, []).append(r)
         if by_task:
             counts = [np.zeros(len(k.values)) for k in knobs]
             sim = similarity(self.ctx.task, [self.cache.task(t) for t in by_task])
             for w, recs in zip(sim, by_task.values()):
-                recs = sorted(recs, key=lambda r: r["cost_s"])[: max(1, len(recs) // 10)]
+                recs = sorted(recs, key=lambda r: r.cost_s)[: max(1, len(recs) // 10)]
                 for r in recs:
                     for c, k in zip(counts, knobs):
-                        c[k.values.index(r["config"][k.name])] += w / len(recs)
+                        c[k.values.index(r.config[k.name])] += w / len(recs)
             for p, c in zip(probs, counts):
                 if c.sum() > 0:
                     p *= 1.0 + len(c) * c / c.sum()
@@ -159,15 +159,15 @@ class GlimpseSearch(ModelSearch):
     def _train_validity(self) -> None:
         from sklearn.tree import DecisionTreeClassifier
 
-        recs = [r for r in self.records() if r["template"] == self.ctx.template]
-        bad = sum(1 for r in recs if not r.get("cost_s"))
+        recs = [r for r in self.records() if r.template == self.ctx.template]
+        bad = sum(1 for r in recs if not r.cost_s)
         if bad < self.min_invalid or bad == len(recs):
             self._validity = None
             return
         rows = [self.cache.record_row(r) for r in recs]
         vec = Vectorizer().fit(rows)
         x = vec.transform(rows)
-        y = np.array([0 if r.get("cost_s") else 1 for r in recs])
+        y = np.array([0 if r.cost_s else 1 for r in recs])
         shared = [j for n, j in vec.columns.items() if n.startswith(("i.", "t.", "hw."))]
         trees = []
         for k in self.space.knobs:

@@ -29,13 +29,14 @@ from woodpecker.tune.annealing import anneal
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.cost_model import FeatureCache, XGBCostModel
 from woodpecker.tune.features import Features
+from woodpecker.tune.records import TuningRecord
 
 
-def transfer_records(ctx: TuningContext, limit: int = TRANSFER_RECORDS) -> list[dict]:
+def transfer_records(ctx: TuningContext, limit: int = TRANSFER_RECORDS) -> list[TuningRecord]:
     """The log's records of other tasks the model starts from: the same template's first."""
     others = ctx.other_records()
-    same = [r for r in others if r["template"] == ctx.template]
-    rest = [r for r in others if r["template"] != ctx.template]
+    same = [r for r in others if r.template == ctx.template]
+    rest = [r for r in others if r.template != ctx.template]
     rng = random.Random(ctx.seed)
     if len(same) > limit:
         return rng.sample(same, limit)
@@ -59,8 +60,8 @@ class ModelSearch:
         self.cache = FeatureCache(extra, records=shared.setdefault(key, FeatureCache(extra)))
         self.model = XGBCostModel(seed=ctx.seed, cache=self.cache)
         self.prior = transfer_records(ctx) if transfer else []
-        self.own: list[dict] = [dict(r) for r in ctx.own_records()]
-        self.costs: dict[str, float | None] = {KnobSpace.key(r["config"]): r.get("cost_s")
+        self.own: list[TuningRecord] = list(ctx.own_records())
+        self.costs: dict[str, float | None] = {KnobSpace.key(r.config): r.cost_s
                                                for r in self.own}
         self._fitted_at = -1
         self.model_s = 0.0          # seconds spent fitting and exploring the model
@@ -76,8 +77,8 @@ class ModelSearch:
 
     def starts(self, n: int) -> list[Config]:
         """`n` starting points: the best measured configs (half at most), then fresh ones."""
-        measured = sorted(self._own_valid(), key=lambda r: r["cost_s"])
-        out = [r["config"] for r in measured[: n // 2]]
+        measured = sorted(self._own_valid(), key=lambda r: r.cost_s)
+        out = [r.config for r in measured[: n // 2]]
         while len(out) < n:
             out.append(self.fresh_start())
         return out
@@ -102,16 +103,16 @@ class ModelSearch:
     def score(self, configs: list[Config]) -> np.ndarray:
         return self.model.predict(self.ctx.task, self.ctx.template, configs)
 
-    def _own_valid(self) -> list[dict]:
-        return [r for r in self.own if r.get("cost_s")]
+    def _own_valid(self) -> list[TuningRecord]:
+        return [r for r in self.own if r.cost_s]
 
-    def records(self) -> list[dict]:
+    def records(self) -> list[TuningRecord]:
         return self.prior + self.own
 
     def ask(self) -> list[Config]:
         t0 = time.perf_counter()
         try:
-            if not any(r.get("cost_s") for r in self.records()):
+            if not any(r.cost_s for r in self.records()):
                 return self._first()
             if self._fitted_at != len(self.own):
                 self.model.fit(self.records())
@@ -163,5 +164,4 @@ class ModelSearch:
             if key in self.costs and self.costs[key] == cost:
                 continue
             self.costs[key] = cost
-            self.own.append({"task": self.ctx.task.key, "template": self.ctx.template,
-                             "config": c, "cost_s": cost})
+            self.own.append(TuningRecord(self.ctx.task.key, self.ctx.template, c, cost))

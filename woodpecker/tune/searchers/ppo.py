@@ -65,7 +65,7 @@ class PPOSearch:
             self.net = ActorCritic(obs_dim, [len(self.actions)], actor=layers,
                                    critic=((64, "tanh"), (64, "tanh")), dropout=1 - keep_prob)
             self.opt = torch.optim.Adam(self.net.parameters(), lr=lr)
-        self.costs: dict[str, float | None] = {KnobSpace.key(r["config"]): r.get("cost_s")
+        self.costs: dict[str, float | None] = {KnobSpace.key(r.config): r.cost_s
                                                for r in ctx.own_records()}
         self.scale = min((c for c in self.costs.values() if c), default=None)
         self.states: list[Config] = []
