@@ -11,7 +11,12 @@ from functools import cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.schedule.dos_steps import critical_path, dos_schedule, greedy_schedule
+from woodpecker.schedule.dos_steps import (
+    critical_path,
+    dos_schedule,
+    greedy_schedule,
+    stage_cost,
+)
 
 INF = float("inf")
 
@@ -35,13 +40,7 @@ class Table:
         return random.Random(hash((self.seed, tuple(sorted(stage)))) & 0xFFFF).uniform(0.5, 1.3)
 
     def __call__(self, stage: frozenset) -> tuple[float, str]:
-        apart = sum(self.alone[s] for s in stage)
-        if len(stage) == 1:
-            return apart, "sequential"
-        if len(stage) > self.threads or not all(self.candidate(s) for s in stage):
-            return INF, "impossible"
-        r = self.ratio(stage)
-        return (apart * r, "concurrent") if r < 1 else (apart, "sequential")
+        return stage_cost(self, stage, 0.0)
 
 
 @st.composite

@@ -42,6 +42,20 @@ class StepCosts(Protocol):
         ...
 
 
+def stage_cost(costs: StepCosts, stage: frozenset, margin: float) -> tuple[float, str]:
+    """DOS §4.1 on measured steps: a stage of one step costs its time alone; a stage of at most
+    `threads` candidates costs the sum of their times scaled by their measured ratio where that
+    is under 1 − `margin` ("concurrent"), else the sum ("sequential": split again); any other
+    stage is impossible (inf)."""
+    apart = sum(costs.alone[s] for s in stage)
+    if len(stage) == 1:
+        return apart, "sequential"
+    if len(stage) > costs.threads or not all(costs.candidate(s) for s in stage):
+        return INF, "impossible"
+    r = costs.ratio(stage)
+    return (apart * r, "concurrent") if r < 1 - margin else (apart, "sequential")
+
+
 def step_edges(graph: Graph, steps: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
     """(producer step, reader step) for every value one step makes and another reads."""
     owner = {}

@@ -49,7 +49,13 @@ from woodpecker.config import (
 )
 from woodpecker.deadline import Deadline
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.schedule.dos_steps import critical_path, dos_schedule, greedy_schedule, step_edges
+from woodpecker.schedule.dos_steps import (
+    critical_path,
+    dos_schedule,
+    greedy_schedule,
+    stage_cost,
+    step_edges,
+)
 from woodpecker.selection.compare import Timed, decide
 
 INF = float("inf")
@@ -112,15 +118,7 @@ class StageTimer:
         return self.measured[stage]
 
     def __call__(self, stage: frozenset) -> tuple[float, str]:
-        apart = sum(self.alone[s] for s in stage)
-        if len(stage) == 1:
-            return apart, "sequential"
-        if len(stage) > self.threads or not all(self.candidate(s) for s in stage):
-            return INF, "impossible"
-        r = self.ratio(stage)
-        if r < 1 - DOS_STAGE_MARGIN:
-            return apart * r, "concurrent"
-        return apart, "sequential"
+        return stage_cost(self, stage, DOS_STAGE_MARGIN)
 
 
 def schedule_parallel(model: CompiledModel, out: TextIO | None = None,
