@@ -13,23 +13,6 @@ F32 = TensorProto.FLOAT
 REGIONS = PlanSchedule(library_regions=True)
 
 
-def sampled_log(graph, path):
-    """A tuning log holding, for each task of `graph`, one random valid configuration of its
-    first template (cost 0.1 ms): generated kernels for every task, no tuning."""
-    import random
-
-    from woodpecker.engines.halide.templates import template_module
-    from woodpecker.tune.extract import extract_tasks
-    from woodpecker.tune.records import TuningLog, TuningRecord
-
-    log = TuningLog(path)
-    for i, g in enumerate(extract_tasks(graph)):
-        config = template_module(g.templates[0]).space(g.task).sample(random.Random(i))
-        log.append(TuningRecord(task=g.task.key, template=g.templates[0], config=config,
-                                cost_s=1e-4, error=None))
-    return log
-
-
 def custom_op_model(shape=(2, 3)) -> onnx.ModelProto:
     """One node of an op no library knows (domain example.custom): no engine runs it."""
     node = helper.make_node("Frobnicate", ["x"], ["y"], domain="example.custom", name="f1")
@@ -107,23 +90,50 @@ def conv_bn_relu_residual() -> onnx.ModelProto:
     return make_model(nodes, [("x", [1, c, 6, 6])], [("y", [1, c * 36])], inits)
 
 
-def seed_tuning_log(graph, path, parts: bool = False):
-    """A tuning log holding, for every task of the optimised `graph` (with `parts`, also of
-    each intensive fusion's parts), its first template's hand-picked seed schedule (a random
-    valid config where it has none): a plan's generated kernels without any tuning."""
-    import random
+def _graph(graph_or_model):
+    """An optimised graph: the one given, or an ONNX model imported and optimised."""
+    if isinstance(graph_or_model, onnx.ModelProto):
+        from woodpecker.frontend.onnx_import import import_onnx
+        from woodpecker.passes import optimize
 
+        graph = import_onnx(graph_or_model)
+        optimize(graph)
+        return graph
+    return graph_or_model
+
+
+def _log_of(graph_or_model, path, pick, parts: bool = False):
+    """A tuning log holding, for every task of the graph (optimised from a model when given
+    one), the config `pick(space, i)` of its first template (cost 0.1 ms)."""
     from woodpecker.engines.halide.templates import template_module
     from woodpecker.tune.extract import extract_tasks
     from woodpecker.tune.records import TuningLog, TuningRecord
 
     log = TuningLog(path)
-    for g in extract_tasks(graph, parts):
-        space = template_module(g.templates[0]).space(g.task)
-        config = space.seeds[0] if space.seeds else space.sample(random.Random(0))
-        log.append(TuningRecord(task=g.task.key, template=g.templates[0], config=config,
-                                cost_s=1e-4, error=None))
+    for i, g in enumerate(extract_tasks(_graph(graph_or_model), parts)):
+        config = pick(template_module(g.templates[0]).space(g.task), i)
+        log.append(TuningRecord(g.task.key, g.templates[0], config, 1e-4))
     return log
+
+
+def sampled_log(graph, path):
+    """A tuning log holding, for each task of `graph` (an optimised graph or an ONNX model),
+    one random valid configuration of its first template (cost 0.1 ms): generated kernels for
+    every task, no tuning."""
+    import random
+
+    return _log_of(graph, path, lambda space, i: space.sample(random.Random(i)))
+
+
+def seed_tuning_log(graph, path, parts: bool = False):
+    """A tuning log holding, for every task of `graph` (an optimised graph or an ONNX model;
+    with `parts`, also of each intensive fusion's parts), its first template's hand-picked
+    seed schedule (a random valid config where it has none): a plan's generated kernels
+    without any tuning."""
+    import random
+
+    return _log_of(graph, path, lambda space, i: space.seeds[0] if space.seeds
+                   else space.sample(random.Random(0)), parts)
 
 
 def conv_dag_model(steps: list[tuple[str, int, int]], c: int, hw: int) -> onnx.ModelProto:

@@ -34,13 +34,9 @@ def _chromium() -> str | None:
 
 def test_report_is_self_contained_and_renders(tmp_path):
     pytest.importorskip("halide")
-    from woodpecker.frontend.onnx_import import import_onnx
-    from woodpecker.passes import optimize
 
     model = _model()
-    graph = import_onnx(model)
-    optimize(graph)
-    log = seed_tuning_log(graph, tmp_path / "t.jsonl")
+    log = seed_tuning_log(model, tmp_path / "t.jsonl")
     for r in list(log.records):         # a search's worth: a curve to draw
         for k, cost in enumerate((3e-4, 2e-4, 2.5e-4)):
             log.append(replace(r, cost_s=cost, time=None, provenance={"seed": k}))

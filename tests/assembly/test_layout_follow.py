@@ -89,13 +89,9 @@ def _shuffle_model():
 
 def test_movement_between_generated_kernels_stays_nhwc(tmp_path):
     pytest.importorskip("halide")
-    from woodpecker.frontend.onnx_import import import_onnx
-    from woodpecker.passes import optimize
 
     model = _shuffle_model()
-    graph = import_onnx(model)
-    optimize(graph)
-    log = sampled_log(graph, tmp_path / "tuning.jsonl")
+    log = sampled_log(model, tmp_path / "tuning.jsonl")
     compiled = woodpecker.compile(model, engines="halide,numpy", tuning_log=log.path, threads=2)
     plan = compiled.plan
     assert plan.engines.count("halide") == 5    # the convs and the pool

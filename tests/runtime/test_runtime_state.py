@@ -40,17 +40,13 @@ def halide_models(tmp_path_factory):
     """The wide convnet compiled at 1 and 2 threads from a log of one config per task (the
     direct template's hand-picked seed schedule)."""
     pytest.importorskip("halide")
-    from woodpecker.frontend.onnx_import import import_onnx
-    from woodpecker.passes import optimize
 
     model = _wide_convnet()
     x = rand(1, 16, 48, 48, seed=9)
     # ONNX Runtime's reference first: its threads spin on after a run and would hold the second
     # core while the 2-thread model runs, so the pool's worker could not take part
     want = ort_run(model, {"x": x})[0]
-    graph = import_onnx(model)
-    optimize(graph)
-    log = seed_tuning_log(graph, tmp_path_factory.mktemp("log") / "tuning.jsonl")
+    log = seed_tuning_log(model, tmp_path_factory.mktemp("log") / "tuning.jsonl")
     return (x, want), {t: woodpecker.compile(model, engines="halide,numpy",
                                              tuning_log=log.path, threads=t) for t in (1, 2)}
 

@@ -31,12 +31,7 @@ def onnx_model():
 
 @pytest.fixture(scope="module")
 def sequential(onnx_model, tmp_path_factory):
-    from woodpecker.frontend.onnx_import import import_onnx
-    from woodpecker.passes import optimize
-
-    graph = import_onnx(onnx_model)
-    optimize(graph)
-    log = seed_tuning_log(graph, tmp_path_factory.mktemp("log") / "t.jsonl").path
+    log = seed_tuning_log(onnx_model, tmp_path_factory.mktemp("log") / "t.jsonl").path
     return woodpecker.compile(onnx_model, engines="halide,numpy", tuning_log=log, threads=2)
 
 

@@ -21,12 +21,9 @@ def model(request, tmp_path_factory):
     log = None
     if "halide" in engines:
         pytest.importorskip("halide")
-        from woodpecker.frontend.onnx_import import import_onnx
-        from woodpecker.passes import optimize
 
-        graph = import_onnx(conv_bn_relu_residual())
-        optimize(graph)
-        log = seed_tuning_log(graph, tmp_path_factory.mktemp("log") / "t.jsonl").path
+        log = seed_tuning_log(conv_bn_relu_residual(),
+                              tmp_path_factory.mktemp("log") / "t.jsonl").path
     m = woodpecker.compile(conv_bn_relu_residual(), engines=engines, tuning_log=log, threads=1)
     assert engines.split(",")[0] in m.plan.engines
     return m

@@ -57,13 +57,10 @@ def _host_class() -> str:
 def _generated(name: str, folder: Path):
     """The model, compiled with generated kernels from a log of hand-picked schedules."""
     from tests.helpers import seed_tuning_log
-    from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
-    from woodpecker.passes import optimize
+    from woodpecker.frontend.onnx_import import load_model_proto
 
     proto = load_model_proto(str(zoo.export(name)))
-    graph = import_onnx(proto)
-    optimize(graph)
-    log = seed_tuning_log(graph, folder / "tuning.jsonl")
+    log = seed_tuning_log(proto, folder / "tuning.jsonl")
     return proto, woodpecker.compile(proto, engines="halide,numpy", tuning_log=log.path,
                                      threads=2)
 
