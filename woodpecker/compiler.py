@@ -137,7 +137,7 @@ def _open_log(opts: CompileOptions, assembly: AssemblyOptions, progress: TextIO 
         meta["templates_excluded"] = sorted(lean)
     meta["tuning"] = {"log": path}
     return open_log(path, opts.resume or opts.tuning_log is None or opts.tune is None,
-                    progress or sys.stderr, assembly.target, lean)
+                    progress or sys.stderr, assembly.target, lean, opts.database)
 
 
 def _tuned(graph, log, opts: CompileOptions, assembly: AssemblyOptions,

@@ -23,6 +23,13 @@ MIN_SHARE = 0.02
 # tuned 13 of 18 tasks (5 with equal shares and the per-searcher transfer fits before; Zen 3).
 TEMPLATE_FLOOR = 0.15
 
+# How many of the shipped tuning database's fastest configs of a task (per template) tuning
+# measures first when the user's log has nothing of the task (tune/database.py, tune/tuner.py).
+# Chosen, not tuned: as many as the hand seeds a template offers at most (4), so a task whose
+# database records came from a machine of the same target still gets its searcher's own
+# proposals within a 3-minute compile's share.
+DATABASE_SEEDS = 4
+
 # The budget split's roofline: a task's work is max(FLOPs, FLOPS_PER_BYTE × bytes moved).
 # Roughly where this class of machine turns memory-bound: 2 cores at ~150 GFLOP/s over
 # ~20 GB/s from L3. Fitted to ONNX Runtime's per-node times on MnasNet (depthwise 3×3 at 112²,

@@ -56,7 +56,8 @@ class TuneOptions:
     """How to tune: `budget` (a duration text or seconds, parsed once into `budget_s`), the
     searcher, its seed, an optional cap on measurements per task, the per-candidate limit, and
     `build_workers`: processes compiling new candidates in parallel before they are timed (None:
-    every core this process may use; 1: each candidate compiles in the measuring worker)."""
+    every core this process may use; 1: each candidate compiles in the measuring worker);
+    `database`: the shipped tuning database (tune/database.py) joins the log as knowledge."""
 
     budget: "str | float" = "15m"
     search: str = config.DEFAULT_SEARCH
@@ -64,6 +65,7 @@ class TuneOptions:
     max_trials: int | None = None
     timeout_s: float = config.CANDIDATE_TIMEOUT_S
     build_workers: int | None = None
+    database: bool = True
     budget_s: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -98,7 +100,8 @@ class CompileOptions:
     `resume` to continue a non-empty one); `library_first` (None: on when the engines are
     not restricted and the schedule is the file's): the plan starts as the faster library
     running the user's original graph and stays it unless Woodpecker's plan measures faster
-    (selection/library_first.py)."""
+    (selection/library_first.py); `database`: the shipped tuning database (tune/database.py)
+    joins the tuning log where generated kernels are used."""
 
     engines: tuple[str, ...] | None = None
     threads: int | None = None
@@ -112,6 +115,7 @@ class CompileOptions:
     tuning_log: str | None = None
     resume: bool = False
     library_first: bool | None = None
+    database: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.engines, str):

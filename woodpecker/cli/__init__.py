@@ -48,7 +48,8 @@ def cmd_compile(args) -> None:
                                tuning_log=args.tuning_log, tune=tune, resume=args.resume,
                                schedule=args.schedule, memory_budget=budget,
                                library_regions=False if args.no_regions else None,
-                               passes=pipeline(args.fusion, args.schedule))
+                               passes=pipeline(args.fusion, args.schedule),
+                               database=not args.no_database)
     digest = model.save(args.output, force=args.force)
     engines = {}
     for e in model.plan.engines:
@@ -130,8 +131,13 @@ def cmd_tune(args) -> None:
     from woodpecker.tune.driver import open_log, tune_graph
     from woodpecker.tune.extract import extract_tasks
 
-    model = _load_or_compile(args, library_first=False)   # the graph tasks are read from
     target = Target.parse("cpu", args.threads, args.force_threads)
+    if args.export_db:
+        _export_db(args.tuning_log, args.export_db, target)
+        return
+    if args.model is None:
+        raise WoodpeckerError("tune needs a model (or --export-db FILE with --tuning-log)")
+    model = _load_or_compile(args, library_first=False)   # the graph tasks are read from
     if args.show_space:
         regs = host_vector_registers(target.isa)
         for i, g in enumerate(extract_tasks(model.graph)):
@@ -150,7 +156,7 @@ def cmd_tune(args) -> None:
     if not args.tuning_log:
         raise WoodpeckerError("tune needs --tuning-log FILE (or --show-space)")
     options = _tune_options(args)
-    log = open_log(args.tuning_log, args.resume, target=target)
+    log = open_log(args.tuning_log, args.resume, target=target, database=options.database)
     if args.workers == "local":
         tune_graph(model.graph, target, log, options)
     elif args.workers == "ray" or args.workers.startswith("ray:"):
@@ -168,12 +174,25 @@ def cmd_tune(args) -> None:
     print(f"tuning log: {args.tuning_log} ({len(log.records)} records)")
 
 
+def _export_db(tuning_log: str | None, path: str, target) -> None:
+    """The user's log, records of this machine's target, written as a database file."""
+    from woodpecker.tune.database import database_records, write_database
+    from woodpecker.tune.records import TuningLog
+
+    if not tuning_log or not Path(tuning_log).exists():
+        raise WoodpeckerError("--export-db needs --tuning-log FILE, an existing tuning log")
+    log = TuningLog(tuning_log, target.record_key)
+    header = write_database(database_records([log.records]), path)
+    print(f"wrote {path}: {header['records']} record(s) for "
+          f"{', '.join(header['targets']) or 'no target'} from {tuning_log}")
+
+
 def _tune_options(args):
     from woodpecker.options import TuneOptions
 
     # a bad budget or option fails here, before any work
     return TuneOptions(args.budget, args.search, args.seed, args.max_trials, args.timeout,
-                       args.build_workers)
+                       args.build_workers, database=not args.no_database)
 
 
 def cmd_report(args) -> None:
@@ -259,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds per candidate")
         q.add_argument("--build-workers", type=int,
                        help="processes compiling candidates in parallel (default: all cores)")
+        q.add_argument("--no-database", action="store_true",
+                       help="leave the shipped tuning database out (its records of this "
+                            "machine's target start tasks the log has nothing of; all of them "
+                            "teach the searchers)")
 
     c = sub.add_parser("compile", help="optimise a model and save a plan")
     c.add_argument("model")
@@ -330,7 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(fn=cmd_inspect)
 
     t = sub.add_parser("tune", help="tune the model's kernels into a tuning log")
-    t.add_argument("model")
+    t.add_argument("model", nargs="?", help="the model (not needed with --export-db)")
+    t.add_argument("--export-db", metavar="FILE",
+                   help="write the --tuning-log's records of this machine as a tuning "
+                        "database file (configs and costs, no errors or provenance), to "
+                        "contribute to the shipped one; tunes nothing")
     t.add_argument("--show-space", action="store_true", help="list tasks and knob spaces")
     t.add_argument("--tuning-log")
     t.add_argument("--resume", action="store_true", help="continue an existing tuning log")

@@ -50,8 +50,8 @@ def leaders(log: TuningLog, task: Task, usable=None,
     """The `per_family` fastest valid records (distinct configs) of each template and parallel
     split for `task`, fastest first."""
     best: dict[str, dict[str, TuningRecord]] = {}
-    for r in log.records:
-        if r.task == task.key and r.cost_s and (usable is None or usable(r)):
+    for r in log.task_records(task.key):
+        if r.cost_s and (usable is None or usable(r)):
             configs = best.setdefault(family(r), {})
             key = r.key
             if key not in configs or r.cost_s < configs[key].cost_s:

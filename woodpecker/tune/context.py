@@ -42,8 +42,9 @@ class TuningContext:
                 if r.task == self.task.key and r.template == self.template]
 
     def other_records(self) -> list[TuningRecord]:
-        """The log's records of every other task (what a transferring cost model starts
-        from)."""
+        """What a transferring cost model starts from: the log's records of every other task,
+        then a shipped database's records (tune/database.py; its own records of this task
+        too: measured elsewhere, they are transfer, not this machine's)."""
         if self.log is None:
             return []
-        return [r for r in self.log.records if r.task != self.task.key]
+        return self.log.knowledge(except_task=self.task.key)

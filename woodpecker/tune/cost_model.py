@@ -68,16 +68,19 @@ def ranking_labels(records: Sequence[TuningRecord]) -> tuple[list[TuningRecord],
     """Records grouped by task (sorted, as a ranker needs), each labelled its task's best cost
     over its own (0 when invalid); returns (records, labels, group ids). Tasks with no valid
     record are left out: nothing to rank."""
-    best: dict[str, float] = {}
+    def group(r: TuningRecord) -> tuple[str, str]:
+        return (r.target or "", r.task)
+
+    best: dict[tuple[str, str], float] = {}
     for r in records:
         c = r.cost_s
-        if c and c < best.get(r.task, float("inf")):
-            best[r.task] = c
-    keep = sorted((r for r in records if r.task in best), key=lambda r: r.task)
-    labels = np.array([best[r.task] / r.cost_s if r.cost_s else 0.0
+        if c and c < best.get(group(r), float("inf")):
+            best[group(r)] = c
+    keep = sorted((r for r in records if group(r) in best), key=group)
+    labels = np.array([best[group(r)] / r.cost_s if r.cost_s else 0.0
                        for r in keep], dtype=np.float32)
     ids = {t: i for i, t in enumerate(sorted(best))}
-    return keep, labels, np.array([ids[r.task] for r in keep], dtype=np.int64)
+    return keep, labels, np.array([ids[group(r)] for r in keep], dtype=np.int64)
 
 
 class XGBCostModel:

@@ -96,6 +96,10 @@ class _Tuner:
                 out.put(self.records[-1] if self.records else record)
 
         log = Forwarding(path, self.target.record_key, exclude)
+        if self.options.database:        # each worker reads the shipped database itself
+            from woodpecker.tune.database import default_database
+
+            log.attach(default_database().records)
         done = object()
 
         def run():

@@ -35,6 +35,7 @@ from woodpecker.options import TuneOptions
 from woodpecker.progress import Progress
 from woodpecker.target import Target, default_threads
 from woodpecker.tune.build_pool import BuildPool
+from woodpecker.tune.database import default_database
 from woodpecker.tune.extract import TaskGroup, extract_tasks
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
@@ -57,10 +58,12 @@ def work_weights(groups: list[TaskGroup]) -> list[float]:
 
 
 def open_log(path: str, resume: bool, out: TextIO | None = None,
-             target: Target | None = None, exclude: Collection[str] = ()) -> TuningLog:
+             target: Target | None = None, exclude: Collection[str] = (),
+             database: bool = False) -> TuningLog:
     """The tuning log at `path`, read for `target` (records measured for another are left
     out, tune/records.py) without the templates in `exclude`; refuses to add to a non-empty
-    one unless `resume`."""
+    one unless `resume`. `database`: the shipped tuning database (tune/database.py) is
+    attached after the user's records."""
     out = out or sys.stderr
     log = TuningLog(path, None if target is None else target.record_key, exclude)
     if (log.records or log.foreign or log.excluded) and not resume:
@@ -72,6 +75,13 @@ def open_log(path: str, resume: bool, out: TextIO | None = None,
               f"thread count ({target.record_key} here) and are not used", file=out)
     if log.skipped_lines:
         print(f"note: skipped {log.skipped_lines} unreadable line(s) in {path}", file=out)
+    if database:
+        db = default_database()
+        log.attach(db.records)
+        if db.records:
+            print(f"tuning database: {sum(map(len, log.shipped.values()))} record(s) of "
+                  f"{len(log.shipped)} task(s) measured for this target, "
+                  f"{len(log.transfer)} to learn from ({db.source})", file=out)
     return log
 
 

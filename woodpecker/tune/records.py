@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,10 @@ class TuningLog:
         # What searchers compute from these records and share within a compile (the records'
         # feature rows), by their owner's key; it goes with the log.
         self.derived: dict = {}
+        # a shipped database's records (tune/database.py, `attach`): of this log's target by
+        # task, and every record as transfer knowledge; never written to the log's file
+        self.shipped: dict[str, list[TuningRecord]] = {}
+        self.transfer: list[TuningRecord] = []
         if self.path.exists():
             self._read()
 
@@ -159,16 +163,58 @@ class TuningLog:
         if record.valid and (best is None or record.cost_s < best.cost_s):
             self._best[record.task] = record
 
+    def attach(self, records: Iterable[TuningRecord]) -> None:
+        """Take a shipped database's records (tune/database.py): those of this log's target
+        (by task) speak for a task the user's log holds no valid record of; all of them,
+        any target, are transfer knowledge. Records of excluded or unknown templates are
+        left out."""
+        for r in records:
+            if r.template in self.exclude or known_template(r.template) is None:
+                continue
+            self.transfer.append(r)
+            if self.target is not None and r.target == self.target and r.valid:
+                self.shipped.setdefault(r.task, []).append(r)
+        for recs in self.shipped.values():
+            recs.sort(key=lambda r: r.cost_s)
+
+    def task_records(self, task_key: str) -> list[TuningRecord]:
+        """The records that speak for a task: the user's, or — while the user's log holds no
+        valid record of it — the shipped database's of this target."""
+        if task_key in self._best or task_key not in self.shipped:
+            return [r for r in self.records if r.task == task_key]
+        return list(self.shipped[task_key])
+
+    def shipped_configs(self, task_key: str, template: str, n: int) -> list[dict]:
+        """The `n` fastest shipped configs of a task and template, while the user's log holds
+        no valid record of the task (else none): the first configs tuning measures."""
+        if task_key in self._best:
+            return []
+        return [dict(r.config) for r in self.shipped.get(task_key, ())
+                if r.template == template][:n]
+
+    def knowledge(self, except_task: str | None = None) -> list[TuningRecord]:
+        """Every record a searcher may learn from: the user's (but those of `except_task`),
+        then the shipped database's of this target, then those of other targets."""
+        def here(r: TuningRecord) -> bool:
+            return self.target is not None and r.target == self.target
+
+        return ([r for r in self.records if r.task != except_task]
+                + [r for r in self.transfer if here(r)]
+                + [r for r in self.transfer if not here(r)])
+
     def measured(self, task_key: str, template: str) -> dict[str, TuningRecord]:
         """Records of one task and template, by configuration key (latest wins)."""
         return {r.key: r for r in self.records
                 if r.task == task_key and r.template == template}
 
     def best(self, task_key: str, usable=None) -> TuningRecord | None:
-        """The fastest valid record of a task over every template; `usable(record)`, when
-        given, also has to hold (e.g. the config fits its template's current knobs). Without
-        `usable` it is kept up to date as records come in: tuning asks for it per candidate."""
+        """The fastest valid record of a task among `task_records` (the user's; the shipped
+        database's while the user has none); `usable(record)`, when given, also has to hold
+        (e.g. the config fits its template's current knobs). Without `usable` the user's best
+        is kept up to date as records come in: tuning asks for it per candidate."""
         if usable is None:
-            return self._best.get(task_key)
-        valid = [r for r in self.records if r.task == task_key and r.valid and usable(r)]
+            found = self._best.get(task_key)
+            shipped = self.shipped.get(task_key)
+            return found if found is not None or not shipped else shipped[0]
+        valid = [r for r in self.task_records(task_key) if r.valid and usable(r)]
         return min(valid, key=lambda r: r.cost_s) if valid else None

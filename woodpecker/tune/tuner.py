@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from woodpecker.config import SPLIT_SHARE, TEMPLATE_FLOOR
+from woodpecker.config import DATABASE_SEEDS, SPLIT_SHARE, TEMPLATE_FLOOR
 from woodpecker.engines.halide.templates import template_module, templates_for
 from woodpecker.target import Target
 from woodpecker.tasks import Task, task_from_key
@@ -146,19 +146,18 @@ def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> 
     (Gaussian in task-feature distance, the median distance as width — glimpse's priors do the
     same for knob values); each template also gets `TEMPLATE_FLOOR` of the votes cast, so none
     goes unsearched. Without such tasks, equal weights."""
-    best: dict[str, dict[str, float]] = {}
-    for r in log.records:
+    best: dict[tuple[str | None, str], dict[str, float]] = {}   # (target, task) -> template
+    for r in log.knowledge(except_task=task.key):
         c = r.cost_s
-        if c and r.task != task.key and r.template in templates and \
-                r.task.startswith(f"{task.kind}:"):
-            t = best.setdefault(r.task, {})
+        if c and r.template in templates and r.task.startswith(f"{task.kind}:"):
+            t = best.setdefault((r.target, r.task), {})
             t[r.template] = min(c, t.get(r.template, c))
-    voters: dict[str, str] = {}
+    voters: dict[tuple[str | None, str], str] = {}
     tasks: list[Task] = []
     for k, v in best.items():
         if len(v) == len(templates) > 1:
             try:
-                tasks.append(task_from_key(k))
+                tasks.append(task_from_key(k[1]))
             except (ValueError, KeyError, TypeError):   # a key of an older task format
                 continue
             voters[k] = min(v, key=v.get)
@@ -233,7 +232,11 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
             # compile here, in the searcher's sampling): nothing of it to build or measure
             continue
         seeds = join_seeds(task, space, joined) if joined else []
-        if seeds:        # the joined subgraph starts from the parts' composed schedules
+        # a task the user's log has nothing of starts from the shipped database's fastest
+        # configs of it (tune/database.py), then the joined parts' composed schedules
+        seeds = [c for c in log.shipped_configs(task.key, template, DATABASE_SEEDS)
+                 if space.in_domain(c) and space.is_valid(c)] + seeds
+        if seeds:
             space = KnobSpace(space.knobs, space.constraints, tuple(seeds) + tuple(space.seeds))
         ctx = TuningContext(task, template, space, seed=seed, log=log, target=target,
                             vector_registers=vector_registers)

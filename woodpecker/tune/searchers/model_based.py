@@ -33,15 +33,19 @@ from woodpecker.tune.records import TuningRecord
 
 
 def transfer_records(ctx: TuningContext, limit: int = TRANSFER_RECORDS) -> list[TuningRecord]:
-    """The log's records of other tasks the model starts from: the same template's first."""
+    """The records the model starts from (`TuningContext.other_records`): a shipped database's
+    records of this very task first (measured on other machines or at other times), then the
+    same template's of other tasks, then the rest, sampled (seeded) where more than fit."""
     others = ctx.other_records()
-    same = [r for r in others if r.template == ctx.template]
-    rest = [r for r in others if r.template != ctx.template]
+    mine = [r for r in others if r.task == ctx.task.key][:limit]
+    same = [r for r in others if r.template == ctx.template and r.task != ctx.task.key]
+    rest = [r for r in others if r.template != ctx.template and r.task != ctx.task.key]
     rng = random.Random(ctx.seed)
-    if len(same) > limit:
-        return rng.sample(same, limit)
-    return same + (rng.sample(rest, limit - len(same)) if len(rest) > limit - len(same)
-                   else rest)
+    out = list(mine)
+    for pool in (same, rest):
+        room = limit - len(out)
+        out += rng.sample(pool, room) if len(pool) > room else pool
+    return out
 
 
 class ModelSearch:

@@ -1,0 +1,95 @@
+"""Regenerate the shipped tuning database (woodpecker/tune/tuning_db.jsonl.gz) from tuning logs.
+
+    python benchmarks/tuning_database.py LOG.jsonl [LOG.jsonl ...] [--keep-existing]
+        [-o woodpecker/tune/tuning_db.jsonl.gz]
+
+Each log is read whole (every target); a record joins the database when it is valid, carries
+its target (logs written before records did are left out: their machine is unknown), its
+template is one this Woodpecker has, its task key parses and its config is in the template's
+current knob space for that target's vector registers. Per target and task the records of the
+one log with the most valid records of it are kept (tune/database.database_records: one cost
+scale per task). `--keep-existing` adds the current database as one more source, so records
+of machines this session cannot reach are kept; `woodpecker tune --export-db` files from users
+are sources like logs. Prints what it kept per target and the file's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from woodpecker.engines.halide.host import host_vector_registers  # noqa: E402
+from woodpecker.engines.halide.templates import template_module  # noqa: E402
+from woodpecker.tasks import task_from_key  # noqa: E402
+from woodpecker.tune.database import (  # noqa: E402
+    PACKAGED,
+    database_records,
+    load_database,
+    write_database,
+)
+from woodpecker.tune.records import TuningLog, TuningRecord  # noqa: E402
+
+LIMIT_BYTES = 20 * 2**20    # the issue's bound on what ships
+
+
+def _buildable(records: list[TuningRecord]) -> tuple[list[TuningRecord], Counter]:
+    """The records whose task parses and whose config its template builds today."""
+    spaces: dict[tuple[str, str, int], object] = {}
+    dropped: Counter = Counter()
+    out = []
+    for r in records:
+        regs = host_vector_registers(tuple(r.target.split(":")[1].split(",")))
+        key = (r.task, r.template, regs)
+        if key not in spaces:
+            try:
+                spaces[key] = template_module(r.template).space(task_from_key(r.task), regs)
+            except Exception:  # noqa: BLE001 - an older task format or a template's refusal
+                spaces[key] = None
+        space = spaces[key]
+        if space is None:
+            dropped["task or template no longer built"] += 1
+        elif not space.in_domain(r.config):
+            dropped["config outside the template's knobs"] += 1
+        else:
+            out.append(r)
+    return out, dropped
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("logs", nargs="*", help="tuning logs (JSON lines) or database files")
+    p.add_argument("-o", "--output", default=str(PACKAGED))
+    p.add_argument("--keep-existing", action="store_true",
+                   help="the current database at --output is one more source")
+    args = p.parse_args(argv)
+    sources: list[list[TuningRecord]] = []
+    if args.keep_existing and Path(args.output).exists():
+        sources.append(list(load_database(args.output).records))
+    for path in args.logs:
+        if path.endswith(".gz"):
+            sources.append(list(load_database(path).records))
+        else:
+            sources.append(TuningLog(path).records)
+    kept, dropped = _buildable(database_records(sources))
+    header = write_database(kept, args.output)
+    size = Path(args.output).stat().st_size
+    tasks = Counter(r.target for r in {(r.target, r.task): r for r in kept}.values())
+    print(f"wrote {args.output}: {header['records']} records, {size / 2**20:.2f} MiB "
+          f"from {len(sources)} source(s)")
+    for target, n in header["targets"].items():
+        print(f"  {target}: {n} records of {tasks[target]} tasks")
+    for why, n in dropped.items():
+        print(f"  left out: {n} ({why})")
+    if size > LIMIT_BYTES:
+        print(f"error: {size / 2**20:.1f} MiB is over the {LIMIT_BYTES // 2**20} MiB that "
+              "may ship", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

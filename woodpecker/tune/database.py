@@ -1,0 +1,153 @@
+"""The shipped tuning database: measured configurations of the zoo's and the real-world set's
+tasks on every CPU family the project has run on, inside the package, so a compile on a new
+machine does not start from nothing (issue 52; TVM's TopHub logs and TenSet play this part for
+TVM, the thesis's Glimpse transfers across machines the same way).
+
+Contract:
+- Format: gzip JSON lines. The first line is the header `{"format": FORMAT, "version":
+  VERSION, "records": n, "targets": {target key: records}}`; each further line one valid record
+  `{"target", "task", "template", "config", "cost_s"}` — configs and costs only, no errors,
+  timestamps or searcher provenance. A task's records on one target come from one source log
+  (the one holding most valid records of it), so they share one cost scale.
+- `load_database(path)` reads a database; `default_database()` the packaged one
+  (`PACKAGED`), or the file `WOODPECKER_DATABASE` names, or none when it says `off`. A file that
+  is missing, unreadable, corrupt or of another format version is ignored with one warning
+  line on stderr — never an error: a database only ever adds knowledge.
+- How a tuning log uses it (`tune/records.TuningLog.attach`): the records of the log's own
+  target speak for a task only while the user's log holds no valid record of that task (the
+  user's records are never overridden); they then nominate the task's finalists and are the
+  first configurations tuning measures (`shipped_configs`). Every record, of any target, is a
+  transfer record for the searchers' cost models and priors and for the template weights.
+- `database_records(logs)` selects what a database holds from tuning logs and `write_database`
+  writes one; `benchmarks/tuning_database.py` regenerates the packaged file from the project's
+  logs, `woodpecker tune --export-db FILE` writes a user's log in this format to contribute.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TextIO
+
+from woodpecker.engines.halide.templates import known_template
+from woodpecker.tune.records import TuningRecord
+
+FORMAT = "woodpecker-tuning-db"
+VERSION = 1
+PACKAGED = Path(__file__).with_name("tuning_db.jsonl.gz")
+ENV = "WOODPECKER_DATABASE"
+OFF = ("off", "0", "none", "")
+
+
+@dataclass(frozen=True)
+class TuningDatabase:
+    """Records of a database file (all targets), and where they came from."""
+
+    records: tuple[TuningRecord, ...] = ()
+    source: str = ""
+    targets: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+EMPTY = TuningDatabase()
+
+
+def _record(d: dict) -> TuningRecord:
+    rec = TuningRecord.from_json(d)
+    if not (isinstance(rec.target, str) and rec.valid and float(rec.cost_s) > 0):
+        raise ValueError("a database record has a target and a positive cost")
+    return rec
+
+
+def load_database(path: "str | os.PathLike", out: TextIO | None = None) -> TuningDatabase:
+    """The database at `path`; EMPTY, with one warning line, when it cannot be used."""
+    out = out or sys.stderr
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            header = json.loads(f.readline())
+            if not isinstance(header, dict) or header.get("format") != FORMAT:
+                raise ValueError("not a Woodpecker tuning database")
+            if header.get("version") != VERSION:
+                raise ValueError(f"format version {header.get('version')!r}, this Woodpecker "
+                                 f"reads {VERSION}")
+            records = tuple(_record(json.loads(line)) for line in f if line.strip())
+    except (OSError, EOFError, ValueError, KeyError, TypeError) as e:
+        print(f"warning: tuning database {path} not used ({str(e).splitlines()[0][:120]})",
+              file=out, flush=True)
+        return EMPTY
+    counts: dict[str, int] = defaultdict(int)
+    for r in records:
+        counts[r.target] += 1
+    return TuningDatabase(records, os.fspath(path), dict(counts))
+
+
+@lru_cache(maxsize=4)
+def _cached(path: str) -> TuningDatabase:
+    return load_database(path)
+
+
+def default_database() -> TuningDatabase:
+    """The database compiles use: `WOODPECKER_DATABASE` (a file, or `off`), else the packaged
+    one (read once per process)."""
+    chosen = os.environ.get(ENV)
+    if chosen is not None and chosen.strip().lower() in OFF:
+        return EMPTY
+    return _cached(os.fspath(chosen) if chosen else os.fspath(PACKAGED))
+
+
+def database_records(records: Iterable[Iterable[TuningRecord]]) -> list[TuningRecord]:
+    """What a database holds from tuning logs (each an iterable of records): valid records of
+    known templates that carry a target; per target and task, those of the one log with the
+    most valid records of it (one cost scale), the fastest record of each config; provenance,
+    errors and times left out. Sorted by target, task, template, cost."""
+    chosen: dict[tuple[str, str], tuple[int, dict[tuple[str, str], TuningRecord]]] = {}
+    for source, log in enumerate(records):
+        mine: dict[tuple[str, str], dict[tuple[str, str], TuningRecord]] = defaultdict(dict)
+        for r in log:
+            template = known_template(r.template)
+            if not r.valid or r.target is None or template is None:
+                continue
+            configs = mine[(r.target, r.task)]
+            key = (template, r.key)
+            if key not in configs or r.cost_s < configs[key].cost_s:
+                configs[key] = TuningRecord(r.task, template, dict(r.config), float(r.cost_s),
+                                            target=r.target)
+        for task, configs in mine.items():
+            if task not in chosen or len(configs) > len(chosen[task][1]):
+                chosen[task] = (source, configs)
+    out = [r for _, configs in chosen.values() for r in configs.values()]
+    return sorted(out, key=lambda r: (r.target, r.task, r.template, r.cost_s))
+
+
+def write_database(records: Iterable[TuningRecord], path: "str | os.PathLike") -> dict:
+    """Write `records` (each with a target and a cost) as a database; returns its header.
+    The file is written whole to a temporary name first and then renamed over `path`."""
+    rows = [r for r in records if r.target is not None and r.valid]
+    counts: dict[str, int] = defaultdict(int)
+    for r in rows:
+        counts[r.target] += 1
+    header = {"format": FORMAT, "version": VERSION, "records": len(rows),
+              "targets": dict(sorted(counts.items()))}
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    # no name, mtime 0: the same records give the same bytes
+    with open(tmp, "wb") as file, \
+            gzip.GzipFile("", "wb", compresslevel=9, fileobj=file, mtime=0) as raw, \
+            io.TextIOWrapper(raw, encoding="utf-8") as f:
+        f.write(json.dumps(header, sort_keys=True) + "\n")
+        for r in rows:
+            f.write(json.dumps({"target": r.target, "task": r.task, "template": r.template,
+                                "config": dict(r.config), "cost_s": r.cost_s},
+                               sort_keys=True, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+    return header
