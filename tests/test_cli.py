@@ -301,3 +301,25 @@ def test_bench_refuses_bad_counts_and_a_non_onnx_reference(model_file, tmp_path,
     assert main(["bench", str(plan), "--onnx", str(model_file), "--runs", "2", "--warmup",
                  "-1", "--against", "onnxruntime"]) == 1
     assert "warmup >= 0" in capsys.readouterr().err
+
+
+def test_compile_prints_a_library_plan_that_beat_the_generated_one(model_file, tmp_path,
+                                                                   capsys):
+    """A tuned compile whose generated kernels lose (here: every record computes wrong) ends
+    on the library's session, which carries the selection's records but no layout of its
+    own: the summary says 0 %, not a KeyError."""
+    pytest.importorskip("halide")
+    from dataclasses import replace
+
+    from tests.helpers import seed_tuning_log
+    from woodpecker.tune.records import TuningLog
+
+    seeded = seed_tuning_log(onnx.load(model_file), tmp_path / "seed.jsonl")
+    log = TuningLog(tmp_path / "wrong.jsonl")
+    for r in seeded.records:
+        log.append(replace(r, template="faulty", config={"mode": "wrong"}, time=None))
+    plan = tmp_path / "p.wpk"
+    assert main(["compile", str(model_file), "-o", str(plan), "--tuning-log", str(log.path),
+                 "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "generated Halide kernels run 0% of the FLOPs; 0 layout conversion(s)" in out

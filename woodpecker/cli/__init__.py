@@ -57,10 +57,10 @@ def cmd_compile(args) -> None:
     print(f"compiled {args.model} -> {args.output}: {len(model.graph.nodes)} nodes "
           f"({', '.join(f'{k} {v}' for k, v in engines.items())}) in "
           f"{time.perf_counter() - t0:.1f}s")
-    if "selection" in model.plan.meta:
+    if "selection" in model.plan.meta:   # (a library plan that won keeps the measurements)
         share = model.generated_flops_share()
         print(f"generated Halide kernels run {share:.0%} of the FLOPs; "
-              f"{model.plan.meta['layout_conversions']} layout conversion(s)")
+              f"{model.plan.meta.get('layout_conversions', 0)} layout conversion(s)")
     sched, arena = model.plan.meta["schedule"], model.plan.arena
     if model.plan.schedule.kind is ScheduleKind.MEMORY:
         print(f"memory schedule: peak activations {format_bytes(sched['peak_bytes'])} "
