@@ -222,3 +222,22 @@ def test_a_task_with_nothing_valid_overruns_its_share_by_one_measurement_only(tm
     assert len(run(later)) == 1                  # still nothing valid: one more
     log.append(TuningRecord(task="synthetic", template="t", config=dict(crash, k3=3), cost_s=1e-3))
     assert run(later) == []
+
+
+def test_tampered_lines_are_skipped_and_the_rest_read(tmp_path):
+    """Lines that are JSON but not records — a cost that is text, negative or infinite, a
+    config that is not an object, a target that is not text — are counted and left out; the
+    good records around them are read."""
+    import json
+
+    good = {"task": "synthetic", "template": "t", "config": {"k0": 1}, "cost_s": 1e-3}
+    bad = [dict(good, cost_s="fast"), dict(good, cost_s=-1.0), dict(good, cost_s=True),
+           dict(good, config=[1, 2]), dict(good, target=7), dict(good, gflops="many"),
+           {"task": "synthetic"}, [1, 2, 3]]
+    path = tmp_path / "log.jsonl"
+    lines = [json.dumps(good)] + [json.dumps(b) for b in bad] + ['{"cost_s": Infinity}',
+                                                               json.dumps(good)]
+    path.write_text("\n".join(lines) + "\n")
+    log = TuningLog(path)
+    assert len(log.records) == 2 and log.skipped_lines == len(bad) + 1
+    assert log.best("synthetic").cost_s == 1e-3

@@ -22,6 +22,7 @@ writers.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Collection, Iterable, Mapping
@@ -31,6 +32,8 @@ from typing import Any
 
 from woodpecker.engines.halide.templates import known_template
 from woodpecker.tasks.space import KnobSpace
+
+NUMBERS = ("cost_s", "compile_s", "gflops", "run_s", "vs_best")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +68,19 @@ class TuningRecord:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "TuningRecord":
-        """A log line's record; raises KeyError/TypeError when it is not one."""
+        """A log line's record; raises KeyError/TypeError/ValueError when it is not one (a
+        cost that is not a positive finite number or None, say: a tampered line)."""
         own = {f.name for f in fields(cls)} - {"provenance"}
         if not isinstance(d["config"], Mapping):
             raise TypeError("a record's config is an object")
+        for name in NUMBERS:
+            v = d.get(name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not math.isfinite(v) or (name == "cost_s" and v <= 0)):
+                raise ValueError(f"a record's {name} is a number (cost: positive)")
+        for name in ("target", "error", "time"):
+            if not isinstance(d.get(name), (str, type(None))):
+                raise TypeError(f"a record's {name} is text")
         return cls(**{k: v for k, v in d.items() if k in own - {"task", "template", "config"}},
                    config=dict(d["config"]), task=str(d["task"]), template=str(d["template"]),
                    provenance={k: v for k, v in d.items() if k not in own})
