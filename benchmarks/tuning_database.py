@@ -10,7 +10,8 @@ current knob space for that target's vector registers. Per target and task the r
 one log with the most valid records of it are kept (tune/database.database_records: one cost
 scale per task). `--keep-existing` adds the current database as one more source, so records
 of machines this session cannot reach are kept; `woodpecker tune --export-db` files from users
-are sources like logs. Prints what it kept per target and the file's size.
+are sources like logs; `--drop-target KEY` leaves a target's records out (a database for a
+machine it knows nothing of). Prints what it kept per target and the file's size.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--output", default=str(PACKAGED))
     p.add_argument("--keep-existing", action="store_true",
                    help="the current database at --output is one more source")
+    p.add_argument("--drop-target", action="append", default=[], metavar="KEY",
+                   help="leave out the records of this target (Target.record_key): a database "
+                        "for showing what it does on a machine whose records it lacks")
     args = p.parse_args(argv)
     sources: list[list[TuningRecord]] = []
     if args.keep_existing and Path(args.output).exists():
@@ -74,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             sources.append(list(load_database(path).records))
         else:
             sources.append(TuningLog(path).records)
-    kept, dropped = _buildable(database_records(sources))
+    kept, dropped = _buildable([r for r in database_records(sources)
+                                if r.target not in args.drop_target])
     header = write_database(kept, args.output)
     size = Path(args.output).stat().st_size
     tasks = Counter(r.target for r in {(r.target, r.task): r for r in kept}.values())
