@@ -16,6 +16,11 @@ faster library in each round. The table ends with the geomean over the non-zoo m
     python benchmarks/open_world_e2e.py --runs 30 --json benchmarks/results/open_world_untuned.json
     python benchmarks/open_world_e2e.py --budget 3m --runs 30 --zoo \
         --json benchmarks/results/open_world_3m.json
+
+The shipped tuning database (tune/database.py) joins every tuned compile unless
+`WOODPECKER_DATABASE` says otherwise (`off`, or a file: e.g. one written by
+`benchmarks/tuning_database.py --drop-target` without this machine's records); the result
+names the database used. `--logs DIR` keeps the models' tuning logs (for the database).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from woodpecker.bench.compare import FASTEST_LIBRARY, benchmark, write_json  # n
 from woodpecker.bench.runners import OPENVINO  # noqa: E402
 from woodpecker.engines.names import ONNXRUNTIME  # noqa: E402
 from woodpecker.options import TuneOptions  # noqa: E402
+from woodpecker.tune.database import default_database  # noqa: E402
 
 
 def _entries(args) -> list[dict]:
@@ -179,6 +185,9 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default="benchmarks/results/open_world_e2e.json")
+    p.add_argument("--logs", help="keep each model's tuning log in this folder (for the tuning "
+                                  "database: benchmarks/tuning_database.py); default: a "
+                                  "temporary folder, removed")
     p.add_argument("--resume", action="store_true",
                    help="keep the models --json already holds (without an error) and run the "
                         "rest: a long run spread over several sittings")
@@ -187,7 +196,16 @@ def main() -> int:
     if args.resume and Path(args.json).exists():
         rows = [r for r in json.loads(Path(args.json).read_text())["models"] if "error" not in r]
     done = {r["name"] for r in rows}
-    with tempfile.TemporaryDirectory() as logs:
+    db = default_database()      # the shipped tuning database (WOODPECKER_DATABASE chooses)
+    used = {"source": db.source, "records": len(db), "targets": db.targets}
+    with tempfile.TemporaryDirectory() as scratch:
+        logs = args.logs or scratch
+        Path(logs).mkdir(parents=True, exist_ok=True)
+        held = [e["name"] for e in _entries(args) if e["name"] not in done
+                and (Path(logs) / f"tuning_{e['name']}.jsonl").exists()]
+        if held and args.budget:
+            raise SystemExit(f"{logs} already holds the tuning logs of {', '.join(held)}: each "
+                             "compile starts from an empty log (another --logs folder)")
         for entry in [e for e in _entries(args) if e["name"] not in done]:
             print(f"== {entry['name']}", flush=True)
             try:
@@ -197,7 +215,8 @@ def main() -> int:
                              "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
             print(_table(rows[-1:]).splitlines()[1], flush=True)
             write_json(args.json, {"date": time.strftime("%Y-%m-%d %H:%M"),
-                                   "budget": args.budget, "runs": args.runs, "models": rows})
+                                   "budget": args.budget, "runs": args.runs,
+                                   "database": used, "models": rows})
     print(_table(rows))
     print(f"wrote {args.json}")
     return 0
