@@ -107,8 +107,8 @@ def main() -> int:
     from woodpecker.lazy import Lazy
     from woodpecker.options import parse_budget
     from woodpecker.selection.finalists import finalist_candidates, leaders
-    from woodpecker.selection.per_node import library_inputs
     from woodpecker.target import Target
+    from woodpecker.tasks import library_inputs
     from woodpecker.tune.extract import extract_tasks
     from woodpecker.tune.measure import Measurer
     from woodpecker.tune.records import TuningLog

@@ -37,6 +37,19 @@ DATABASE_SEEDS = 4
 # 5×5 depthwise convs five measurements each in 15 minutes (1.5-2.5× ONNX Runtime's time).
 FLOPS_PER_BYTE = 8.0
 
+# The library budget split (`--split library`, tune/priorities.py; opt-in until issue 52's
+# 3-minute run measures it against the roofline split, so these are chosen, not tuned):
+# each task's node is timed on ONNX Runtime over LIBRARY_PROBE_RUNS interleaved rounds (a
+# median of 5 calls is within a few % for kernels over 20 us on this machine, Zen 4, and the
+# probe of a 100-task model stays under about 3 s); a task whose best known kernel already
+# runs faster than the library gets LIBRARY_WON_WEIGHT of its library time as weight (polish,
+# not search), one whose best known kernel is over LIBRARY_REACH × the library's time gets
+# LIBRARY_HOPELESS_WEIGHT (its known configs are measured, little more); others their time.
+LIBRARY_PROBE_RUNS = 5
+LIBRARY_WON_WEIGHT = 0.5
+LIBRARY_REACH = 1.5
+LIBRARY_HOPELESS_WEIGHT = 0.1
+
 # A candidate is valid when its largest error relative to the reference's largest magnitude
 # is at most this (tune/worker.py, selection/finalists.py). A correctness bound, chosen, not
 # fitted: whole tuned plans of every zoo model differ from ONNX Runtime by at most 1.2e-6 of

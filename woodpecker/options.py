@@ -34,6 +34,19 @@ class ScheduleKind(StrEnum):
 SCHEDULES = tuple(k.value for k in ScheduleKind)
 
 
+class BudgetSplit(StrEnum):
+    """How tuning shares a model's budget among its tasks: by a roofline estimate of each
+    task's work (WORK, tune/driver.py), or by each task's measured time on the library and how
+    close a known kernel of it came (LIBRARY, tune/priorities.py: deepest first, little to a
+    task the library is out of reach for)."""
+
+    WORK = "work"
+    LIBRARY = "library"
+
+
+SPLITS = tuple(k.value for k in BudgetSplit)
+
+
 def parse_budget(text: "str | float | int") -> float:
     """Seconds from `90`, `90s`, `15m`, `1h` (or a number of seconds)."""
     if isinstance(text, (int, float)):
@@ -57,7 +70,8 @@ class TuneOptions:
     searcher, its seed, an optional cap on measurements per task, the per-candidate limit, and
     `build_workers`: processes compiling new candidates in parallel before they are timed (None:
     every core this process may use; 1: each candidate compiles in the measuring worker);
-    `database`: the shipped tuning database (tune/database.py) joins the log as knowledge."""
+    `database`: the shipped tuning database (tune/database.py) joins the log as knowledge;
+    `split`: how the budget is shared among the tasks (`BudgetSplit`)."""
 
     budget: "str | float" = "15m"
     search: str = config.DEFAULT_SEARCH
@@ -66,6 +80,7 @@ class TuneOptions:
     timeout_s: float = config.CANDIDATE_TIMEOUT_S
     build_workers: int | None = None
     database: bool = True
+    split: BudgetSplit = BudgetSplit.WORK
     budget_s: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -75,6 +90,10 @@ class TuneOptions:
                                   f"{', '.join(SEARCHES)}")
         if self.max_trials is not None and self.max_trials < 1:
             raise WoodpeckerError(f"max_trials must be at least 1, got {self.max_trials}")
+        if self.split not in SPLITS:
+            raise WoodpeckerError(f"unknown budget split {self.split!r}; use "
+                                  f"{' or '.join(SPLITS)}")
+        object.__setattr__(self, "split", BudgetSplit(self.split))
         if self.build_workers is not None and self.build_workers < 1:
             raise WoodpeckerError(f"build_workers must be at least 1, got {self.build_workers}")
         if not self.timeout_s > 0:

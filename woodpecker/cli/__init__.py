@@ -16,7 +16,7 @@ from woodpecker.cli.inspect import cmd_inspect
 from woodpecker.config import CANDIDATE_TIMEOUT_S, DEFAULT_SEARCH
 from woodpecker.errors import WoodpeckerError
 from woodpecker.files import distinct_stems, read_npy
-from woodpecker.options import SEARCHES, ScheduleKind
+from woodpecker.options import SEARCHES, SPLITS, BudgetSplit, ScheduleKind
 
 
 def cmd_zoo(args) -> None:
@@ -159,6 +159,9 @@ def cmd_tune(args) -> None:
     log = open_log(args.tuning_log, args.resume, target=target, database=options.database)
     if args.workers == "local":
         tune_graph(model.graph, target, log, options)
+    elif options.split is not BudgetSplit.WORK:
+        raise WoodpeckerError("--split library is for local tuning (Ray workers split the "
+                              "budget by work)")
     elif args.workers == "ray" or args.workers.startswith("ray:"):
         from woodpecker.tune.distributed import tune_graph_ray
 
@@ -192,7 +195,8 @@ def _tune_options(args):
 
     # a bad budget or option fails here, before any work
     return TuneOptions(args.budget, args.search, args.seed, args.max_trials, args.timeout,
-                       args.build_workers, database=not args.no_database)
+                       args.build_workers, database=not args.no_database,
+                       split=args.split)
 
 
 def cmd_report(args) -> None:
@@ -278,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds per candidate")
         q.add_argument("--build-workers", type=int,
                        help="processes compiling candidates in parallel (default: all cores)")
+        q.add_argument("--split", choices=SPLITS, default="work",
+                       help="how the budget is shared among tasks: by a roofline estimate of "
+                            "their work, or by their time on ONNX Runtime and how close a "
+                            "known kernel came (heaviest first; docs/guide.md)")
         q.add_argument("--no-database", action="store_true",
                        help="leave the shipped tuning database out (its records of this "
                             "machine's target start tasks the log has nothing of; all of them "

@@ -48,7 +48,7 @@ from woodpecker.engines.torch_engine import settle_threads
 from woodpecker.ir.graph import Graph, Node, runtime_positions
 from woodpecker.selection.candidates import Candidate, time_candidates
 from woodpecker.selection.finalists import finalist_candidates, leaders
-from woodpecker.tasks import NHWC, Task
+from woodpecker.tasks import NHWC, Task, library_inputs
 from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.records import TuningLog, TuningRecord
 
@@ -129,18 +129,6 @@ def best_tuned_spec(task: Task, log: TuningLog, threads: int, out: TextIO) -> Ke
     """The kernel spec of `best_tuned`; None without one."""
     best = best_tuned(task, log, threads, out)
     return None if best is None else best.spec
-
-
-def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The task's random arguments that arrive at run time, in the node's own layout and
-    shapes: what a library kernel of the node is called with."""
-    present = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
-    out = []
-    for (i, v), a in zip(present, inputs):
-        if v.data is None:
-            a = a.transpose(0, 3, 1, 2) if task.input_layout(i) == NHWC else a
-            out.append(np.ascontiguousarray(a).reshape(v.shape))
-    return out
 
 
 def _time_group(task: Task, records: list[TuningRecord], node: Node, allowed: list[str],

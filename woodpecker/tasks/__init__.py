@@ -21,6 +21,8 @@ import json
 from functools import cached_property
 from typing import ClassVar
 
+import numpy as np
+
 from woodpecker.ir.graph import Node
 
 NHWC = "NHWC"
@@ -150,3 +152,15 @@ def task_from_key(key: str) -> Task:
     if kind not in kinds:
         raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(kinds)}")
     return kinds[kind].from_json(json.loads(text))
+
+
+def library_inputs(task: Task, node: Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The task's random arguments that arrive at run time, in the node's own layout and
+    shapes: what a library kernel of the node is called with."""
+    present = [(i, v) for i, v in enumerate(node.inputs) if v is not None]
+    out = []
+    for (i, v), a in zip(present, inputs):
+        if v.data is None:
+            a = a.transpose(0, 3, 1, 2) if task.input_layout(i) == NHWC else a
+            out.append(np.ascontiguousarray(a).reshape(v.shape))
+    return out

@@ -11,7 +11,10 @@ ends goes on until one candidate is measured (tune/tuner.py), and the tasks afte
 New candidates are compiled in parallel, one per core, then timed one by one
 (tune/build_pool.py).
 
-A task's run time is estimated by a roofline: its FLOPs, or `FLOPS_PER_BYTE` times the bytes it
+With `TuneOptions.split` LIBRARY the weights are each task's measured time on the library and
+the promise of its best known kernel instead, and the heaviest task goes first
+(tune/priorities.py); otherwise tasks go in graph order. A task's run time is estimated by a
+roofline: its FLOPs, or `FLOPS_PER_BYTE` times the bytes it
 reads and writes, whichever is larger. FLOPs alone starved the memory-bound kernels: MnasNet's
 5×5 depthwise convs, 2-3 % of its FLOPs but a fifth of ONNX Runtime's time on it, were given
 five measurements each in 15 minutes and ran at 1.5-2.5× ONNX Runtime's time.
@@ -26,18 +29,24 @@ from typing import TextIO
 
 import numpy as np
 
-from woodpecker.config import FLOPS_PER_BYTE, MIN_SHARE
+from woodpecker.config import (
+    FLOPS_PER_BYTE,
+    LIBRARY_HOPELESS_WEIGHT,
+    LIBRARY_WON_WEIGHT,
+    MIN_SHARE,
+)
 from woodpecker.deadline import Deadline
 from woodpecker.engines.halide.host import host_vector_registers
 from woodpecker.errors import WoodpeckerError
 from woodpecker.ir.graph import Graph
-from woodpecker.options import TuneOptions
+from woodpecker.options import BudgetSplit, TuneOptions
 from woodpecker.progress import Progress
 from woodpecker.target import Target, default_threads
 from woodpecker.tune.build_pool import BuildPool
 from woodpecker.tune.database import default_database
 from woodpecker.tune.extract import TaskGroup, extract_tasks
 from woodpecker.tune.measure import Measurer
+from woodpecker.tune.priorities import deepest_first, library_times, library_weights, promise
 from woodpecker.tune.records import TuningLog
 from woodpecker.tune.searchers import SEARCHERS, prepare
 from woodpecker.tune.tuner import tune_templates
@@ -49,10 +58,15 @@ def task_bytes(task) -> int:
     return read + 4 * int(np.prod(task.out_shape))
 
 
+def task_work(groups: list[TaskGroup]) -> list[float]:
+    """Each task's roofline work over all its nodes (see the module docstring)."""
+    return [max(float(g.task.flops), FLOPS_PER_BYTE * task_bytes(g.task)) * len(g.nodes)
+            for g in groups]
+
+
 def work_weights(groups: list[TaskGroup]) -> list[float]:
     """Each task's weight in the budget split (see the module docstring)."""
-    work = [max(float(g.task.flops), FLOPS_PER_BYTE * task_bytes(g.task)) * len(g.nodes)
-            for g in groups]
+    work = task_work(groups)
     floor = MIN_SHARE * sum(work)
     return [max(w, floor) for w in work]
 
@@ -85,6 +99,27 @@ def open_log(path: str, resume: bool, out: TextIO | None = None,
     return log
 
 
+def _by_library(graph: Graph, groups: list[TaskGroup], log: TuningLog, target: Target,
+                out: TextIO) -> tuple[list[TaskGroup], list[float]]:
+    """The tasks in the order the library split tunes them, and their weights
+    (tune/priorities.py)."""
+    t0 = time.monotonic()
+    library = library_times(graph, groups, target.threads)
+    best = [None if (b := log.best(g.task.key)) is None else b.cost_s * 1e3 * len(g.nodes)
+            for g in groups]
+    weights = library_weights(library, best, task_work(groups))
+    won = sum(promise(b, lib) == LIBRARY_WON_WEIGHT for b, lib in zip(best, library)
+              if b is not None and lib is not None)
+    hopeless = sum(promise(b, lib) == LIBRARY_HOPELESS_WEIGHT for b, lib in zip(best, library)
+                   if b is not None and lib is not None)
+    print(f"budget split by library time: {sum(x is not None for x in library)} of "
+          f"{len(groups)} task(s) timed on ONNX Runtime in {time.monotonic() - t0:.1f} s; "
+          f"{won} already beaten by a known kernel, {hopeless} out of reach", file=out,
+          flush=True)
+    order = deepest_first(weights)
+    return [groups[i] for i in order], [weights[i] for i in order]
+
+
 def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOptions,
                out: TextIO | None = None, deadline: Deadline | None = None,
                ) -> list[tuple[TaskGroup, dict | None]]:
@@ -103,6 +138,8 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
     start = time.monotonic()
     end = start + budget
     weights = work_weights(groups)
+    if options.split is BudgetSplit.LIBRARY:
+        groups, weights = _by_library(graph, groups, log, target, out)
     workers = options.build_workers or default_threads()
     with Measurer(threads=target.threads, timeout_s=options.timeout_s) as measurer, \
             BuildPool(workers, options.timeout_s) as pool, \
