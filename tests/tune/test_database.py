@@ -180,3 +180,24 @@ def test_export_db_writes_the_user_s_records_of_this_machine(tmp_path, capsys):
     db = load_database(out)
     assert [r.config for r in db.records] == _configs(2) and db.targets == {HERE: 2}
     assert "2 record(s)" in capsys.readouterr().out
+
+
+def test_another_machine_s_records_are_featurized_with_what_their_target_key_tells():
+    """Glimpse's rows carry the machine's blueprint: this machine's measured one for its own
+    records (and records without a target), the extensions, lanes, registers and threads of
+    the record's target for a database record of another machine."""
+    import math
+
+    from woodpecker.tune.blueprint import key_vector
+    from woodpecker.tune.cost_model import FeatureCache
+
+    cache = FeatureCache({**key_vector(HERE), "hw.gflops": 7.0}, here=HERE)
+    config = _configs(1)[0]
+    mine = cache.record_row(TuningRecord(TASK.key, DIRECT, config, 1e-3, target=HERE))
+    old = cache.record_row(TuningRecord(TASK.key, DIRECT, config, 1e-3))
+    theirs = cache.record_row(TuningRecord(TASK.key, DIRECT, config, 1e-3, target=ELSEWHERE))
+    assert mine["hw.gflops"] == old["hw.gflops"] == 7.0 and "hw.gflops" not in theirs
+    lanes = 8 if "avx2" in ELSEWHERE else 4
+    assert theirs["hw.avx512f"] == 0.0 and theirs["hw.lanes"] == math.log2(1 + lanes)
+    assert {k: v for k, v in theirs.items() if not k.startswith("hw.")} == \
+        {k: v for k, v in mine.items() if not k.startswith("hw.")}

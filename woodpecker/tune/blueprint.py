@@ -10,9 +10,13 @@ and the memory bandwidth of a 256 MiB copy — cached per machine under the cach
 (`blueprint-<digest>.json`), so they are measured once (~1 s). `Blueprint.vector()` is the
 embedding: log2 of each size and rate, 0/1 per extension.
 
-Choice: the thesis compresses data-sheet specifications of many GPUs with PCA; with the
-records of one machine in a log (records of another target are never used, tune/records.py)
-there is nothing to compress, so the embedding is the named, scaled vector itself.
+`key_vector(record_key)` is the part of another machine's blueprint its records' target key
+tells (extensions, lanes, registers, threads): a shipped tuning database's records of other
+machines (tune/database.py) are featurized with it, not with this machine's blueprint.
+
+Choice: the thesis compresses data-sheet specifications of many GPUs with PCA; the records here
+come from a handful of CPU families, so the embedding is the named, scaled vector itself (the
+measured rates and caches of another machine are not in its key: those columns stay 0 there).
 """
 
 from __future__ import annotations
@@ -50,6 +54,22 @@ class Blueprint:
                      "gbps"):
             out[f"hw.{name}"] = math.log2(1.0 + getattr(self, name))
         return out
+
+
+def _lanes(isa) -> int:
+    return 16 if "avx512f" in isa else 8 if "avx2" in isa else 4
+
+
+def key_vector(record_key: str) -> dict[str, float]:
+    """The blueprint features a target key (`Target.record_key`, "arch:ext,ext:Nt") gives."""
+    parts = record_key.split(":")
+    isa = tuple(parts[1].split(",")) if len(parts) > 1 else ()
+    threads = int(parts[2].rstrip("t")) if len(parts) > 2 and parts[2][:-1].isdigit() else 1
+    out = {f"hw.{f}": float(f in isa) for f in FLAGS}
+    for name, value in (("cores", threads), ("lanes", _lanes(isa)),
+                        ("registers", 32 if "avx512f" in isa else 16)):
+        out[f"hw.{name}"] = math.log2(1.0 + value)
+    return out
 
 
 def cache_sizes(cpu: int = 0) -> dict[str, float]:
@@ -108,7 +128,7 @@ def blueprint(target: Target | None = None, cache: Path | None = None) -> Bluepr
     gflops, gbps = _measure(target.threads)
     wide = "avx512f" in target.isa
     bp = Blueprint(target.cpu, tuple(target.isa), target.threads, **cache_sizes(),
-                   lanes=16 if wide else 8 if "avx2" in target.isa else 4,
+                   lanes=_lanes(target.isa),
                    registers=32 if wide else 16, gflops=round(gflops, 1), gbps=round(gbps, 1))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

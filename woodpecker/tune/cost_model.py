@@ -22,6 +22,7 @@ import numpy as np
 
 from woodpecker.tasks import Task, task_from_key
 from woodpecker.tasks.space import Config, KnobSpace
+from woodpecker.tune.blueprint import key_vector
 from woodpecker.tune.features import Features, Vectorizer, features
 from woodpecker.tune.records import TuningRecord
 
@@ -36,12 +37,15 @@ class FeatureCache:
     """Feature dicts by (task key, template, config key): records are featurized once."""
 
     def __init__(self, extra: Features | None = None,
-                 records: "FeatureCache | None" = None) -> None:
+                 records: "FeatureCache | None" = None, here: str | None = None) -> None:
         """`records`: where the rows of log records are kept instead, so that searchers of one
         compile featurize the log's records once (candidates' rows stay here, with the
-        searcher)."""
+        searcher). `extra` (this machine's blueprint) goes into every row but those of records
+        measured for another target than `here`, which get what their target key tells
+        (tune/blueprint.key_vector)."""
         self.extra = extra
         self.records = records
+        self.here = here
         self._tasks: dict[str, Task] = {}
         self._rows: dict[tuple, Features] = {}
 
@@ -50,17 +54,23 @@ class FeatureCache:
             self._tasks[key] = task_from_key(key)
         return self._tasks[key]
 
-    def row(self, task: Task, template: str, config: Config) -> Features:
-        k = (task.key, template, KnobSpace.key(config))
+    def row(self, task: Task, template: str, config: Config,
+            target: str | None = None) -> Features:
+        """A candidate's features on this machine, or on `target` (another machine's key)."""
+        k = (task.key, template, KnobSpace.key(config), target)
         row = self._rows.get(k)
         if row is None:
-            row = self._rows[k] = features(task, template, config, self.extra)
+            extra = self.extra if target is None else key_vector(target)
+            row = self._rows[k] = features(task, template, config, extra)
         return row
 
     def record_row(self, rec: TuningRecord) -> Features:
         if self.records is not None:
             return self.records.record_row(rec)
-        return self.row(self.task(rec.task), rec.template, rec.config)
+        elsewhere = self.extra is not None and self.here is not None and \
+            rec.target is not None and rec.target != self.here
+        return self.row(self.task(rec.task), rec.template, rec.config,
+                        rec.target if elsewhere else None)
 
 
 def ranking_labels(records: Sequence[TuningRecord]) -> tuple[list[TuningRecord], np.ndarray,

@@ -61,7 +61,9 @@ class ModelSearch:
         extra = self.hardware_features()
         shared = ctx.log.derived if ctx.log is not None else {}
         key = ("record features", tuple(sorted((extra or {}).items())))
-        self.cache = FeatureCache(extra, records=shared.setdefault(key, FeatureCache(extra)))
+        here = ctx.log.target if ctx.log is not None else None
+        self.cache = FeatureCache(extra, records=shared.setdefault(
+            key, FeatureCache(extra, here=here)))
         self.model = XGBCostModel(seed=ctx.seed, cache=self.cache)
         self.prior = transfer_records(ctx) if transfer else []
         self.own: list[TuningRecord] = list(ctx.own_records())
