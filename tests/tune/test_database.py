@@ -122,6 +122,8 @@ def test_tuning_a_task_the_user_has_nothing_of_starts_from_the_shipped_configs(t
 
 @pytest.mark.parametrize("content", [
     b"not gzip at all",
+    b"",                                                                      # empty
+    gzip.compress(b"x" * 1000)[:12] + b"\xff" * 40,                          # bad deflate
     gzip.compress(b'{"format": "woodpecker-tuning-db", "vers'),              # torn
     gzip.compress(json.dumps({"format": FORMAT, "version": VERSION + 1}).encode() + b"\n"),
     gzip.compress(json.dumps({"format": "other"}).encode() + b"\n"),

@@ -30,6 +30,7 @@ import io
 import json
 import os
 import sys
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import TextIO
 
 from woodpecker.engines.halide.templates import known_template
+from woodpecker.errors import first_line
 from woodpecker.tune.records import TuningRecord
 
 FORMAT = "woodpecker-tuning-db"
@@ -81,8 +83,8 @@ def load_database(path: "str | os.PathLike", out: TextIO | None = None) -> Tunin
                 raise ValueError(f"format version {header.get('version')!r}, this Woodpecker "
                                  f"reads {VERSION}")
             records = tuple(_record(json.loads(line)) for line in f if line.strip())
-    except (OSError, EOFError, ValueError, KeyError, TypeError) as e:
-        print(f"warning: tuning database {path} not used ({str(e).splitlines()[0][:120]})",
+    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as e:
+        print(f"warning: tuning database {path} not used ({first_line(e)[:120]})",
               file=out, flush=True)
         return EMPTY
     counts: dict[str, int] = defaultdict(int)
