@@ -52,7 +52,7 @@ from woodpecker.tune.build_pool import BuildPool
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.measure import Measurer
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 from woodpecker.tune.searchers import SEARCHERS, make_searcher
 
 H = ""   # templates are named by their short identity (engines/halide/templates.py)
@@ -97,19 +97,19 @@ class Memo:
                 except (ValueError, KeyError):
                     continue
 
-    def _ref(self, task, template) -> dict:
+    def _ref(self, task, template) -> TuningRecord:
         """The pair's reference: its template's first seed, else its first valid config."""
         space = template_module(template).space(
             task, host_vector_registers(Target.parse("cpu").isa))
-        return {"template": template,
-                "config": space.seeds[0] if space.seeds else next(space.valid_configs())}
+        return TuningRecord(task.key, template,
+                            space.seeds[0] if space.seeds else next(space.valid_configs()))
 
     def get(self, task, template, configs: list[dict]) -> list[dict]:
         keys = [(task.key, template, KnobSpace.key(c)) for c in configs]
         ref = self._ref(task, template)
-        ref_key = (task.key, template, KnobSpace.key(ref["config"]))
+        ref_key = (task.key, template, ref.key)
         if ref_key not in self.rows:
-            m = self.measurer.measure(template, task, ref["config"])
+            m = self.measurer.measure(template, task, dict(ref.config))
             self._add(ref_key, m.cost_s, m.error, m.compile_s, m.cost_s or 0.0)
         fresh = [(k, c) for k, c in zip(keys, configs) if k not in self.rows]
         fresh = list({k: (k, c) for k, c in fresh}.values())

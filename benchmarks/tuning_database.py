@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep_existing and Path(args.output).exists():
         sources.append(list(load_database(args.output).records))
     for path in args.logs:
-        if path.endswith(".gz"):
+        with open(path, "rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"     # a database (or an --export-db file)
+        if gzipped:
             sources.append(list(load_database(path).records))
         else:
             sources.append(TuningLog(path).records)

@@ -137,7 +137,8 @@ def _open_log(opts: CompileOptions, assembly: AssemblyOptions, progress: TextIO 
         meta["templates_excluded"] = sorted(lean)
     meta["tuning"] = {"log": path}
     return open_log(path, opts.resume or opts.tuning_log is None or opts.tune is None,
-                    progress or sys.stderr, assembly.target, lean, opts.database)
+                    progress or sys.stderr, assembly.target, lean,
+                    opts.database and (opts.tune is None or opts.tune.database))
 
 
 def _tuned(graph, log, opts: CompileOptions, assembly: AssemblyOptions,

@@ -90,7 +90,7 @@ def test_records_of_this_target_speak_for_a_task_only_until_the_user_has_one(tmp
     assert log.best(TASK.key).config == mid                    # the user's record decides
     assert log.best(TASK.key, lambda r: True).config == mid
     assert [r.config for r in log.task_records(TASK.key)] == [mid]
-    assert log.shipped_configs(TASK.key, DIRECT, 4) == []
+    assert log.user_has(TASK.key) and log.own_best(TASK.key).config == mid
     lines = (tmp_path / "user.jsonl").read_text().splitlines()
     assert [json.loads(ln)["config"] for ln in lines] == [mid]   # nothing shipped written
 
@@ -203,3 +203,42 @@ def test_another_machine_s_records_are_featurized_with_what_their_target_key_tel
     assert theirs["hw.avx512f"] == 0.0 and theirs["hw.lanes"] == math.log2(1 + lanes)
     assert {k: v for k, v in theirs.items() if not k.startswith("hw.")} == \
         {k: v for k, v in mine.items() if not k.startswith("hw.")}
+
+
+def test_every_template_starts_from_the_database_and_the_first_cost_is_this_machine_s(tmp_path):
+    """A task the user's log had nothing of measures the database's configs of each of its
+    templates first — not only of the template tuned first — and the costs it records are
+    this machine's: the first is its own time, not the database machine's scaled."""
+    from woodpecker.tune.measure import Measurement
+    from woodpecker.tune.tuner import tune_templates
+
+    class Recording:
+        def __init__(self):
+            self.calls = []
+
+        def measure(self, template, task, config, reference=None):
+            self.calls.append((template, config))
+            return Measurement(2e-3, None, 0.0, 1.0 if reference is not None else None)
+
+    gemm = template_module("conv_gemm").space(TASK).sample(random.Random(3))
+    direct = _configs(1, seed=5)[0]
+    log = TuningLog(tmp_path / "user.jsonl", HERE)
+    log.attach([TuningRecord(TASK.key, "conv_gemm", gemm, 1e-4, target=HERE),
+                TuningRecord(TASK.key, DIRECT, direct, 5e-4, target=HERE)])
+    m = Recording()
+    tune_templates(TASK, (DIRECT, "conv_gemm"), m, log, search="ga", seed=0,
+                   vector_registers=16, max_trials=24)
+    for template, config in ((DIRECT, direct), ("conv_gemm", gemm)):
+        assert [c for t, c in m.calls if t == template][0] == config
+    assert log.records[0].cost_s == 2e-3          # its own time, not 1.0 x the database's
+
+
+def test_user_records_no_template_builds_any_more_do_not_hide_the_database(tmp_path):
+    a, b = _configs(2)
+    log = TuningLog(tmp_path / "user.jsonl", HERE)
+    log.append(TuningRecord(TASK.key, DIRECT, dict(a, knob_of_old=1), 1e-5))
+    log.append(TuningRecord(TASK.key, "gone", a, 1e-6))           # an unknown template
+    log.attach([TuningRecord(TASK.key, DIRECT, b, 1e-3, target=HERE)])
+    space = template_module(DIRECT).space(TASK)
+    usable = lambda r: r.template == DIRECT and space.in_domain(r.config)  # noqa: E731
+    assert log.best(TASK.key, usable).config == b     # no user record passes `usable`

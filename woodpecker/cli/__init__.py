@@ -132,6 +132,9 @@ def cmd_tune(args) -> None:
     from woodpecker.tune.extract import extract_tasks
 
     target = Target.parse("cpu", args.threads, args.force_threads)
+    if args.split != BudgetSplit.WORK and args.workers != "local":
+        raise WoodpeckerError("--split library is for local tuning (Ray workers split the "
+                              "budget by work)")
     if args.export_db:
         _export_db(args.tuning_log, args.export_db, target)
         return
@@ -159,9 +162,6 @@ def cmd_tune(args) -> None:
     log = open_log(args.tuning_log, args.resume, target=target, database=options.database)
     if args.workers == "local":
         tune_graph(model.graph, target, log, options)
-    elif options.split is not BudgetSplit.WORK:
-        raise WoodpeckerError("--split library is for local tuning (Ray workers split the "
-                              "budget by work)")
     elif args.workers == "ray" or args.workers.startswith("ray:"):
         from woodpecker.tune.distributed import tune_graph_ray
 
@@ -184,6 +184,8 @@ def _export_db(tuning_log: str | None, path: str, target) -> None:
 
     if not tuning_log or not Path(tuning_log).exists():
         raise WoodpeckerError("--export-db needs --tuning-log FILE, an existing tuning log")
+    if not Path(path).resolve().parent.is_dir():
+        raise WoodpeckerError(f"--export-db {path}: no folder {Path(path).parent} to write in")
     log = TuningLog(tuning_log, target.record_key)
     header = write_database(database_records([log.records]), path)
     print(f"wrote {path}: {header['records']} record(s) for "

@@ -75,11 +75,12 @@ class FeatureCache:
 
 def ranking_labels(records: Sequence[TuningRecord]) -> tuple[list[TuningRecord], np.ndarray,
                                                              np.ndarray]:
-    """Records grouped by task (sorted, as a ranker needs), each labelled its task's best cost
-    over its own (0 when invalid); returns (records, labels, group ids). Tasks with no valid
-    record are left out: nothing to rank."""
+    """Records grouped by the scale their costs share (`TuningRecord.scale`: the user's of a
+    task, or a database's of a target and task; sorted, as a ranker needs), each labelled its
+    group's best cost over its own (0 when invalid); returns (records, labels, group ids).
+    Groups with no valid record are left out: nothing to rank."""
     def group(r: TuningRecord) -> tuple[str, str]:
-        return (r.target or "", r.task)
+        return (r.scale[0] or "", r.task)
 
     best: dict[tuple[str, str], float] = {}
     for r in records:

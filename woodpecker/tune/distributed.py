@@ -82,8 +82,10 @@ class _Tuner:
     def ready(self) -> bool:
         return True
 
-    def tune(self, task, templates, records, exclude, seed: int, budget_s: float, regs: int):
-        """Tune `task` for `budget_s`, yielding each record as it is measured."""
+    def tune(self, task, templates, records, exclude, seed: int, budget_s: float, regs: int,
+             database=()):
+        """Tune `task` for `budget_s`, yielding each record as it is measured; `database`:
+        the driver's tuning-database records (tune/database.py), attached after `records`."""
         from woodpecker.tune.tuner import tune_templates
 
         out: queue.Queue = queue.Queue()
@@ -96,10 +98,7 @@ class _Tuner:
                 out.put(self.records[-1] if self.records else record)
 
         log = Forwarding(path, self.target.record_key, exclude)
-        if self.options.database:        # each worker reads the shipped database itself
-            from woodpecker.tune.database import default_database
-
-            log.attach(default_database().records)
+        log.attach(database)
         done = object()
 
         def run():
@@ -142,6 +141,7 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
     pending = sorted(range(len(groups)), key=lambda i: -shares[i])
     regs = host_vector_registers(target.isa)
     shared = ray.put(list(log.records))
+    database = ray.put(list(log.transfer))   # the driver's database, whatever a worker has
     lock = threading.Lock()
     stats = {"workers": workers, "tasks": len(groups), "records": 0, "restarted": []}
     ends: dict[int, float] = {}    # when each started task's share runs out
@@ -193,7 +193,7 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
                     records = list(log.records) if i in stats["restarted"] else shared
                     stream = worker.tune.options(num_returns="streaming").remote(
                         groups[i].task, groups[i].templates, records, log.exclude,
-                        options.seed + i, shares[i], regs)
+                        options.seed + i, shares[i], regs, database)
                     t = threading.Thread(target=follow, args=(i, worker, stream, bar),
                                          daemon=True)
                     t.start()

@@ -47,7 +47,7 @@ from woodpecker.tune.database import default_database
 from woodpecker.tune.extract import TaskGroup, extract_tasks
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.priorities import deepest_first, library_times, library_weights, promise
-from woodpecker.tune.records import TuningLog
+from woodpecker.tune.records import TuningLog, TuningRecord
 from woodpecker.tune.searchers import SEARCHERS, prepare
 from woodpecker.tune.tuner import tune_templates
 
@@ -122,7 +122,7 @@ def _by_library(graph: Graph, groups: list[TaskGroup], log: TuningLog, target: T
 
 def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOptions,
                out: TextIO | None = None, deadline: Deadline | None = None,
-               ) -> list[tuple[TaskGroup, dict | None]]:
+               ) -> list[tuple[TaskGroup, TuningRecord | None]]:
     """Tune each task of `graph` into `log`, until `deadline` (default: the options' budget
     from now); returns (task group, best record) per task."""
     out = out or sys.stderr
@@ -163,7 +163,9 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
                                  deadline=now + share, max_trials=options.max_trials,
                                  progress=progress, builder=builder, target=target,
                                  hard_deadline=end)
-            got = f"{rec.gflops or 0.0:.1f} GFLOP/s" if rec else "no valid configuration"
+            own = log.own_best(g.task.key)
+            got = f"{own.gflops or 0.0:.1f} GFLOP/s" if own else \
+                "no valid configuration" + (" (the tuning database's kept)" if rec else "")
             bar.note(f"task {i + 1}/{len(groups)} {g.task.describe()}: best {got} "
                      f"({best['n']} measured)")
             results.append((g, rec))

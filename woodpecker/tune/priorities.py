@@ -8,7 +8,7 @@ Contract:
   seeded arguments in the node's own layout, all tasks interleaved over
   `config.LIBRARY_PROBE_RUNS` rounds; per task the median ms of one call times its nodes, or
   None where ONNX Runtime does not run the node or the probe fails.
-- `library_weights(groups, library_ms, best_ms, work)`: per task, its library time (a task
+- `library_weights(library_ms, best_ms, work)`: per task, its library time (a task
   without one: its roofline `work` in the library's units, scaled by the median ratio of the
   tasks that have both) times its promise — `LIBRARY_WON_WEIGHT` where its best known kernel
   (`best_ms`: the user's log or the shipped database, per call) already beats the library,
@@ -61,7 +61,10 @@ def library_times(graph: Graph, groups: Sequence[TaskGroup], threads: int,
         calls[str(i)] = (lambda k, a: lambda: k(*a))(kernel, args)
     if not calls:
         return [None] * len(groups)
-    times = time_interleaved(calls, runs, 1)
+    try:
+        times = time_interleaved(calls, runs, 1)
+    except Exception:  # noqa: BLE001 - a kernel that ran once but fails when timed: no estimates
+        return [None] * len(groups)
     return [float(np.median(times[str(i)])) * len(g.nodes) if str(i) in times else None
             for i, g in enumerate(groups)]
 

@@ -34,6 +34,7 @@ from woodpecker.engines.halide.templates import known_template
 from woodpecker.tasks.space import KnobSpace
 
 NUMBERS = ("cost_s", "compile_s", "gflops", "run_s", "vs_best")
+SOURCE, DATABASE = "source", "database"     # the provenance mark of a database's records
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +63,20 @@ class TuningRecord:
         return bool(self.cost_s)
 
     @property
+    def from_database(self) -> bool:
+        """A shipped tuning database's record (tune/database.py), not the user's."""
+        return self.provenance.get(SOURCE) == DATABASE
+
+    @property
     def key(self) -> str:
         """Its configuration's key (`KnobSpace.key`)."""
         return KnobSpace.key(self.config)
+
+    @property
+    def scale(self) -> tuple[str | None, str]:
+        """The records whose costs share one scale with this one: the user's of its task, or
+        a database's of its target and task (tune/database.py)."""
+        return (self.target if self.from_database else None, self.task)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "TuningRecord":
@@ -176,31 +188,43 @@ class TuningLog:
             self._best[record.task] = record
 
     def attach(self, records: Iterable[TuningRecord]) -> None:
-        """Take a shipped database's records (tune/database.py): those of this log's target
-        (by task) speak for a task the user's log holds no valid record of; all of them,
-        any target, are transfer knowledge. Records of excluded or unknown templates are
-        left out."""
+        """Take a shipped database's records (tune/database.py), marked as its
+        (`TuningRecord.from_database`): those of this log's target (by task) speak for a task
+        the user's log holds no usable record of; all of them, any target, are transfer
+        knowledge. Records of excluded or unknown templates are left out; a module-path
+        template reads as its identity."""
         for r in records:
-            if r.template in self.exclude or known_template(r.template) is None:
+            template = known_template(r.template)
+            if template is None or template in self.exclude:
                 continue
+            r = replace(r, template=template, provenance={SOURCE: DATABASE})
             self.transfer.append(r)
             if self.target is not None and r.target == self.target and r.valid:
                 self.shipped.setdefault(r.task, []).append(r)
         for recs in self.shipped.values():
             recs.sort(key=lambda r: r.cost_s)
 
-    def task_records(self, task_key: str) -> list[TuningRecord]:
+    def user_has(self, task_key: str) -> bool:
+        """Whether the user's log holds a valid record of the task."""
+        return task_key in self._best
+
+    def own_best(self, task_key: str) -> TuningRecord | None:
+        """The user's fastest valid record of a task (the database's never)."""
+        return self._best.get(task_key)
+
+    def task_records(self, task_key: str, usable=None) -> list[TuningRecord]:
         """The records that speak for a task: the user's, or — while the user's log holds no
-        valid record of it — the shipped database's of this target."""
-        if task_key in self._best or task_key not in self.shipped:
-            return [r for r in self.records if r.task == task_key]
+        valid record of it that `usable` (when given) accepts — the shipped database's of
+        this target."""
+        mine = [r for r in self.records if r.task == task_key]
+        if task_key not in self.shipped or any(r.valid and (usable is None or usable(r))
+                                                for r in mine):
+            return mine
         return list(self.shipped[task_key])
 
     def shipped_configs(self, task_key: str, template: str, n: int) -> list[dict]:
-        """The `n` fastest shipped configs of a task and template, while the user's log holds
-        no valid record of the task (else none): the first configs tuning measures."""
-        if task_key in self._best:
-            return []
+        """The `n` fastest shipped configs of a task and template (tuning measures them first
+        for a task the user's log had nothing of when its tuning began)."""
         return [dict(r.config) for r in self.shipped.get(task_key, ())
                 if r.template == template][:n]
 
@@ -228,5 +252,5 @@ class TuningLog:
             found = self._best.get(task_key)
             shipped = self.shipped.get(task_key)
             return found if found is not None or not shipped else shipped[0]
-        valid = [r for r in self.task_records(task_key) if r.valid and usable(r)]
+        valid = [r for r in self.task_records(task_key, usable) if r.valid and usable(r)]
         return min(valid, key=lambda r: r.cost_s) if valid else None

@@ -52,7 +52,8 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
               progress: Callable[[TuningRecord], None] | None = None,
               builder: BuildPool | None = None,
               hard_deadline: float | None = None) -> TuningRecord | None:
-    """Returns the best valid record for the task (from this run or earlier ones). With a
+    """Returns the best valid record for the task (from this run or earlier ones; the shipped
+    database's while the user's log has none, tune/records.py). With a
     `builder`, new candidates are compiled in parallel, one per build worker, before they are
     timed (tune/build_pool.py); one that does not build is recorded invalid without being
     sent to the measurer.
@@ -131,26 +132,28 @@ def _measured(candidate: TuningRecord, task: Task, measurer: Measurer, log: Tuni
     compile_s = m.compile_s if built is None else built.compile_s
     if not m.ok:
         return replace(candidate, error=m.error, compile_s=compile_s)
-    if m.ratio and best is not None:
-        cost = m.ratio * best.cost_s
-        return replace(candidate, cost_s=cost, compile_s=compile_s, run_s=m.cost_s,
-                       vs_best=m.ratio, gflops=task.flops / cost / 1e9)
-    return replace(candidate, cost_s=m.cost_s, compile_s=compile_s,
-                   gflops=task.flops / m.cost_s / 1e9)
+    paired = {"run_s": m.cost_s, "vs_best": m.ratio} if m.ratio else {}
+    # on the scale of the user's best; timed against a database record (another machine's
+    # times), the candidate's own time starts the task's scale on this machine
+    cost = m.ratio * best.cost_s if m.ratio and best is not None and \
+        best is log.own_best(task.key) else m.cost_s
+    return replace(candidate, cost_s=cost, compile_s=compile_s, gflops=task.flops / cost / 1e9,
+                   **paired)
 
 
 def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> list[float]:
-    """How much of a task's time each template gets, from the log's other tasks (transfer):
+    """How much of a task's time each template gets, from the log's other tasks and a shipped
+    database's records (the task's own too: measured elsewhere; transfer):
     each task of the same kind that has valid records of every one of these templates votes
     for the template of its fastest record, its vote weighted by its similarity to `task`
     (Gaussian in task-feature distance, the median distance as width — glimpse's priors do the
     same for knob values); each template also gets `TEMPLATE_FLOOR` of the votes cast, so none
     goes unsearched. Without such tasks, equal weights."""
-    best: dict[tuple[str | None, str], dict[str, float]] = {}   # (target, task) -> template
+    best: dict[tuple[str | None, str], dict[str, float]] = {}   # scale -> template -> cost
     for r in log.knowledge(except_task=task.key):
         c = r.cost_s
         if c and r.template in templates and r.task.startswith(f"{task.kind}:"):
-            t = best.setdefault((r.target, r.task), {})
+            t = best.setdefault(r.scale, {})
             t[r.template] = min(c, t.get(r.template, c))
     voters: dict[tuple[str | None, str], str] = {}
     tasks: list[Task] = []
@@ -173,9 +176,10 @@ def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> 
 def _split(task: Task, measurer: Measurer, log: TuningLog, *, deadline: float | None,
            max_trials: int | None, **kw) -> list[dict | None]:
     """AGO's Split for a conv chain or attention (tune/reformer.py): its parts that have no
-    valid record yet are tuned first, with `SPLIT_SHARE` of the fused task's time and trials
-    shared among them; returns the parts' best configs (None where a part has none), which
-    Join composes. Other tasks (and attention with a mask its parts cannot add): []."""
+    valid record yet (the user's, or a shipped database's of this target) are tuned first,
+    with `SPLIT_SHARE` of the fused task's time and trials shared among them; returns the
+    parts' best configs (None where a part has none), which Join composes. Other tasks (and
+    attention with a mask its parts cannot add): []."""
     if not isinstance(task, (ChainTask, AttentionTask)):
         return []
     parts = split(task)
@@ -212,6 +216,7 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
     reformer: its parts first (`_split`), then the chain from their composed schedules.
     Templates the log leaves out (`TuningLog.exclude`) are not tuned."""
     templates = tuple(t for t in templates if t not in log.exclude)
+    fresh = not log.user_has(task.key)   # the database's configs first, for every template
     n0 = len(log.records)
     joined = _split(task, measurer, log, search=search, seed=seed,
                     vector_registers=vector_registers, deadline=deadline,
@@ -234,8 +239,8 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
         seeds = join_seeds(task, space, joined) if joined else []
         # a task the user's log has nothing of starts from the shipped database's fastest
         # configs of it (tune/database.py), then the joined parts' composed schedules
-        seeds = [c for c in log.shipped_configs(task.key, template, DATABASE_SEEDS)
-                 if space.in_domain(c) and space.is_valid(c)] + seeds
+        shipped = log.shipped_configs(task.key, template, DATABASE_SEEDS) if fresh else []
+        seeds = [c for c in shipped if space.in_domain(c) and space.is_valid(c)] + seeds
         if seeds:
             space = KnobSpace(space.knobs, space.constraints, tuple(seeds) + tuple(space.seeds))
         ctx = TuningContext(task, template, space, seed=seed, log=log, target=target,

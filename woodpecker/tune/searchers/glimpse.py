@@ -43,6 +43,7 @@ from woodpecker.tasks.space import Config, KnobSpace
 from woodpecker.tune.blueprint import blueprint
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.features import Features, Vectorizer, similarity
+from woodpecker.tune.records import TuningRecord
 from woodpecker.tune.searchers.model_based import ModelSearch
 
 
@@ -80,14 +81,14 @@ class GlimpseSearch(ModelSearch):
             if k.name == "vec":
                 p *= [3.0 if v == self.bp.lanes else 2.0 if v == 2 * self.bp.lanes else 1.0
                       for v in k.values]
-        by_task: dict[str, list[dict]] = {}
+        by_task: dict[tuple, list[TuningRecord]] = {}    # records of one cost scale
         for r in self.prior:
             if r.template == self.ctx.template and r.cost_s and \
                     self.space.in_domain(r.config):
-                by_task.setdefault(r.task, []).append(r)
+                by_task.setdefault(r.scale, []).append(r)
         if by_task:
             counts = [np.zeros(len(k.values)) for k in knobs]
-            sim = similarity(self.ctx.task, [self.cache.task(t) for t in by_task])
+            sim = similarity(self.ctx.task, [self.cache.task(t) for _, t in by_task])
             for w, recs in zip(sim, by_task.values()):
                 recs = sorted(recs, key=lambda r: r.cost_s)[: max(1, len(recs) // 10)]
                 for r in recs:
