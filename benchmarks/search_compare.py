@@ -23,6 +23,10 @@ own time (model fitting, exploration), measured live.
         --transfer-log /path/other_models.jsonl --hidden ga,random,xgb,glimpse \
         --json benchmarks/results/search_compare.json
 
+`--database shipped` (or a file from benchmarks/tuning_database.py, e.g. one without this
+machine's records) adds the database scenario: an empty log joined by the tuning database minus
+the benchmark's own tasks, so the searchers learn only about tasks they have not seen.
+
 The committed Zen 3 run resumes with `--memo benchmarks/results/search_memo_zen3.jsonl --json
 benchmarks/results/search_compare_zen3.json --transfer-log
 benchmarks/results/search_transfer_zen3.jsonl` (its runs: `<json>.runs.jsonl`).
@@ -50,6 +54,7 @@ from woodpecker.target import Target
 from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.build_pool import BuildPool
 from woodpecker.tune.context import TuningContext
+from woodpecker.tune.database import PACKAGED, load_database
 from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog, TuningRecord
@@ -151,6 +156,19 @@ def transfer_log(paths: list[str], exclude: set[str], target: Target, tmp: Path)
                 if r.task not in exclude:
                     out.write(TuningLog.line(r))
     return TuningLog(tmp, target.record_key)
+
+
+def database_log(path: str, exclude: set[str], target: Target, tmp: Path) -> TuningLog:
+    """An empty log for `target` joined by the tuning database at `path` ("shipped": the
+    packaged one) minus the benchmark's own tasks: the searchers learn from it, as a compile's
+    do, about tasks they have not seen (tune/database.py)."""
+    db = load_database(PACKAGED if path == "shipped" else path)
+    if not len(db):
+        raise SystemExit(f"no tuning database records in {path}")
+    tmp.unlink(missing_ok=True)
+    log = TuningLog(tmp, target.record_key)
+    log.attach(r for r in db.records if r.task not in exclude)
+    return log
 
 
 def refused(space: KnobSpace, config: dict) -> dict | None:
@@ -303,6 +321,9 @@ def main() -> int:
                    "(default: all)")
     p.add_argument("--transfer-log", action="append", default=[],
                    help="logs of other models (repeatable): adds the transfer scenario")
+    p.add_argument("--database", metavar="FILE",
+                   help="a tuning database ('shipped': the packaged one), the benchmark's own "
+                        "tasks left out: adds the database scenario")
     p.add_argument("--hidden", default="",
                    help="comma-separated searchers to run also with the constraints hidden "
                    "(the hidden scenario: invalid candidates possible)")
@@ -325,6 +346,10 @@ def main() -> int:
         scenarios["transfer"] = transfer_log(
             args.transfer_log, {x["task"].key for x in pairs}, target,
             Path(args.memo).with_suffix(".transfer.jsonl"))
+    if args.database:
+        scenarios["database"] = database_log(
+            args.database, {x["task"].key for x in pairs}, target,
+            Path(args.memo).with_suffix(".database.jsonl"))
     hidden = set(args.hidden.split(",")) - {""}
     if hidden:
         scenarios["hidden"] = None
