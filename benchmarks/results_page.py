@@ -51,6 +51,16 @@ SETS = (
               "inputs; the output checked against ONNX Runtime (`ORT noise`: how far ONNX "
               "Runtime's own output moves without its graph optimisations).",
               "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --json {file}"),
+    ResultSet("realworld-3m-database", "Four of them again, with the tuning database",
+              "open_world", "open_world_3m_db_probe_zen4.json",
+              "A first probe of the shipped tuning database (issue 52): four timm models of "
+              "the set, compiled with `--tune --budget 3m` from an empty user log while the "
+              "database held this machine's 3-minute records of their tasks (tuned earlier "
+              "the same day), then timed as above. Compare each row with the same model in "
+              "the first table (without the database).",
+              "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --models "
+              "timm_mixnet_s,timm_ghostnet_100,timm_efficientvit_b0,timm_edgenext_xx_small "
+              "--json {file}"),
     ResultSet("zoo-3m", "The zoo, tuned 3 minutes", "open_world",
               "open_world_3m_v4_zoo_zen4.json",
               "Every zoo model, compiled and timed as the set above (the compiler's default "
