@@ -193,14 +193,19 @@ class TuningLog:
         the user's log holds no usable record of; all of them, any target, are transfer
         knowledge. Records of excluded or unknown templates are left out; a module-path
         template reads as its identity."""
+        elsewhere = []
         for r in records:
             template = known_template(r.template)
             if template is None or template in self.exclude:
                 continue
             r = replace(r, template=template, provenance={SOURCE: DATABASE})
-            self.transfer.append(r)
-            if self.target is not None and r.target == self.target and r.valid:
-                self.shipped.setdefault(r.task, []).append(r)
+            if self.target is not None and r.target == self.target:
+                self.transfer.append(r)
+                if r.valid:
+                    self.shipped.setdefault(r.task, []).append(r)
+            else:
+                elsewhere.append(r)
+        self.transfer += elsewhere          # this target's records first (`knowledge`)
         for recs in self.shipped.values():
             recs.sort(key=lambda r: r.cost_s)
 
@@ -231,12 +236,7 @@ class TuningLog:
     def knowledge(self, except_task: str | None = None) -> list[TuningRecord]:
         """Every record a searcher may learn from: the user's (but those of `except_task`),
         then the shipped database's of this target, then those of other targets."""
-        def here(r: TuningRecord) -> bool:
-            return self.target is not None and r.target == self.target
-
-        return ([r for r in self.records if r.task != except_task]
-                + [r for r in self.transfer if here(r)]
-                + [r for r in self.transfer if not here(r)])
+        return [r for r in self.records if r.task != except_task] + self.transfer
 
     def measured(self, task_key: str, template: str) -> dict[str, TuningRecord]:
         """Records of one task and template, by configuration key (latest wins)."""
