@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import OPENVINO, make_runner, versions
 from woodpecker.bench.timing import round_orders
 from woodpecker.engines.ort_engine import new_session
-from woodpecker.target import cpu_info
+from woodpecker.target import machine_facts
 
 WORKER = r"""
 import sys, time
@@ -140,10 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                                                           times[OPENVINO])]
 
     names = list(workers)
-    cpu, isa = cpu_info()
     doc = {
         "onnx": os.path.basename(args.onnx), "runs": args.runs, "threads": args.threads,
-        "machine": {"cpu": cpu, "isa": isa, "arch": platform.machine()},
+        "machine": machine_facts(),
         "versions": versions(),
         "plans": {n: spec for n, spec in zip(names, args.plan)},
         "results": {n: {"median_ms": float(np.median(t)), "p10_ms": float(np.percentile(t, 10)),

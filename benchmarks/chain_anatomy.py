@@ -30,6 +30,7 @@ from split_join import common_arguments, fused_tasks, measuring
 from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import versions
 from woodpecker.engines.halide.templates import template_module, templates_for
+from woodpecker.target import machine_facts
 from woodpecker.tasks.space import Constraint, KnobSpace
 from woodpecker.tune.reformer import split
 
@@ -85,7 +86,7 @@ def main() -> int:
     for r in rows:
         print(f"{r['task'][:72]:<72} {r['chain_strip_ms']:>7.3f} {r['chain_root_ms']:>7.3f} "
               f"{r['parts_mirrored_ms']:>8.3f} {r['parts_best_ms']:>7.3f}")
-    write_json(args.json, {"machine": {"cpu": target.cpu, "isa": list(target.isa)},
+    write_json(args.json, {"machine": machine_facts(),
                            "versions": versions(), "model": args.model, "budget": args.budget,
                            "seed": args.seed, "rows": rows})
     return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from woodpecker.options import SEARCHES
+from woodpecker.target import machine_facts
 
 
 # -- runtimes, built inside their own processes ---------------------------------------------------
@@ -190,7 +191,7 @@ def main() -> int:
         return math.exp(sum(math.log(r[key]) for r in layers) / len(layers)) if layers else None
 
     result = {"model": args.model, "threads": args.threads, "budget_per_layer_s": budget,
-              "search": args.search, "machine": {"cpu": target.cpu, "isa": list(target.isa)},
+              "search": args.search, "machine": machine_facts(),
               "versions": versions(), "layers": layers,
               "geomean_vs_torch": geomean("speedup_vs_torch"),
               "geomean_vs_onnxruntime": geomean("speedup_vs_onnxruntime")}

@@ -38,7 +38,7 @@ from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.dos import optimal_in_blocks
 from woodpecker.schedule.dos_steps import step_edges
 from woodpecker.selection.parallel import schedule_parallel
-from woodpecker.target import cpu_info
+from woodpecker.target import machine_facts
 
 
 def projection(alone: list[float], one: list, edges, cores: int, block: int = 10,
@@ -89,8 +89,7 @@ def main() -> int:
     alone, one = [a for a, _ in times], [b for _, b in times]
     edges = step_edges(sequential.graph, steps)
     projections = [projection(alone, one, edges, c) for c in (2, 8, 32)]
-    cpu, isa = cpu_info()
-    doc = {"plan": args.plan, "machine": {"cpu": cpu, "isa": isa}, "versions": versions(),
+    doc = {"plan": args.plan, "machine": machine_facts(), "versions": versions(),
            **{k: v for k, v in record.items() if k not in ("steps_ms", "critical_path")},
            "projection": projections}
     print(f"{len(steps)} steps, {sum(o is not None for o in one)} Halide; "

@@ -36,7 +36,7 @@ from woodpecker.bench.compare import random_feeds, write_json
 from woodpecker.bench.runners import versions
 from woodpecker.bench.timing import time_interleaved
 from woodpecker.engines.ort_engine import new_session, session_options
-from woodpecker.target import cpu_info
+from woodpecker.target import machine_facts
 
 WARMUP = 5
 
@@ -111,9 +111,8 @@ def main() -> int:
           f"sum to {sum(ours_ms):.3f}), onnxruntime {whole['onnxruntime']:.3f} (its profiled "
           f"nodes sum to {sum(ort_ms.values()):.3f})")
     if args.json:
-        cpu, isa = cpu_info()
         write_json(args.json, {"model": args.model, "engines": args.engines,
-                               "machine": {"cpu": cpu, "isa": isa}, "versions": versions(),
+                               "machine": machine_facts(), "versions": versions(),
                                "rows": rows,
                                "unmatched_ms": unmatched_ours,
                                "unmatched_onnxruntime_ms": unmatched_ort,

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 
 from woodpecker import zoo
-from woodpecker.bench.compare import cpu_info, write_json
+from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import versions
 from woodpecker.config import ARENA_EXACT_S
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
@@ -41,6 +40,7 @@ from woodpecker.schedule.memory_dp import least_peak_floor, memory_schedule
 from woodpecker.schedule.problem import graph_problem
 from woodpecker.schedule.tflite_arena import tflite_arena
 from woodpecker.schedule.traffic import l2_bytes, offchip_traffic
+from woodpecker.target import machine_facts
 
 NETWORKS = ["darts_cifar", "swiftnet_vww", "randwire_cifar", "randwire_imagenet"]
 MIN_CELL = 5     # nodes sharing a name prefix that count as a cell
@@ -181,8 +181,7 @@ def main() -> int:
     ap.add_argument("--floor-seconds", type=float, default=30.0,
                     help="seconds per part not proven optimal to prove a floor on its peak")
     args = ap.parse_args()
-    cpu, isa = cpu_info()
-    doc = {"machine": {"cpu": cpu, "isa": isa, "arch": platform.machine()},
+    doc = {"machine": machine_facts(),
            "versions": versions(), "networks": {}}
     print(f"{'network / cell':<26} {'nodes':>5} {'TFL file':>10} {'TFL kahn':>10} "
           f"{'ORT peak':>10} {'ours':>10} {'floor':>10} {'file/us':>8} {'kahn/us':>8} "

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,6 @@ import time
 from pathlib import Path
 
 from woodpecker import zoo
-from woodpecker.bench.compare import cpu_info
 from woodpecker.bench.runners import versions
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import MEMORY, optimize
@@ -30,6 +28,7 @@ from woodpecker.schedule.memory import format_bytes, schedule_memory
 from woodpecker.schedule.memory_dp import StepTimeout, least_peak_floor, memory_schedule
 from woodpecker.schedule.memory_report import memory_report
 from woodpecker.schedule.problem import graph_problem
+from woodpecker.target import machine_facts
 
 IRREGULAR = ["randwire_cifar", "randwire_imagenet", "darts_cifar", "swiftnet_vww"]
 RSS_MODELS = ["resnet18", "randwire_imagenet"]
@@ -101,9 +100,8 @@ def main() -> int:
     ap.add_argument("--floor-seconds", type=float, default=120.0,
                     help="seconds per part not proven optimal to prove a floor on its peak")
     args = ap.parse_args()
-    cpu, isa = cpu_info()
     doc = {"date": time.strftime("%Y-%m-%d %H:%M"),
-           "machine": {"cpu": cpu, "isa": isa, "arch": platform.machine()},
+           "machine": machine_facts(),
            "versions": versions(), "irregular": {}, "arena": {}, "peak_rss": {}}
     print(f"{'network':<18} {'nodes':>5} {'file':>10} {'kahn':>10} {'dp':>10} {'dp+rw':>10} "
           f"{'file/dp':>8} {'file/dp+rw':>10} {'file/floor':>10} {'sched s':>8}")

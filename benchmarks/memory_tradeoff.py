@@ -35,12 +35,13 @@ from memory_baselines import first_run_peak
 import woodpecker
 from woodpecker import zoo
 from woodpecker.assembly import reordered
-from woodpecker.bench.compare import cpu_info, write_json
+from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import OPENVINO, make_runner, versions
 from woodpecker.bench.timing import paired_ratio, time_interleaved
 from woodpecker.engines.names import ONNXRUNTIME
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.memory import format_bytes
+from woodpecker.target import machine_facts
 
 
 def variants(memory: CompiledModel, onnx_path, factors: list[float]
@@ -71,8 +72,7 @@ def main() -> int:
     ap.add_argument("--json")
     args = ap.parse_args()
     factors = [float(f) for f in args.budgets.split(",") if f]
-    cpu, isa = cpu_info()
-    doc = {"machine": {"cpu": cpu, "isa": isa}, "versions": versions(), "networks": {}}
+    doc = {"machine": machine_facts(), "versions": versions(), "networks": {}}
     tmp = Path(tempfile.mkdtemp())
     print(f"{'network':<18} {'row':<26} {'steps':>5} {'ms':>8} {'÷speed':>7} {'arena':>10} "
           f"{'footprint':>10}")

@@ -28,7 +28,7 @@ from woodpecker.bench.compare import write_json
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.partition.weights import COMPOSITE, complexity, composite_parts
 from woodpecker.passes import DEFAULT, optimize
-from woodpecker.target import Target
+from woodpecker.target import machine_facts
 from woodpecker.tune.extract import extract_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,9 +102,8 @@ def main(argv=None) -> int:
     for t, es in sorted(by_template.items()):
         print(f"  {t:<22} {len(es):4d} pairs, effort median {np.median(es):5.1f}")
     if args.json:
-        target = Target.parse("cpu")
         write_json(args.json, {
-            "machine": {"cpu": target.cpu, "isa": list(target.isa)}, "logs": args.logs,
+            "machine": machine_facts(), "logs": args.logs,
             "stable": STABLE, "slope": float(c), "bias": float(b), "r2": float(r2),
             "pairs": len(rows), "rows": rows})
     return 0

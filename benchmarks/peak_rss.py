@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import numpy as np
 
 from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import versions
-from woodpecker.target import cpu_info
+from woodpecker.target import machine_facts
 
 ORT = r"""
 import sys
@@ -100,10 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeats):
         for name, (cmd, env) in commands.items():
             peaks[name].append(peak_kib(cmd, env))
-    cpu, isa = cpu_info()
     doc = {"onnx": os.path.basename(args.onnx), "threads": args.threads,
            "repeats": args.repeats,
-           "machine": {"cpu": cpu, "isa": isa, "arch": platform.machine()},
+           "machine": machine_facts(),
            "versions": versions(), "plans": args.plan,
            "peak_rss_mib": {n: {"median": float(np.median(v)) / 1024,
                                 "min": min(v) / 1024, "max": max(v) / 1024}

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from woodpecker import zoo
-from woodpecker.bench.compare import cpu_info, write_json
+from woodpecker.bench.compare import write_json
 from woodpecker.bench.runners import versions
+from woodpecker.target import machine_facts
 
 _API = """
 import sys, numpy as np, woodpecker
@@ -55,8 +56,7 @@ def main() -> int:
     args = p.parse_args()
     import woodpecker
 
-    cpu, isa = cpu_info()
-    doc = {"machine": {"cpu": cpu, "isa": isa}, "versions": versions(), "models": {}}
+    doc = {"machine": machine_facts(), "versions": versions(), "models": {}}
     tmp = Path(tempfile.mkdtemp())
     print(f"{'model':<20} {'engines':<22} {'CLI':>9} {'API':>9} {'ORT':>9} {'CLI/ORT':>8} "
           f"{'API/ORT':>8}")

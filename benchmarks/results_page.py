@@ -117,7 +117,10 @@ def _machine(machine: dict | None, versions: dict | None) -> str:
     isa = ", ".join(machine.get("isa", [])) or "ISA not recorded"
     runtimes = ", ".join(f"{k} {v.split('-')[0].split('+')[0]}" for k, v in versions.items()
                          if k in ("onnxruntime", "openvino", "torch", "halide", "numpy"))
-    return f"{machine.get('cpu', 'CPU not recorded')} ({isa}); {runtimes}"
+    cpu = machine.get("cpu", "CPU not recorded")
+    if machine.get("microarchitecture"):
+        cpu += f" {machine['microarchitecture']}"
+    return f"{cpu} ({isa}); {runtimes}"
 
 
 def _f(x, digits: int = 3) -> str:

@@ -23,7 +23,7 @@ from woodpecker import zoo
 from woodpecker.bench.compare import write_json
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, optimize
-from woodpecker.target import Target, cpu_info
+from woodpecker.target import Target, machine_facts
 from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog
@@ -73,9 +73,8 @@ def main() -> int:
     print(f"{'sum over tasks with a record in every log (ms)':<66} "
           + " ".join(f"{t:>9.3f}" for t in totals) + scale)
     if args.json:
-        cpu, isa = cpu_info()
         write_json(args.json, {"model": args.model, "logs": args.logs, "paired": paired,
-                               "machine": {"cpu": cpu, "isa": isa},
+                               "machine": machine_facts(),
                                "rows": rows, "totals_ms": totals})
     return 0
 

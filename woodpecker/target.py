@@ -1,4 +1,9 @@
-"""Target: the machine a plan is compiled for (kind, thread count, CPU and its vector ISA)."""
+"""Target: the machine a plan is compiled for (kind, thread count, CPU and its vector ISA).
+
+`machine_facts()` names the machine in benchmark results: the CPU's model name and its
+family/model numbers with the microarchitecture they identify (an "AMD EPYC" is a Zen 3, 4 or
+5 by its family and model alone), every vector extension a kernel could use, the cores.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +29,67 @@ def cpu_info() -> tuple[str, list[str]]:
     except OSError:
         pass
     return name, [f for f in ISA_FLAGS if f in flags]
+
+
+# Extensions worth naming in a result beyond the ones a target records (ISA_FLAGS): the
+# low-precision and matrix units a session's numbers may depend on.
+EXTENSIONS = ISA_FLAGS + ("avx512_bf16", "avx512_fp16", "avx_vnni", "amx_bf16", "amx_int8")
+
+# (vendor, family, first model, last model) -> microarchitecture; family and model in decimal
+# as /proc/cpuinfo prints them (AMD's PPR and Intel's SDM model tables; only server parts the
+# project's machines were drawn from, and their client siblings of the same family)
+_MICROARCHITECTURES = (
+    ("AuthenticAMD", 23, 0x00, 0x2F, "Zen/Zen+"), ("AuthenticAMD", 23, 0x30, 0xFF, "Zen 2"),
+    ("AuthenticAMD", 25, 0x00, 0x0F, "Zen 3"), ("AuthenticAMD", 25, 0x20, 0x5F, "Zen 3"),
+    ("AuthenticAMD", 25, 0x10, 0x1F, "Zen 4"), ("AuthenticAMD", 25, 0x60, 0xAF, "Zen 4"),
+    ("AuthenticAMD", 26, 0x00, 0xFF, "Zen 5"),
+    ("GenuineIntel", 6, 0x55, 0x55, "Skylake-SP/Cascade Lake"),
+    ("GenuineIntel", 6, 0x6A, 0x6C, "Ice Lake-SP"),
+    ("GenuineIntel", 6, 0x8F, 0x8F, "Sapphire Rapids"),
+    ("GenuineIntel", 6, 0xCF, 0xCF, "Emerald Rapids"),
+    ("GenuineIntel", 6, 0xAD, 0xAE, "Granite Rapids"),
+)
+
+
+def microarchitecture(vendor: str, family: int, model: int) -> str:
+    """The microarchitecture a CPUID vendor, family and model identify ("" when unknown)."""
+    return next((name for v, f, lo, hi, name in _MICROARCHITECTURES
+                 if v == vendor and f == family and lo <= model <= hi), "")
+
+
+def machine_facts(cpuinfo: str | None = None) -> dict:
+    """What a benchmark result records of the machine: CPU name, vendor, family, model,
+    microarchitecture, the target's ISA, every extension of `EXTENSIONS` the CPU has, the
+    cores this process may use, the architecture and Python. `cpuinfo`: the text of
+    /proc/cpuinfo (read when not given)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    first: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break                          # the first processor's block is enough
+        key, _, value = line.partition(":")
+        first.setdefault(key.strip(), value.strip())
+    flags = set(first.get("flags", "").split())
+
+    def number(key: str) -> int:
+        try:
+            return int(first.get(key, ""))
+        except ValueError:
+            return -1
+
+    vendor, family, model = first.get("vendor_id", ""), number("cpu family"), number("model")
+    return {"cpu": first.get("model name") or platform.processor() or platform.machine(),
+            "vendor": vendor, "family": family, "model": model,
+            "microarchitecture": microarchitecture(vendor, family, model),
+            "isa": [f for f in ISA_FLAGS if f in flags],
+            "extensions": [f for f in EXTENSIONS if f in flags],
+            "cores": default_threads(), "arch": platform.machine(),
+            "python": platform.python_version()}
 
 
 def default_threads() -> int:

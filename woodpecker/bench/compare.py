@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import platform
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from woodpecker.engines.names import ONNXRUNTIME, TORCH
 from woodpecker.engines.torch_engine import settle_threads
 from woodpecker.errors import WoodpeckerError
 from woodpecker.runtime.compiled import CompiledModel
-from woodpecker.target import cpu_info
+from woodpecker.target import machine_facts
 
 FASTEST_LIBRARY = "fastest library"   # per round, the faster of ONNX Runtime and OpenVINO
 
@@ -97,12 +96,10 @@ def benchmark(model: CompiledModel, onnx_bytes: bytes, against: list[str], runs:
         times[FASTEST_LIBRARY] = [min(a, b) for a, b in zip(times[ONNXRUNTIME], times[OPENVINO])]
     results = {name: _stats(ms) for name, ms in times.items()}
     wp = results["woodpecker"]["median_ms"]
-    cpu, isa = cpu_info()
     return {
         "model": model.graph.name if not zoo_meta else zoo_meta.get("woodpecker.zoo"),
         "runs": runs, "warmup": warmup, "block": block, "threads": threads, "seed": seed,
-        "machine": {"cpu": cpu, "isa": isa, "arch": platform.machine(),
-                    "python": platform.python_version()},
+        "machine": machine_facts(),
         "versions": versions(),
         "engines": sorted(set(model.plan.engines)),
         "results": results,
