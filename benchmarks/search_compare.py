@@ -25,7 +25,10 @@ own time (model fitting, exploration), measured live.
 
 `--database shipped` (or a file from benchmarks/tuning_database.py, e.g. one without this
 machine's records) adds the database scenario: an empty log joined by the tuning database minus
-the benchmark's own tasks, so the searchers learn only about tasks they have not seen.
+the benchmark's own tasks, so the searchers learn only about tasks they have not seen; the
+model-based searchers take each task's first batch from the cost model pre-trained on it
+(tune/pretrained.py). The database-fit scenario is the same log with that off
+(`pretrained=False`: a per-task fit on the transfer sample from the first batch).
 
 The committed Zen 3 run resumes with `--memo benchmarks/results/search_memo_zen3.jsonl --json
 benchmarks/results/search_compare_zen3.json --transfer-log
@@ -50,7 +53,7 @@ from woodpecker.engines.halide.host import host_vector_registers
 from woodpecker.engines.halide.templates import template_module
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, optimize
-from woodpecker.target import Target
+from woodpecker.target import Target, machine_facts
 from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.build_pool import BuildPool
 from woodpecker.tune.context import TuningContext
@@ -58,7 +61,8 @@ from woodpecker.tune.database import PACKAGED, load_database
 from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog, TuningRecord
-from woodpecker.tune.searchers import SEARCHERS, make_searcher
+from woodpecker.tune.searchers import SEARCHERS, make_searcher, prepare
+from woodpecker.tune.searchers.model_based import ModelSearch
 
 H = ""   # templates are named by their short identity (engines/halide/templates.py)
 PAIRS = [("resnet18", "conv_direct"), ("resnet18", "conv_winograd"), ("resnet18", "conv_gemm"),
@@ -67,6 +71,12 @@ PAIRS = [("resnet18", "conv_direct"), ("resnet18", "conv_winograd"), ("resnet18"
          ("shufflenet_v2_x1_0", "pool"), ("transformer_encoder", "dense"),
          ("transformer_encoder", "rows"), ("darts_cifar", "elementwise")]
 REACH = 0.95
+FIT = "database-fit"      # the database scenario without the pre-trained first batch
+
+
+def _model_based(name: str) -> bool:
+    factory = prepare(name)
+    return isinstance(factory, type) and issubclass(factory, ModelSearch)
 
 
 def pick_tasks(pairs) -> list[dict]:
@@ -181,18 +191,19 @@ def refused(space: KnobSpace, config: dict) -> dict | None:
 
 def run_one(pair, searcher: str, seed: int, log: TuningLog | None, budget: int, memo: Memo,
             regs: int, target: Target, hidden: bool = False,
-            space: KnobSpace | None = None) -> dict:
+            space: KnobSpace | None = None, params: dict | None = None) -> dict:
     """One searcher's run on one pair. `hidden`: the searcher sees the knobs without the
     template's constraints (the raw Cartesian product, as AutoTVM's spaces are), and a
     candidate breaking one is measured invalid — where a validity predictor earns its keep.
-    `space`: the template's space with other seeds (default: the template's own)."""
+    `space`: the template's space with other seeds (default: the template's own); `params`:
+    the searcher's keyword arguments."""
     task, template = pair["task"], pair["template"]
     space = space or template_module(template).space(task, regs)
     seen = KnobSpace(space.knobs, [], tuple(space.seeds)) if hidden else space
     ctx = TuningContext(task, template, seen, seed=seed, log=log, target=target,
                         vector_registers=regs)
     t0 = time.perf_counter()
-    s = make_searcher(searcher, ctx)
+    s = make_searcher(searcher, ctx, **(params or {}))
     own = time.perf_counter() - t0
     costs, walls, measured, wall = [], [], [], 0.0
     while len(costs) < budget:
@@ -350,6 +361,7 @@ def main() -> int:
         scenarios["database"] = database_log(
             args.database, {x["task"].key for x in pairs}, target,
             Path(args.memo).with_suffix(".database.jsonl"))
+        scenarios[FIT] = scenarios["database"]
     hidden = set(args.hidden.split(",")) - {""}
     if hidden:
         scenarios["hidden"] = None
@@ -366,12 +378,15 @@ def main() -> int:
             for pair in pairs:
                 for scenario, log in scenarios.items():
                     for searcher in searchers:
+                        model_based = _model_based(searcher)
                         if (scenario, pair["name"], searcher, seed) in done or \
-                                scenario == "hidden" and searcher not in hidden:
+                                scenario == "hidden" and searcher not in hidden or \
+                                scenario == FIT and not model_based:
                             continue
                         t0 = time.time()
                         r = run_one(pair, searcher, seed, log, args.budget, memo, regs, target,
-                                    hidden=scenario == "hidden")
+                                    hidden=scenario == "hidden",
+                                    params={"pretrained": False} if scenario == FIT else None)
                         r["scenario"] = scenario
                         runs.append(r)
                         r.pop("configs")
@@ -398,7 +413,7 @@ def main() -> int:
     counts: dict[str, int] = {}
     for r in runs:
         counts[r["searcher"]] = counts.get(r["searcher"], 0) + 1
-    doc = {"machine": {"cpu": target.cpu, "isa": list(target.isa), "threads": args.threads},
+    doc = {"machine": {**machine_facts(), "threads": args.threads},
            "versions": versions(), "budget": args.budget, "seeds": args.seeds,
            "runs_per_searcher": counts,
            "pairs": [{"name": x["name"], "task": x["task"].key, "template": x["template"]}

@@ -215,6 +215,11 @@ CHAIN_CO_TASKS = 8
 # features computed once per log), against 2.7 s with 4000 and features per searcher.
 TRANSFER_RECORDS = 1500
 
+# Whether the model-based searchers take a task's first batch from the cost model pre-trained on
+# the shipped tuning database (tune/pretrained.py) instead of fitting one per task on the
+# transfer sample first. MEASUREMENT PENDING (this session's search_compare run).
+PRETRAINED_FIRST_BATCH = True
+
 # The searcher `--search` defaults to (tune/searchers): the one that reached 95 % of the best
 # configuration in the least wall time from an empty log in benchmarks/search_compare.py (11
 # tasks of five zoo models, 150 measurements, 3 seeds, Zen 3: median 7 s; xgb 8 s, ga 8 s) with

@@ -15,6 +15,7 @@ whatever their tasks' time scales. Features: tune/features.py.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -121,6 +122,12 @@ class XGBCostModel:
                                   n_jobs=self.threads, tree_method="hist")
         model.fit(x, labels, qid=groups)
         self.booster = model
+
+    def with_cache(self, cache: FeatureCache) -> "XGBCostModel":
+        """The same fitted model, featurizing candidates in `cache` (a searcher's)."""
+        other = copy.copy(self)
+        other.cache = cache
+        return other
 
     def predict(self, task: Task, template: str, configs: list[Config]) -> np.ndarray:
         if self.booster is None or not configs:

@@ -49,6 +49,7 @@ from woodpecker.tune.measure import Measurer
 from woodpecker.tune.priorities import deepest_first, library_times, library_weights, promise
 from woodpecker.tune.records import TuningLog, TuningRecord
 from woodpecker.tune.searchers import SEARCHERS, prepare
+from woodpecker.tune.searchers.model_based import ModelSearch
 from woodpecker.tune.tuner import tune_templates
 
 
@@ -130,7 +131,9 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
         raise WoodpeckerError(f"unknown search {options.search!r}; choose from "
                               f"{', '.join(SEARCHERS)}")
     deadline = deadline or Deadline.after(options.budget_s)
-    prepare(options.search)          # its imports, before the budget is split among tasks
+    factory = prepare(options.search)   # its imports, before the budget is split among tasks
+    if isinstance(factory, type) and issubclass(factory, ModelSearch):
+        factory.pretrain(log, target)   # the database's cost model, fitted once per machine
     budget = deadline.left()
     regs = host_vector_registers(target.isa)
     groups = extract_tasks(graph, parts=True)

@@ -51,9 +51,11 @@ def prepare(name: str):
         raise _missing(name, e) from None
 
 
-def make_searcher(name: str, ctx: TuningContext) -> Searcher:
+def make_searcher(name: str, ctx: TuningContext, **params) -> Searcher:
+    """Searcher `name` for `ctx`; `params`: its constructor's keyword arguments (e.g.
+    `pretrained=False` for a model-based one), none for the defaults."""
     factory = prepare(name)
     try:
-        return factory(ctx)
+        return factory(ctx, **params)
     except ImportError as e:
         raise _missing(name, e) from None

@@ -70,8 +70,9 @@ class GlimpseSearch(ModelSearch):
         self._probe: set[str] = set()   # config keys of such a batch, until told
         self._done = False          # a batch measured without the predictor was all invalid
 
-    def hardware_features(self) -> Features | None:
-        return self.bp.vector()
+    @classmethod
+    def machine_vector(cls, target) -> Features | None:
+        return blueprint(target).vector()
 
     # -- priors --------------------------------------------------------------------------------
     def _priors(self) -> list[np.ndarray]:

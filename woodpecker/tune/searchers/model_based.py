@@ -14,6 +14,11 @@ Transfer (AutoTVM §5): the model starts from the log's records of other tasks �
 `config.TRANSFER_RECORDS`, those of the same template first, then a seeded sample of the rest.
 The records' features are computed once per log (`TuningLog.derived`), shared by the searchers
 of a compile.
+
+Pre-trained (tune/pretrained.py): with a shipped database attached to the log, a task's first
+batch — before any of its own records exist — is the pre-trained model's picks (the model fitted
+once on the whole database), with no per-task fit; the per-task model is fitted from the second
+batch on (`pretrained=False`: every batch from a per-task fit, as before).
 """
 
 from __future__ import annotations
@@ -23,13 +28,15 @@ import time
 
 import numpy as np
 
-from woodpecker.config import TRANSFER_RECORDS
+from woodpecker.config import PRETRAINED_FIRST_BATCH, TRANSFER_RECORDS
+from woodpecker.target import Target
 from woodpecker.tasks.space import Config, KnobSpace
 from woodpecker.tune.annealing import anneal
 from woodpecker.tune.context import TuningContext
 from woodpecker.tune.cost_model import FeatureCache, XGBCostModel
 from woodpecker.tune.features import Features
-from woodpecker.tune.records import TuningRecord
+from woodpecker.tune.pretrained import pretrained_model
+from woodpecker.tune.records import TuningLog, TuningRecord
 
 
 def transfer_records(ctx: TuningContext, limit: int = TRANSFER_RECORDS) -> list[TuningRecord]:
@@ -52,12 +59,13 @@ class ModelSearch:
     name = "model"
 
     def __init__(self, ctx: TuningContext, batch: int = 8, epsilon: float = 0.05,
-                 transfer: bool = True, chains: int = 64, steps: int = 150) -> None:
+                 transfer: bool = True, chains: int = 64, steps: int = 150,
+                 pretrained: bool = PRETRAINED_FIRST_BATCH) -> None:
         self.ctx, self.space, self.rng = ctx, ctx.space, ctx.rng
         self.batch, self.epsilon, self.transfer = batch, epsilon, transfer
         self.chains, self.steps = chains, steps
         self.params = {"batch": batch, "epsilon": epsilon, "transfer": transfer,
-                       "chains": chains, "steps": steps}
+                       "chains": chains, "steps": steps, "pretrained": pretrained}
         extra = self.hardware_features()
         shared = ctx.log.derived if ctx.log is not None else {}
         key = ("record features", tuple(sorted((extra or {}).items())))
@@ -65,6 +73,9 @@ class ModelSearch:
         self.cache = FeatureCache(extra, records=shared.setdefault(
             key, FeatureCache(extra, here=here)))
         self.model = XGBCostModel(seed=ctx.seed, cache=self.cache)
+        first = pretrained_model(ctx.log, extra) if transfer and pretrained else None
+        # the first batch's model while the task has no record of its own
+        self.pretrained = first.with_cache(self.cache) if first is not None else None
         self.prior = transfer_records(ctx) if transfer else []
         self.own: list[TuningRecord] = list(ctx.own_records())
         self.costs: dict[str, float | None] = {KnobSpace.key(r.config): r.cost_s
@@ -74,8 +85,20 @@ class ModelSearch:
         self.dropped = 0            # explored candidates `admissible` rejected
 
     # -- hooks ---------------------------------------------------------------------------------
-    def hardware_features(self) -> Features | None:
+    @classmethod
+    def machine_vector(cls, target: Target | None) -> Features | None:
+        """The hardware features this searcher adds to every row (glimpse: the blueprint)."""
         return None
+
+    @classmethod
+    def pretrain(cls, log: TuningLog, target: Target | None) -> None:
+        """Fit (or load) the pre-trained model before a session splits its budget, on the
+        target's threads, so no task's share pays for it (tune/driver.py)."""
+        threads = target.threads if target is not None else 1
+        pretrained_model(log, cls.machine_vector(target), threads=threads)
+
+    def hardware_features(self) -> Features | None:
+        return self.machine_vector(self.ctx.target)
 
     def fresh_start(self) -> Config:
         """A new starting point for exploration (glimpse: a sample of its priors)."""
@@ -121,7 +144,12 @@ class ModelSearch:
             if not any(r.cost_s for r in self.records()):
                 return self._first()
             if self._fitted_at != len(self.own):
-                self.model.fit(self.records())
+                if not self.own and self.pretrained is not None:
+                    self.model = self.pretrained          # no fit: the database's model
+                else:
+                    if self.model is self.pretrained:
+                        self.model = XGBCostModel(seed=self.ctx.seed, cache=self.cache)
+                    self.model.fit(self.records())
                 self._fitted_at = len(self.own)
             picked = self.pick(self.explore(self.batch), self.batch)
             out: list[Config] = []

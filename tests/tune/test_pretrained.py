@@ -1,0 +1,111 @@
+"""The cost model pre-trained on a tuning database (tune/pretrained.py), on a real template's
+knob space with a synthetic cost (nothing compiled): it ranks an unseen task's candidates, is
+fitted once per machine and database and loaded after, a broken cache file is refitted without
+an error, and the model-based searchers take a task's first batch from it with no per-task fit,
+fitting their own model from the second batch on."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.tune.test_learned_search import DIRECT, SPACE, TASK, _tau, conv, cost
+from woodpecker.target import Target
+from woodpecker.tasks.space import KnobSpace
+from woodpecker.tune.context import TuningContext
+from woodpecker.tune.pretrained import SUFFIX, pretrained_model
+from woodpecker.tune.records import TuningLog, TuningRecord
+from woodpecker.tune.searchers import make_searcher
+from woodpecker.tune.searchers.glimpse import GlimpseSearch
+from woodpecker.tune.searchers.xgb import XGBSearch
+
+pytest.importorskip("xgboost")
+pytest.importorskip("sklearn")
+
+HERE = Target.parse("cpu", 2).record_key
+ELSEWHERE = "x86_64:avx2,fma:2t" if HERE != "x86_64:avx2,fma:2t" else "x86_64:sse4_2:2t"
+
+
+def _database() -> list[TuningRecord]:
+    """Records of three tasks other than TASK, on this target and another."""
+    out = []
+    for i, (task, target) in enumerate([(conv(32, 56, 32), HERE), (conv(128, 14, 128), HERE),
+                                        (conv(256, 7, 256), ELSEWHERE)]):
+        rng = random.Random(i)
+        for _ in range(120):
+            c = SPACE.sample(rng)
+            if cost(c, task):
+                out.append(TuningRecord(task.key, DIRECT, c, cost(c, task), target=target))
+    return out
+
+
+def _log(tmp_path, name="user.jsonl") -> TuningLog:
+    log = TuningLog(tmp_path / name, HERE)
+    log.attach(_database())
+    return log
+
+
+def test_no_database_no_model(tmp_path):
+    assert pretrained_model(None, None) is None
+    assert pretrained_model(TuningLog(tmp_path / "empty.jsonl", HERE), None) is None
+
+
+def test_it_ranks_an_unseen_task_and_is_fitted_once_per_database(tmp_path, capsys):
+    where = tmp_path / "cache"
+    model = pretrained_model(_log(tmp_path), None, where=where)
+    assert "pre-training the cost model" in capsys.readouterr().err
+    assert len(list(where.glob(f"*{SUFFIX}"))) == 1
+    probe = [SPACE.sample(random.Random(100 + i)) for i in range(150)]
+    scores = model.predict(TASK, DIRECT, probe)                  # TASK is not in the database
+    assert _tau(scores, [cost(c) for c in probe]) > 0.5
+    again = pretrained_model(_log(tmp_path, "other.jsonl"), None, where=where)
+    assert capsys.readouterr().err == ""                          # loaded, not refitted
+    assert list(again.predict(TASK, DIRECT, probe)) == list(scores)
+    log = _log(tmp_path, "third.jsonl")                           # another database: refitted
+    log.attach([TuningRecord(TASK.key, DIRECT, probe[0], 1e-3, target=ELSEWHERE)])
+    pretrained_model(log, None, where=where)
+    assert "pre-training" in capsys.readouterr().err
+    assert len(list(where.glob(f"*{SUFFIX}"))) == 2
+
+
+def test_a_broken_cache_file_is_refitted_not_an_error(tmp_path, capsys):
+    where = tmp_path / "cache"
+    pretrained_model(_log(tmp_path), None, where=where)
+    capsys.readouterr()
+    (path,) = where.glob(f"*{SUFFIX}")
+    path.write_bytes(b"not a model")
+    model = pretrained_model(_log(tmp_path, "again.jsonl"), None, where=where)
+    assert model is not None and "pre-training" in capsys.readouterr().err
+    assert path.read_bytes() != b"not a model"                    # written again, whole
+
+
+@pytest.mark.parametrize("name", ["xgb", "glimpse"])
+def test_a_task_s_first_batch_comes_from_the_pretrained_model_without_a_fit(
+        tmp_path, monkeypatch, name):
+    monkeypatch.setenv("WOODPECKER_CACHE", str(tmp_path / "cache"))
+    log = _log(tmp_path)
+    s = make_searcher(name, TuningContext(TASK, DIRECT, SPACE, seed=0, log=log))
+    assert s.pretrained is not None and s.params["pretrained"] is True
+    first = s.ask()
+    assert s.model is s.pretrained and s.model.fitted_on > 0     # the database's, unrefitted
+    assert all(SPACE.is_valid(c) for c in first)
+    s.tell(first, [cost(c) for c in first])
+    second = s.ask()
+    assert s.model is not s.pretrained and s.model.fitted_on > 0   # its own, fitted now
+    assert not {KnobSpace.key(c) for c in second} & {KnobSpace.key(c) for c in first}
+    factory = GlimpseSearch if name == "glimpse" else XGBSearch
+    off = factory(TuningContext(TASK, DIRECT, SPACE, seed=0, log=log), pretrained=False)
+    assert off.pretrained is None
+    off.ask()
+    assert off.model.fitted_on > 0                                # a per-task fit at once
+
+def test_glimpse_pretrains_with_its_blueprint(tmp_path, monkeypatch):
+    monkeypatch.setenv("WOODPECKER_CACHE", str(tmp_path / "cache"))
+    log = _log(tmp_path)
+    GlimpseSearch.pretrain(log, Target.parse("cpu", 2))
+    keys = [k for k in log.derived if k[0] == "pretrained cost model"]
+    assert len(keys) == 1 and any(name.startswith("hw.") for name, _ in keys[0][1])
+    s = make_searcher("glimpse", TuningContext(TASK, DIRECT, SPACE, seed=0, log=log,
+                                               target=Target.parse("cpu", 2)))
+    assert s.pretrained.booster is log.derived[keys[0]].booster    # the driver's, shared
