@@ -125,10 +125,11 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
     import ray
 
     from woodpecker.engines.halide.host import host_vector_registers
-    from woodpecker.tune.driver import work_weights
+    from woodpecker.tune.driver import prepare_search, work_weights
 
     out = out or sys.stderr
     workers = connect(address, target.threads)     # before the budget starts: set-up
+    prepare_search(options.search, log, target)    # the workers load its cost model
     deadline = deadline or Deadline.after(options.budget_s)
     actor = ray.remote(num_cpus=target.threads, max_restarts=0)(_Tuner)
     idle = [actor.remote(target, options) for _ in range(workers)]

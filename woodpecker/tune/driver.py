@@ -121,6 +121,15 @@ def _by_library(graph: Graph, groups: list[TaskGroup], log: TuningLog, target: T
     return [groups[i] for i in order], [weights[i] for i in order]
 
 
+def prepare_search(name: str, log: TuningLog, target: Target) -> None:
+    """What searcher `name` needs before a session's budget is split among tasks: its imports
+    and, for a model-based one with a database attached to `log`, the pre-trained cost model
+    (fitted once per machine and database, tune/pretrained.py)."""
+    factory = prepare(name)
+    if isinstance(factory, type) and issubclass(factory, ModelSearch):
+        factory.pretrain(log, target)
+
+
 def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOptions,
                out: TextIO | None = None, deadline: Deadline | None = None,
                ) -> list[tuple[TaskGroup, TuningRecord | None]]:
@@ -131,9 +140,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
         raise WoodpeckerError(f"unknown search {options.search!r}; choose from "
                               f"{', '.join(SEARCHERS)}")
     deadline = deadline or Deadline.after(options.budget_s)
-    factory = prepare(options.search)   # its imports, before the budget is split among tasks
-    if isinstance(factory, type) and issubclass(factory, ModelSearch):
-        factory.pretrain(log, target)   # the database's cost model, fitted once per machine
+    prepare_search(options.search, log, target)
     budget = deadline.left()
     regs = host_vector_registers(target.isa)
     groups = extract_tasks(graph, parts=True)

@@ -111,5 +111,7 @@ def pretrained_model(log: TuningLog | None, extra: dict | None, threads: int = 1
         model.fit(records)
         if model.booster is not None:
             _save(model, path)
+    if model.booster is not None:
+        model.booster.set_params(n_jobs=1)     # it predicts small batches, within tuning
     log.derived[key] = model if model.booster is not None else None
     return log.derived[key]
