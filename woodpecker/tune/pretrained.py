@@ -50,7 +50,14 @@ def digest(records: list[TuningRecord], extra: dict | None) -> str:
     h = hashlib.sha256()
     h.update(xgboost.__version__.encode())
     for module in (features_module, cost_model_module):
-        h.update(inspect.getsource(module).encode())
+        try:
+            h.update(inspect.getsource(module).encode())
+        except (OSError, TypeError):       # no source installed: the package's version
+            from importlib.metadata import PackageNotFoundError, version
+            try:
+                h.update(version("woodpecker").encode())
+            except PackageNotFoundError:
+                h.update(b"unknown")
     h.update(json.dumps(sorted((extra or {}).items())).encode())
     for r in records:
         h.update(f"{r.target}|{r.task}|{r.template}|{r.key}|{r.cost_s!r}\n".encode())
