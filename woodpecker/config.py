@@ -217,7 +217,11 @@ TRANSFER_RECORDS = 1500
 
 # Whether the model-based searchers take a task's first batch from the cost model pre-trained on
 # the shipped tuning database (tune/pretrained.py) instead of fitting one per task on the
-# transfer sample first. MEASUREMENT PENDING (this session's search_compare run).
+# transfer sample first. benchmarks/search_compare.py on Zen 5 (glimpse, 11 tasks of five zoo
+# models, 3 seeds, 64 measurements; measurements to 95 % of the best, geomean): with the
+# benchmarked tasks left out of the database 8.2 pre-trained against 10.3 per-task (runs not
+# reaching it: 1 and 2 of 33), with every task of their models left out 8.4 against 9.3 (2 and
+# 2); from an empty log 21.8 (8). Files: benchmarks/results/search_compare_db11*_zen5.json.
 PRETRAINED_FIRST_BATCH = True
 
 # The searcher `--search` defaults to (tune/searchers): the one that reached 95 % of the best
