@@ -109,3 +109,12 @@ def test_glimpse_pretrains_with_its_blueprint(tmp_path, monkeypatch):
     s = make_searcher("glimpse", TuningContext(TASK, DIRECT, SPACE, seed=0, log=log,
                                                target=Target.parse("cpu", 2)))
     assert s.pretrained.booster is log.derived[keys[0]].booster    # the driver's, shared
+
+
+def test_an_unwritable_cache_only_costs_a_refit(tmp_path):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would be")
+    model = pretrained_model(_log(tmp_path), None, where=blocked)
+    assert model is not None and model.fitted_on > 0
+    assert blocked.read_text().startswith("a file")
+    assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]

@@ -83,18 +83,24 @@ def _load(model: XGBCostModel, path: Path) -> bool:
 
 
 def _save(model: XGBCostModel, path: Path) -> None:
+    import xgboost
+
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp{SUFFIX}")
+    side = path.with_suffix(".json")
+    side_tmp = side.with_name(f"{side.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp{SUFFIX}")
         model.booster.save_model(os.fspath(tmp))
-        side = path.with_suffix(".json")
-        side_tmp = side.with_name(f"{side.name}.{os.getpid()}.tmp")
         side_tmp.write_text(json.dumps({"columns": model.vectorizer.columns,
                                         "fitted_on": model.fitted_on}))
         os.replace(side_tmp, side)        # the columns first: a model file implies them
         os.replace(tmp, path)
-    except OSError:
-        pass
+    except (OSError, xgboost.core.XGBoostError):
+        for left in (tmp, side_tmp):      # a full disk, a read-only cache: nothing kept
+            try:
+                left.unlink(missing_ok=True)
+            except OSError:
+                pass
 
 
 def pretrained_model(log: TuningLog | None, extra: dict | None, threads: int = 1,
