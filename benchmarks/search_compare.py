@@ -27,8 +27,9 @@ own time (model fitting, exploration), measured live.
 machine's records) adds the database scenario: an empty log joined by the tuning database minus
 the benchmark's own tasks (with `--unseen-models`, every task of their models), so the
 searchers learn only about tasks they have not seen; the model-based searchers take each
-task's first batch from the cost model pre-trained on it (tune/pretrained.py). The database-fit scenario is the same log with that off
-(`pretrained=False`: a per-task fit on the transfer sample from the first batch).
+task's first batch from the cost model pre-trained on it (tune/pretrained.py). The
+database-fit scenario is the same log with that off (`pretrained=False`: a per-task fit on the
+transfer sample from the first batch).
 
 The committed Zen 3 run resumes with `--memo benchmarks/results/search_memo_zen3.jsonl --json
 benchmarks/results/search_compare_zen3.json --transfer-log
