@@ -78,6 +78,9 @@ class _Tuner:
         self.measurer = Measurer(threads=target.threads, timeout_s=options.timeout_s)
         workers = options.build_workers or default_threads()
         self.pool = BuildPool(workers, options.timeout_s) if workers > 1 else None
+        # what searchers derive from the records, kept from one task to the next: the records'
+        # feature rows and the pre-trained cost model (its digest hashes the whole database)
+        self.derived: dict = {}
 
     def ready(self) -> bool:
         return True
@@ -98,7 +101,8 @@ class _Tuner:
                 out.put(self.records[-1] if self.records else record)
 
         log = Forwarding(path, self.target.record_key, exclude)
-        log.attach(database)
+        log.attach(database)      # the driver's, the same in every call
+        log.derived = self.derived
         done = object()
 
         def run():
