@@ -77,6 +77,9 @@ def test_errors_are_one_line(tmp_path):
     (plan / "weights.bin").write_bytes(b"broken")
     again = woodpecker.InferenceSession(path, cache=tmp_path / "plans")
     assert not again.loaded_from_cache
-    np.testing.assert_array_equal(again.run(None, {"x": x})[1], sess.run(None, {"x": x})[1])
+    # the same model's result; not bit for bit: the compile again picks its library by timing
+    # (ONNX Runtime, or OpenVINO on Woodpecker's graph, round differently)
+    np.testing.assert_allclose(again.run(None, {"x": x})[1], sess.run(None, {"x": x})[1],
+                               rtol=1e-5, atol=1e-6)
     with pytest.raises(woodpecker.WoodpeckerError, match="missing input 'x'"):
         again.run(None, {})
