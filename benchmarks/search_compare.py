@@ -63,7 +63,7 @@ from woodpecker.tune.extract import extract_tasks
 from woodpecker.tune.measure import Measurer
 from woodpecker.tune.records import TuningLog, TuningRecord
 from woodpecker.tune.searchers import SEARCHERS, make_searcher, prepare
-from woodpecker.tune.searchers.model_based import ModelSearch
+from woodpecker.tune.searchers.model_based import is_model_based
 
 H = ""   # templates are named by their short identity (engines/halide/templates.py)
 PAIRS = [("resnet18", "conv_direct"), ("resnet18", "conv_winograd"), ("resnet18", "conv_gemm"),
@@ -73,11 +73,6 @@ PAIRS = [("resnet18", "conv_direct"), ("resnet18", "conv_winograd"), ("resnet18"
          ("transformer_encoder", "rows"), ("darts_cifar", "elementwise")]
 REACH = 0.95
 FIT = "database-fit"      # the database scenario without the pre-trained first batch
-
-
-def _model_based(name: str) -> bool:
-    factory = prepare(name)
-    return isinstance(factory, type) and issubclass(factory, ModelSearch)
 
 
 def pick_tasks(pairs) -> list[dict]:
@@ -384,7 +379,7 @@ def main() -> int:
             for pair in pairs:
                 for scenario, log in scenarios.items():
                     for searcher in searchers:
-                        model_based = _model_based(searcher)
+                        model_based = is_model_based(prepare(searcher))
                         if (scenario, pair["name"], searcher, seed) in done or \
                                 scenario == "hidden" and searcher not in hidden or \
                                 scenario == FIT and not model_based:

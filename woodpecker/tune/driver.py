@@ -49,7 +49,7 @@ from woodpecker.tune.measure import Measurer
 from woodpecker.tune.priorities import deepest_first, library_times, library_weights, promise
 from woodpecker.tune.records import TuningLog, TuningRecord
 from woodpecker.tune.searchers import SEARCHERS, prepare
-from woodpecker.tune.searchers.model_based import ModelSearch
+from woodpecker.tune.searchers.model_based import is_model_based
 from woodpecker.tune.tuner import tune_templates
 
 
@@ -126,7 +126,7 @@ def prepare_search(name: str, log: TuningLog, target: Target) -> None:
     and, for a model-based one with a database attached to `log`, the pre-trained cost model
     (fitted once per machine and database, tune/pretrained.py)."""
     factory = prepare(name)
-    if isinstance(factory, type) and issubclass(factory, ModelSearch):
+    if is_model_based(factory):
         factory.pretrain(log, target)
 
 

@@ -55,6 +55,11 @@ def transfer_records(ctx: TuningContext, limit: int = TRANSFER_RECORDS) -> list[
     return out
 
 
+def is_model_based(factory) -> bool:
+    """Whether a searcher factory (`searchers.prepare`) builds a `ModelSearch`."""
+    return isinstance(factory, type) and issubclass(factory, ModelSearch)
+
+
 class ModelSearch:
     name = "model"
 
