@@ -9,6 +9,7 @@ what matches on neither side is summed as "unmatched".
 
     python benchmarks/in_plan_profile.py regnet_x_400mf --tuning-log logs/tuning_regnet.jsonl
     python benchmarks/in_plan_profile.py vit_tiny --tuning-log L.jsonl --engines halide,numpy
+    python benchmarks/in_plan_profile.py hf_distilbert --tuning-log L.jsonl   # real-world set
 
 Both profilers add time per step or node (a timer call per step here; ONNX Runtime's profiler
 records events), which weighs on nodes of a few microseconds: the last line gives each side's
@@ -38,6 +39,9 @@ from woodpecker.bench.timing import time_interleaved
 from woodpecker.engines.ort_engine import new_session, session_options
 from woodpecker.target import machine_facts
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.realworld import input_shapes, load_manifest, make_inputs  # noqa: E402
+
 WARMUP = 5
 
 
@@ -64,17 +68,24 @@ def ort_node_ms(onnx_bytes: bytes, feeds: dict, threads: int, runs: int) -> dict
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("model", help="a zoo model's name")
+    p.add_argument("model", help="a zoo model's name, or a model of the real-world set "
+                                 "(benchmarks/realworld.py) at its recorded input shapes")
     p.add_argument("--tuning-log", required=True)
     p.add_argument("--engines", default="halide,numpy")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--json")
     args = p.parse_args()
-    data = zoo.export(args.model).read_bytes()
+    entry = None
+    if args.model not in zoo.MODELS:
+        entry = next((e for e in load_manifest()["models"] if e["name"] == args.model), None)
+        if entry is None:
+            p.error(f"{args.model!r} is neither a zoo model nor in the real-world set")
+    data = (zoo.export(args.model) if entry is None else Path(entry["abs_path"])).read_bytes()
+    shapes = input_shapes(entry) if entry and entry.get("inputs") else None
     model = woodpecker.compile(data, threads=args.threads, tuning_log=args.tuning_log,
-                               engines=args.engines)
-    feeds = random_feeds(model)
+                               engines=args.engines, input_shapes=shapes)
+    feeds = random_feeds(model) if shapes is None else make_inputs(entry)
     ours_ms = model.profile(feeds, args.runs)
     ort_ms = ort_node_ms(data, feeds, args.threads, args.runs)
     rows, unmatched_ours, matched = [], 0.0, set()

@@ -99,16 +99,85 @@ def _separable(activations: bool = False):
                        "wp": rand(8, 8, 1, 1, seed=3), "bp": rand(8, seed=4)})
 
 
-def _conv_gelu():
-    """A conv, then GELU in the erf form PyTorch exports below opset 20."""
+def _conv_gelu(form: str = "A"):
+    """A conv, then GELU in the erf form PyTorch exports below opset 20: form A (x · s) · 0.5
+    (TorchScript exporter), B (0.5 · x) · s, C (0.5 · s) · x (dynamo exporter, DistilBERT);
+    forms "tanh-B" (GPT-2's gelu_new, the cube a Pow) and "tanh-A" (the cube x · (x · x)):
+    s = 1 + tanh(√(2/π) · (x + 0.044715 · x³))."""
     inits = {"w": rand(8, 8, 3, 3, seed=1) * 0.2, "r2": np.array(np.sqrt(2), np.float32),
-             "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
-             helper.make_node("Div", ["a", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
-             helper.make_node("Add", ["e", "one"], ["s"]),
-             helper.make_node("Mul", ["a", "s"], ["p"]),
-             helper.make_node("Mul", ["p", "half"], ["y"])]
+             "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32),
+             "three": np.array(3.0, np.float32), "k": np.array(0.044715, np.float32),
+             "c": np.array(np.sqrt(2 / np.pi), np.float32)}
+    tail = {"A": [("a", "s", "p"), ("p", "half", "y")],
+            "B": [("half", "a", "p"), ("p", "s", "y")],
+            "C": [("half", "s", "p"), ("a", "p", "y")]}[form[-1]]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1])]
+    if form.startswith("tanh"):
+        nodes += [helper.make_node("Pow", ["a", "three"], ["cube"])] if form == "tanh-B" else \
+            [helper.make_node("Mul", ["a", "a"], ["sq"]),
+             helper.make_node("Mul", ["sq", "a"], ["cube"])]
+        nodes += [helper.make_node("Mul", ["cube", "k"], ["kc"]),
+                  helper.make_node("Add", ["a", "kc"], ["in"]),
+                  helper.make_node("Mul", ["c", "in"], ["d"]),
+                  helper.make_node("Tanh", ["d"], ["e"])]
+    else:
+        nodes += [helper.make_node("Div", ["a", "r2"], ["d"]),
+                  helper.make_node("Erf", ["d"], ["e"])]
+    nodes.append(helper.make_node("Add", ["e", "one"], ["s"]))
+    nodes += [helper.make_node("Mul", [u, v], [out]) for u, v, out in tail]
     return make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 8, 6, 6])], inits)
+
+
+@pytest.mark.parametrize("form", ["A", "B", "C", "tanh-A", "tanh-B"])
+def test_each_exported_gelu_form_is_one_node(form):
+    model = _conv_gelu(form)
+    c = _compile(model, ("fuse_gelu",))
+    assert _ops(c) == ["Conv", "Gelu"]
+    assert c.graph.nodes[1].attrs.get("approximate", "none") == \
+        ("tanh" if form.startswith("tanh") else "none")
+    x = rand(1, 8, 6, 6, seed=3)
+    np.testing.assert_allclose(c(x), ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_tanh_of_another_cubic_or_a_shared_step_is_no_gelu():
+    model = _conv_gelu("tanh-B")
+    k = next(i for i in model.graph.initializer if i.name == "k")
+    k.CopyFrom(numpy_helper.from_array(np.array(0.05, np.float32), "k"))
+    assert "Gelu" not in _ops(_compile(model, ("fuse_gelu",)))
+    model = _conv_gelu("tanh-B")      # the cube is also a graph output
+    model.graph.output.append(helper.make_tensor_value_info("cube", 1, [1, 8, 6, 6]))
+    assert "Gelu" not in _ops(_compile(model, ("fuse_gelu",)))
+
+
+def _conv_tokens_gelu():
+    """A conv whose output is flattened and transposed to tokens, then GELU (erf form):
+    SegFormer's Mix-FFN."""
+    model = _conv_gelu("C")
+    model.graph.node[0].output[0] = "conv"
+    model.graph.node.insert(1, helper.make_node("Reshape", ["conv", "flat"], ["f"]))
+    model.graph.node.insert(2, helper.make_node("Transpose", ["f"], ["a"], perm=[0, 2, 1]))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1, 8, 36], np.int64),
+                                                           "flat"))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", 1, [1, 36, 8]))
+    return model
+
+
+@pytest.mark.parametrize("extra_reader", [False, True])
+def test_an_activation_after_reshape_and_transpose_joins_the_conv(extra_reader):
+    model = _conv_tokens_gelu()
+    if extra_reader:   # the flattened conv output is also a graph output: nothing moves
+        model.graph.output.append(helper.make_tensor_value_info("f", 1, [1, 8, 36]))
+    c = _compile(model, DEFAULT)
+    ops = _ops(c)
+    if extra_reader:
+        assert "Gelu" in ops
+    else:
+        assert ops == ["FusedConv", "Reshape", "Transpose"]
+        assert [s["op"] for s in c.graph.nodes[0].attrs["epilogue"]] == ["Gelu"]
+    x = rand(1, 8, 6, 6, seed=2)
+    want = ort_run(model, {"x": x})
+    for got, ref in zip(c.run({"x": x}).values(), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
 # passes that conv_bn_relu_residual lacks work for

@@ -9,6 +9,10 @@ passes/fuse_epilogue.py absorbs it (WPK §2.1 operator fusion).
   Add(Reshape(p), r) = Reshape(Add(p, Reshape(r))) when r has the Add's shape (all reshapes
   are row-major reinterpretations). `nn.TransformerEncoderLayer` adds the attention's output
   projection, (L, E) reshaped to (1, L, E), to its input; the Add then fuses into the Gemm.
+- An activation (one run-time input: Relu, Gelu, Sigmoid, …) reading a chain of reshapes and
+  transposes moves above the chain: act(move(p)) = move(act(p)) for any element-wise act.
+  SegFormer's Mix-FFN applies GELU after its depthwise conv's output is flattened and
+  transposed back to tokens; above the movement it joins the conv's epilogue.
 
 Only what then fuses is rewritten: the MatMul's output has one reader or none (a graph output
 keeps its Mul), and the product below the reshape has the reshape as its only reader.
@@ -23,6 +27,9 @@ from woodpecker.ir.pattern import add_reshape, const_scalar, producer, sole_read
 from woodpecker.ops.shape import RESHAPES
 
 _PRODUCTS = ("Conv", "Gemm", "MatMul")
+_ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh", "Gelu", "HardSwish", "HardSigmoid",
+                          "Clip"})
+_MOVEMENT = RESHAPES | {"Transpose"}
 
 
 def _input_scale(graph: Graph, node: Node, i: int) -> tuple[Value, float] | None:
@@ -83,6 +90,29 @@ def _sink_reshape(graph: Graph, add: Node) -> bool:
     return False
 
 
+def _hoist_activation(graph: Graph, act: Node) -> bool:
+    """Move `act` above the reshapes/transposes it reads, when a product computes what they
+    move and each value on the way has one reader."""
+    if any(v is not None and not v.is_const for v in act.inputs[1:]):
+        return False
+    chain, v = [], act.inputs[0]
+    while (move := producer(v, *_MOVEMENT)) is not None and \
+            sole_reader(graph, v) is (chain[-1] if chain else act) and static(v):
+        chain.append(move)
+        v = move.inputs[0]
+    if not chain or producer(v, *_PRODUCTS) is None or \
+            sole_reader(graph, v) is not chain[-1] or not static(v):
+        return False
+    y, m = act.outputs[0], chain[0].outputs[0]
+    graph.remove_node(act)
+    active = graph.value(graph.fresh_name(f"{v.name}/{act.op.lower()}"), v.shape, v.dtype)
+    graph.add_node(act.op, [v] + act.inputs[1:], [active], act.attrs, name=act.name,
+                   index=graph.nodes.index(chain[-1]))
+    graph.set_input(chain[-1], 0, active)
+    chain[0].outputs[0], y.producer, m.producer = y, chain[0], None   # y keeps its readers
+    return True
+
+
 def expose_epilogues(graph: Graph) -> int:
     rewritten = 0
     for node in list(graph.nodes):
@@ -92,6 +122,8 @@ def expose_epilogues(graph: Graph) -> int:
             rewritten += _move_scale(graph, node)
         elif node.op == "Add":
             rewritten += _sink_reshape(graph, node)
+        elif node.op in _ACTIVATIONS:
+            rewritten += _hoist_activation(graph, node)
     if rewritten:
         graph.toposort()
     return rewritten
