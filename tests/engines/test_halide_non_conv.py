@@ -1,4 +1,4 @@
-"""Every valid configuration of the dense, pool, rows (softmax, layernorm), element-wise,
+"""Every valid configuration of the dense, pool, rows (softmax, layernorm, rmsnorm), element-wise,
 attention, resize and transposed-convolution templates computes the reference result (any knob
 setting may be slow, none may be wrong)."""
 
@@ -52,6 +52,7 @@ ROWS = [
     RowTask(5, 13, "softmax", 0.0, False),        # a row that is no whole number of vectors
     RowTask(9, 48, "layernorm", 1e-5, True),
     RowTask(3, 20, "layernorm", 1e-3, False),
+    RowTask(7, 40, "rmsnorm", 1e-6, False),
 ]
 _IN0, _IN1, _IN2 = ("in", 0), ("in", 1), ("in", 2)
 ELEMENTWISE = [
@@ -102,6 +103,17 @@ def test_random_valid_config_is_correct(which, seed):
     want = task.reference(inputs)
     assert got.shape == want.shape == task.out_shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("rfactor", [False, True])
+def test_every_rmsnorm_vector_width_is_correct(rfactor):
+    task = RowTask(6, 64, "rmsnorm", 1e-6, False)
+    inputs = task.random_inputs(3)
+    inputs[0] += 5.0     # a large mean: x² sums stay positive and large
+    for vec in (4, 8, 16):
+        config = {"vec": vec, "grain": 4, "rfactor": rfactor, "stash": False, "fast_exp": False}
+        got = rows.build(task, config)(*kernel_arguments(rows, task, config, inputs))
+        np.testing.assert_allclose(got, task.reference(inputs), rtol=2e-6, atol=2e-6)
 
 
 def test_dense_space_constraints():

@@ -3,13 +3,19 @@ onnxruntime), and the pass really rewrote something."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
 import woodpecker
 from tests.helpers import conv_bn_relu_residual, make_model, ort_run, rand
-from woodpecker.passes import DEFAULT
+from woodpecker.engines.halide.templates import template_module
+from woodpecker.frontend.onnx_import import import_onnx
+from woodpecker.passes import DEFAULT, optimize
+from woodpecker.tune.extract import extract_tasks
+from woodpecker.tune.records import TuningLog, TuningRecord
 
 
 def _compile(model, passes, engines="numpy"):
@@ -180,11 +186,60 @@ def test_an_activation_after_reshape_and_transpose_joins_the_conv(extra_reader):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+def _rmsnorm(divide: bool = False):
+    """T5's RMSNorm over the last axis: x · (1 / sqrt(mean(x²) + ε)) · w, or x / sqrt(…)."""
+    inits = {"two": np.array(2.0, np.float32), "eps": np.array(1e-6, np.float32),
+             "w": rand(6, seed=5)}
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+             helper.make_node("Add", ["ms", "eps"], ["v"]),
+             helper.make_node("Sqrt", ["v"], ["root"])]
+    nodes += [helper.make_node("Div", ["x", "root"], ["n"])] if divide else \
+        [helper.make_node("Reciprocal", ["root"], ["inv"]),
+         helper.make_node("Mul", ["x", "inv"], ["n"])]
+    nodes.append(helper.make_node("Mul", ["w", "n"], ["y"]))
+    return make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 8, 6, 6])], inits)
+
+
+def _any_config_log(model, path) -> str:
+    """A tuning log giving each of `model`'s tasks a random valid config of its template."""
+    graph = import_onnx(model)
+    optimize(graph)
+    log = TuningLog(path / "tuning.jsonl")
+    for i, g in enumerate(extract_tasks(graph)):
+        config = template_module(g.templates[0]).space(g.task).sample(random.Random(i))
+        log.append(TuningRecord(task=g.task.key, template=g.templates[0], config=config,
+                                cost_s=1e-4, error=None))
+    return str(log.path)
+
+
+@pytest.mark.parametrize("divide", [False, True])
+@pytest.mark.parametrize("engines", ["numpy", "halide", "onnxruntime"])
+def test_rmsnorm_is_one_node_on_every_engine(divide, engines, tmp_path):
+    model = _rmsnorm(divide)
+    if engines == "halide":
+        pytest.importorskip("halide")
+    log = _any_config_log(model, tmp_path) if engines == "halide" else None
+    c = woodpecker.compile(model, engines=engines + ",numpy", threads=1, tuning_log=log)
+    assert _ops(c) == ["RMSNormalization"] and c.plan.engines == [engines]
+    x = rand(1, 8, 6, 6, seed=7)
+    np.testing.assert_allclose(c(x), ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_mean_over_another_axis_or_a_shared_square_is_no_rmsnorm():
+    model = _rmsnorm()
+    model.graph.node[1].attribute[0].ints[:] = [2]
+    assert "RMSNormalization" not in _ops(_compile(model, DEFAULT))
+    model = _rmsnorm()
+    model.graph.output.append(helper.make_tensor_value_info("sq", 1, [1, 8, 6, 6]))
+    assert "RMSNormalization" not in _ops(_compile(model, DEFAULT))
+
+
 # passes that conv_bn_relu_residual lacks work for
 MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv,
           "simplify_reshapes": _renamed_axes, "expose_epilogues": _scaled_attention,
           "split_copied_concats": _shared_concats, "fuse_separable": _separable,
-          "fuse_gelu": _conv_gelu}
+          "fuse_gelu": _conv_gelu, "fuse_rmsnorm": _rmsnorm}
 
 
 @pytest.mark.parametrize("name", DEFAULT)

@@ -67,6 +67,8 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
     if node.op == "Gelu" and opset < GELU_OPSET:
         return _gelu_protos(node.inputs[0].name, node.outputs[0].name, node.outputs[0].dtype,
                             fresh, node.attrs)
+    if node.op == "RMSNormalization" and opset < RMS_OPSET:
+        return _rmsnorm_protos(node, fresh, opset)
     if node.op not in BASE_INPUTS:
         return [helper.make_node(node.op, [name(v) for v in node.inputs],
                                  [v.name for v in node.outputs], name=node.name,
@@ -174,6 +176,31 @@ def _gelu_protos(x: str, out: str, dtype, fresh, attrs: dict) -> tuple[list[onnx
     return inner + [helper.make_node("Add", [t[5], const(1.0)], [s]),
                     helper.make_node("Mul", [x, s], [h]),
                     helper.make_node("Mul", [h, const(0.5)], [out])], inits
+
+
+RMS_OPSET = 23   # RMSNormalization is an ONNX op from opset 23; below it, the ops T5 exports
+
+
+def _rmsnorm_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
+                                                             list[onnx.TensorProto]]:
+    """RMSNormalization in ops every opset has: x · (1 / sqrt(mean(x²) + ε)) · scale, the mean
+    over the axes from `axis` on (an attribute before opset 18, an input from it)."""
+    x, scale = node.inputs[0], node.inputs[1]
+    rank = len(x.shape)
+    axes = list(range(node.attrs.get("axis", -1) % rank, rank))
+    t = [fresh(f"{node.name}.rms") for _ in range(5)]
+    inits = [numpy_helper.from_array(np.array(node.attrs.get("epsilon", 1e-5), x.dtype),
+                                     fresh("rms.eps"))]
+    if opset >= 18:
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), fresh("rms.axes")))
+        mean = helper.make_node("ReduceMean", [t[0], inits[-1].name], [t[1]], keepdims=1)
+    else:
+        mean = helper.make_node("ReduceMean", [t[0]], [t[1]], axes=axes, keepdims=1)
+    return [helper.make_node("Mul", [x.name, x.name], [t[0]]), mean,
+            helper.make_node("Add", [t[1], inits[0].name], [t[2]]),
+            helper.make_node("Sqrt", [t[2]], [t[3]]),
+            helper.make_node("Div", [x.name, t[3]], [t[4]]),
+            helper.make_node("Mul", [t[4], scale.name], [node.outputs[0].name])], inits
 
 
 def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, y: Value,

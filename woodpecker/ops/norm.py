@@ -1,4 +1,5 @@
 """Normalisations and reductions: BatchNormalization (inference), LayerNormalization,
+RMSNormalization (ONNX opset 23; passes/rmsnorm.py builds it from the ops T5 and Llama export),
 Softmax, ReduceMean."""
 
 from __future__ import annotations
@@ -65,6 +66,22 @@ def layernorm(attrs, x, scale, bias=None):
     if bias is not None:
         y = y + bias
     return y.astype(x.dtype), mean, inv
+
+
+def _rms_infer(node: Node, data_of: DataOf):
+    shape = shape_of(node, 0)
+    norm_axis(node, node.attr("axis", -1), len(shape))
+    return same_as_input(node, data_of)
+
+
+@op("RMSNormalization", _rms_infer, lambda n: 4 * output_numel(n))
+def rmsnorm(attrs, x, scale):
+    """x / sqrt(mean(x²) + epsilon) · scale over the axes from `axis` on, in float32 (the
+    spec's stash_type)."""
+    axis = attrs.get("axis", -1) % x.ndim
+    x32 = x.astype(np.float32)
+    ms = (x32 * x32).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
+    return (x32 / np.sqrt(ms + np.float32(attrs.get("epsilon", 1e-5))) * scale).astype(x.dtype)
 
 
 @op("Softmax", same_as_input, lambda n: 5 * output_numel(n))

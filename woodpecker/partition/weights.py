@@ -46,9 +46,9 @@ def _reduction(node: Node) -> tuple[int, ...]:
         out = node.outputs[0].shape
         return tuple(d for d, o in zip(first, out) if o == 1 and d > 1) if \
             len(out) == len(first) else tuple(first[len(out):])
-    if op in ("Softmax", "LayerNormalization"):
+    if op in ("Softmax", "LayerNormalization", "RMSNormalization"):
         axis = node.attr("axis", -1) % len(first)
-        return tuple(first[axis:]) if op == "LayerNormalization" else (first[axis],)
+        return (first[axis],) if op == "Softmax" else tuple(first[axis:])
     return ()
 
 

@@ -26,6 +26,7 @@ from woodpecker.passes.fuse_separable import fuse_separable
 from woodpecker.passes.gelu import fuse_gelu
 from woodpecker.passes.global_pool import reduce_mean_to_pool
 from woodpecker.passes.remove_identity import remove_identities
+from woodpecker.passes.rmsnorm import fuse_rmsnorm
 from woodpecker.passes.simplify_reshapes import simplify_reshapes
 from woodpecker.passes.split_concat import split_copied_concats
 
@@ -36,6 +37,7 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "fold_batchnorm": fold_batchnorm,
     "reduce_mean_to_pool": reduce_mean_to_pool,
     "fuse_gelu": fuse_gelu,
+    "fuse_rmsnorm": fuse_rmsnorm,
     "expose_epilogues": expose_epilogues,
     "fuse_epilogues": fuse_epilogues,
     "fuse_elementwise": fuse_elementwise,

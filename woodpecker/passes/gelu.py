@@ -50,7 +50,7 @@ def _other(node: Node, v: Value) -> Value | None:
 _TANH_SCALE, _CUBE_SCALE = math.sqrt(2 / math.pi), 0.044715
 
 
-def _cube_of(node: Node | None) -> tuple[Value, list[Node]] | None:
+def _cube_of(graph: Graph, node: Node | None) -> tuple[Value, list[Node]] | None:
     """(x, nodes) when `node` computes x³: Pow(x, 3) or x · (x · x) in either order."""
     if node is None:
         return None
@@ -60,7 +60,7 @@ def _cube_of(node: Node | None) -> tuple[Value, list[Node]] | None:
     if node.op == "Mul" and len(node.inputs) == 2:
         for a, b in (node.inputs, node.inputs[::-1]):
             sq = producer(b, "Mul")
-            if sq is not None and list(sq.inputs) == [a, a]:
+            if sq is not None and list(sq.inputs) == [a, a] and sole_reader(graph, b) is node:
                 return a, [sq, node]
     return None
 
@@ -79,7 +79,7 @@ def _tanh_input(graph: Graph, node: Node | None) -> tuple[Value, list[Node]] | N
             if mul is None or sole_reader(graph, scaled) is not add:
                 continue
             for cube, k in (mul.inputs, mul.inputs[::-1]):
-                found = _cube_of(producer(cube))
+                found = _cube_of(graph, producer(cube))
                 if found is not None and found[0] is x and \
                         _near(const_scalar(k, cube), _CUBE_SCALE) and \
                         sole_reader(graph, cube) is mul:

@@ -1,5 +1,6 @@
-"""The rows task: Softmax and LayerNormalization over the last axis (or LayerNorm's trailing
-axes), as `rows` independent rows of `width` values in the node's own row-major layout."""
+"""The rows task: Softmax, LayerNormalization and RMSNormalization over the last axis (or the
+norms' trailing axes), as `rows` independent rows of `width` values in the node's own row-major
+layout."""
 
 from __future__ import annotations
 
@@ -9,18 +10,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from woodpecker.ir.graph import Node
-from woodpecker.ops.norm import layernorm, softmax
+from woodpecker.ops.norm import layernorm, rmsnorm, softmax
 from woodpecker.tasks import Task
 
 
 @dataclass(frozen=True)
 class RowTask(Task):
-    """`op`: "softmax" (out = exp(x − max) / Σ exp(x − max)) or "layernorm" (out = (x − mean)
-    / sqrt(var + epsilon) · scale + bias, with the scale and optional bias per column)."""
+    """`op`: "softmax" (out = exp(x − max) / Σ exp(x − max)), "layernorm" (out = (x − mean)
+    / sqrt(var + epsilon) · scale + bias, with the scale and optional bias per column) or
+    "rmsnorm" (out = x / sqrt(mean(x²) + epsilon) · scale)."""
 
     kind = "rows"
     layout = ""
-    ops = frozenset({"Softmax", "LayerNormalization"})
+    ops = frozenset({"Softmax", "LayerNormalization", "RMSNormalization"})
 
     rows: int
     width: int
@@ -31,8 +33,8 @@ class RowTask(Task):
 
     @property
     def flops(self) -> int:
-        """As ops/norm counts them: 5 per value for softmax, 8 for layernorm."""
-        return (5 if self.op == "softmax" else 8) * self.rows * self.width
+        """As ops/norm counts them: 5 per value for softmax, 8 for layernorm, 4 for rmsnorm."""
+        return {"softmax": 5, "layernorm": 8, "rmsnorm": 4}[self.op] * self.rows * self.width
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -53,7 +55,8 @@ class RowTask(Task):
         width = math.prod(x.shape[axis:])
         if any(v is not None and math.prod(v.shape) != width for v in node.inputs[1:]):
             raise ValueError(f"{node.name!r}: scale or bias broadcast over the normalised axes")
-        return cls(math.prod(x.shape[:axis]), width, "layernorm",
+        op = "rmsnorm" if node.op == "RMSNormalization" else "layernorm"
+        return cls(math.prod(x.shape[:axis]), width, op,
                    float(node.attrs.get("epsilon", 1e-5)), node.input(2) is not None,
                    x.dtype.name)
 
@@ -61,7 +64,7 @@ class RowTask(Task):
         return f"{self.op} {self.rows}x{self.width}"
 
     def arg_shapes(self) -> list[tuple[int, ...]]:
-        """x, then (layernorm) the scale and bias if any, then the output."""
+        """x, then (the norms) the scale and bias if any, then the output."""
         extra = [] if self.op == "softmax" else [(self.width,)] * (1 + self.has_bias)
         return [self.out_shape, *extra, self.out_shape]
 
@@ -75,4 +78,6 @@ class RowTask(Task):
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
         if self.op == "softmax":
             return softmax({"axis": -1}, inputs[0])
+        if self.op == "rmsnorm":
+            return rmsnorm({"axis": -1, "epsilon": self.epsilon}, *inputs)
         return layernorm({"axis": -1, "epsilon": self.epsilon}, *inputs)[0]

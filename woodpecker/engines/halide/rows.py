@@ -3,7 +3,9 @@
 Algorithm (Halide order, x[j, i] for column j of row i): softmax — m[i] = max_j x, e[j, i] =
 exp(x − m[i]), s[i] = Σ_j e, out = e / s; layernorm — μ[i] = Σ_j x / W, σ²[i] = Σ_j (x − μ)² / W
 (two passes: the one-pass Σx² − μ² loses digits on rows with a large mean), out = (x − μ) ·
-rsqrt(σ² + ε) · scale[j] + bias[j]. Each row's statistics are computed where its row is.
+rsqrt(σ² + ε) · scale[j] + bias[j]; rmsnorm — q[i] = Σ_j x², out = x · rsqrt(q / W + ε) ·
+scale[j] (T5's and Llama's norm, passes/rmsnorm.py). Each row's statistics are computed where
+its row is.
 
 Knobs: `vec` lanes; `grain` rows per parallel task; `rfactor` — each row reduction kept in
 `vec` partial results (one per lane, Halide's rfactor) and combined at the end, so the
@@ -76,6 +78,15 @@ def build(task: RowTask, config: dict, threads: int = 2) -> AotKernel:
         out = hl.Func("out")
         out[j, i] = e[j, i] * (1.0 / s[i])
         reductions, rows = [mx, s], ([e] if config["stash"] else [])
+    elif task.op == "rmsnorm":
+        scale = hl.ImageParam(f32, 1, "scale")
+        params.append(scale)
+        sq = _row_reduce(hl, "sq", lambda c, row: x[c, row] * x[c, row], r, hl.f32(0.0), _add)
+        inv = hl.Func("inv")
+        inv[i] = 1.0 / hl.sqrt(sq[i] / float(task.width) + hl.f32(task.epsilon))
+        out = hl.Func("out")
+        out[j, i] = x[j, i] * inv[i] * scale[j]
+        reductions, rows = [sq], [inv]
     else:
         scale = hl.ImageParam(f32, 1, "scale")
         params.append(scale)
