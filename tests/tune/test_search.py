@@ -128,6 +128,33 @@ def test_paired_costs_share_one_scale_while_the_machine_speed_moves(tmp_path):
         assert r.cost_s == pytest.approx(cost(r.config) / cost(first.config) * first.cost_s)
 
 
+def test_noisy_ratios_do_not_drift_the_scale_of_alike_configs(tmp_path):
+    """Every config equally fast, every ratio off by a factor 0.8 or 1.25 at random: chained
+    from best to new best, the best's cost would fall by 0.8 per lucky pick; from the anchor
+    (the task's first record) it stays one ratio away, ≥ 0.8 × the anchor's."""
+    from woodpecker.tune.measure import Measurement
+
+    rng = random.Random(1)
+
+    class NoisyRatios:
+        calls = 0
+
+        def measure(self, template, task, config, reference=None):
+            self.calls += 1
+            noise = rng.choice((0.8, 1.25))
+            return Measurement(1e-3, None, 0.0, None if reference is None else noise)
+
+    machine = NoisyRatios()
+    log = TuningLog(tmp_path / "log.jsonl")
+    tune_task(FakeTask(), "t", SPACE, searcher("random", SPACE, 0), machine, log,
+              searcher_name="random", seed=0, max_trials=60)
+    first = log.records[0]
+    assert log.own_first(FakeTask().key) is first
+    picked = [r for r in log.records[1:] if r.vs_best < 1]
+    assert len(picked) > 10 and machine.calls > len(log.records)   # new bests timed twice
+    assert min(r.cost_s for r in log.records) >= 0.8 * first.cost_s * (1 - 1e-9)
+
+
 def test_sample_rng_is_seeded():
     a = SPACE.sample(random.Random(3))
     assert a == SPACE.sample(random.Random(3))

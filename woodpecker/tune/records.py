@@ -121,6 +121,7 @@ class TuningLog:
         self.records: list[TuningRecord] = []
         # task key -> its fastest valid record (first on ties)
         self._best: dict[str, TuningRecord] = {}
+        self._first: dict[str, TuningRecord] = {}   # task key -> its first valid record
         self.skipped_lines = 0
         # What searchers compute from these records and share within a compile (the records'
         # feature rows), by their owner's key; it goes with the log.
@@ -186,6 +187,8 @@ class TuningLog:
         best = self._best.get(record.task)
         if record.valid and (best is None or record.cost_s < best.cost_s):
             self._best[record.task] = record
+        if record.valid:
+            self._first.setdefault(record.task, record)
 
     def attach(self, records: Iterable[TuningRecord]) -> None:
         """Take a shipped database's records (tune/database.py), marked as its
@@ -216,6 +219,11 @@ class TuningLog:
     def own_best(self, task_key: str) -> TuningRecord | None:
         """The user's fastest valid record of a task (the database's never)."""
         return self._best.get(task_key)
+
+    def own_first(self, task_key: str) -> TuningRecord | None:
+        """The user's first valid record of a task: timed alone (nothing of the user's to
+        pair it with), its cost is its own time — the anchor of the task's scale."""
+        return self._first.get(task_key)
 
     def task_records(self, task_key: str, usable=None) -> list[TuningRecord]:
         """The records that speak for a task: the user's, or — while the user's log holds no
