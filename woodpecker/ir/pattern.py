@@ -23,6 +23,12 @@ def sole_reader(graph: Graph, v: Value) -> Node | None:
     return v.consumers[0]
 
 
+def other_input(node: Node, v: Value) -> Value | None:
+    """The input of a two-input `node` that is not `v` (None unless `v` is exactly one)."""
+    a, b = node.inputs
+    return b if a is v and b is not v else a if b is v and a is not v else None
+
+
 def const_inputs(node: Node, *positions: int) -> bool:
     """True when every given input position is absent or a compile-time constant."""
     return all(node.input(i) is None or node.inputs[i].is_const for i in positions)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from woodpecker.ir.graph import Graph, Node, Value
-from woodpecker.ir.pattern import const_scalar, producer, sole_reader
+from woodpecker.ir.pattern import const_scalar, other_input, producer, sole_reader
 
 _ROOT_HALF = 1 / math.sqrt(2)
 
@@ -39,12 +39,6 @@ def _scaled_input(node: Node | None) -> Value | None:
             if _near(const_scalar(c, x), _ROOT_HALF):
                 return x
     return None
-
-
-def _other(node: Node, v: Value) -> Value | None:
-    """The input of a two-input `node` that is not `v` (None unless `v` is exactly one)."""
-    a, b = node.inputs
-    return b if a is v and b is not v else a if b is v and a is not v else None
 
 
 _TANH_SCALE, _CUBE_SCALE = math.sqrt(2 / math.pi), 0.044715
@@ -109,26 +103,26 @@ def _match(graph: Graph, head: Node) -> tuple[Value, list[Node], Value, str] | N
     x, inner, approximate = found
     add = sole_reader(graph, head.outputs[0])
     if add is None or add.op != "Add" or \
-            not _near(const_scalar(_other(add, head.outputs[0]), head.outputs[0]), 1.0):
+            not _near(const_scalar(other_input(add, head.outputs[0]), head.outputs[0]), 1.0):
         return None
     mul = sole_reader(graph, add.outputs[0])
     if mul is None or mul.op != "Mul":
         return None
-    factor = _other(mul, add.outputs[0])
+    factor = other_input(mul, add.outputs[0])
     if factor is x:                                       # form A: (x · s) · 0.5
         half = sole_reader(graph, mul.outputs[0])
         if half is None or half.op != "Mul" or \
-                not _near(const_scalar(_other(half, mul.outputs[0]), x), 0.5):
+                not _near(const_scalar(other_input(half, mul.outputs[0]), x), 0.5):
             return None
         return x, inner + [add, mul, half], half.outputs[0], approximate
     if _near(const_scalar(factor, add.outputs[0]), 0.5):  # form C: (0.5 · s) · x
         last = sole_reader(graph, mul.outputs[0])
-        if last is None or last.op != "Mul" or _other(last, mul.outputs[0]) is not x:
+        if last is None or last.op != "Mul" or other_input(last, mul.outputs[0]) is not x:
             return None
         return x, inner + [add, mul, last], last.outputs[0], approximate
     pre = producer(factor, "Mul")                         # form B: (0.5 · x) · s
     if pre is None or sole_reader(graph, factor) is not mul or x not in pre.inputs or \
-            not _near(const_scalar(_other(pre, x), x), 0.5):
+            not _near(const_scalar(other_input(pre, x), x), 0.5):
         return None
     return x, inner + [add, pre, mul], mul.outputs[0], approximate
 

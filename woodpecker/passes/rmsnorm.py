@@ -16,13 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.ir.graph import Graph, Node, Value
-from woodpecker.ir.pattern import const_scalar, producer, sole_reader, static
-
-
-def _other(node: Node, v: Value) -> Value | None:
-    """The input of a two-input `node` that is not `v`."""
-    a, b = node.inputs
-    return b if a is v and b is not v else a if b is v and a is not v else None
+from woodpecker.ir.pattern import const_scalar, other_input, producer, sole_reader, static
 
 
 def _square_of(graph: Graph, v: Value) -> tuple[Value, Node] | None:
@@ -53,7 +47,7 @@ def _match(graph: Graph, mean: Node) -> tuple[Value, list[Node], Value, float, V
             not mean.attrs.get("keepdims", 1):
         raise LookupError
     add = _sole(graph, mean.outputs[0], "Add")
-    eps = None if add is None else const_scalar(_other(add, mean.outputs[0]), mean.outputs[0])
+    eps = None if add is None else const_scalar(other_input(add, mean.outputs[0]), mean.outputs[0])
     root = None if add is None else _sole(graph, add.outputs[0], "Sqrt")
     if eps is None or eps < 0 or root is None:
         raise LookupError
@@ -62,14 +56,14 @@ def _match(graph: Graph, mean: Node) -> tuple[Value, list[Node], Value, float, V
     if last is not None and last.op == "Reciprocal":
         nodes.append(last)
         last = _sole(graph, last.outputs[0], "Mul")
-        if last is None or _other(last, nodes[-1].outputs[0]) is not x:
+        if last is None or other_input(last, nodes[-1].outputs[0]) is not x:
             raise LookupError
     elif last is None or list(last.inputs) != [x, root.outputs[0]]:
         raise LookupError
     nodes.append(last)
     weight, y = None, last.outputs[0]
     scale = _sole(graph, y, "Mul")
-    w = None if scale is None else _other(scale, y)
+    w = None if scale is None else other_input(scale, y)
     if w is not None and w.is_const and w.dtype == x.dtype and \
             tuple(w.shape)[-1:] == (x.shape[-1],) and int(np.prod(w.shape)) == x.shape[-1] and \
             tuple(scale.outputs[0].shape) == tuple(x.shape):
