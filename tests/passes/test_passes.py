@@ -186,6 +186,21 @@ def test_an_activation_after_reshape_and_transpose_joins_the_conv(extra_reader):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+def test_an_activation_after_a_matmuls_transpose_stays_where_it_is():
+    """Moved into a batched product's epilogue, LeViT's HardSwish after its attention's P·V
+    made the plan slower (passes/expose_epilogues.py): only a conv takes it."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]),
+             helper.make_node("Transpose", ["p"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("HardSwish", ["t"], ["y"])]
+    model = make_model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 6, 8, 6])],
+                       {"w": rand(6, 6, seed=1)})
+    c = _compile(model, DEFAULT)
+    assert c.plan.meta["passes"]["expose_epilogues"] == 0
+    assert _ops(c)[:2] == ["MatMul", "Transpose"]     # no epilogue: the activation follows
+    x = rand(1, 8, 6, 6, seed=2)
+    np.testing.assert_allclose(c(x), ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
 def _rmsnorm(divide: bool = False):
     """T5's RMSNorm over the last axis: x · (1 / sqrt(mean(x²) + ε)) · w, or x / sqrt(…)."""
     inits = {"two": np.array(2.0, np.float32), "eps": np.array(1e-6, np.float32),
