@@ -16,11 +16,13 @@ def producer(v: Value | None, *ops: str) -> Node | None:
     return v.producer if not ops or v.producer.op in ops else None
 
 
-def sole_reader(graph: Graph, v: Value) -> Node | None:
-    """The only node reading `v`, when `v` is private to that edge (fusable)."""
+def sole_reader(graph: Graph, v: Value, *ops: str) -> Node | None:
+    """The only node reading `v`, when `v` is private to that edge (fusable) and, when `ops`
+    are given, that node's op is one of them."""
     if len(v.consumers) != 1 or graph.is_output(v):
         return None
-    return v.consumers[0]
+    reader = v.consumers[0]
+    return reader if not ops or reader.op in ops else None
 
 
 def other_input(node: Node, v: Value) -> Value | None:

@@ -27,18 +27,20 @@ def _near(v: float | None, want: float) -> bool:
     return v is not None and abs(v - want) <= 1e-5 * abs(want)
 
 
-def _scaled_input(node: Node | None) -> Value | None:
-    """x when `node` computes x / √2 or x · (1/√2) by a constant scalar."""
-    if node is None or len(node.inputs) != 2:
+def _times(node: Node | None, want: float) -> Value | None:
+    """x when `node` is a Mul of x by a constant scalar `want` (to 1e-5), in either order."""
+    if node is None or node.op != "Mul" or len(node.inputs) != 2:
         return None
     a, b = node.inputs
-    if node.op == "Div" and _near(const_scalar(b, a), math.sqrt(2)):
-        return a
-    if node.op == "Mul":
-        for x, c in ((a, b), (b, a)):
-            if _near(const_scalar(c, x), _ROOT_HALF):
-                return x
-    return None
+    return next((x for x, c in ((a, b), (b, a)) if _near(const_scalar(c, x), want)), None)
+
+
+def _scaled_input(node: Node | None) -> Value | None:
+    """x when `node` computes x / √2 or x · (1/√2) by a constant scalar."""
+    if node is not None and node.op == "Div" and len(node.inputs) == 2 and \
+            _near(const_scalar(node.inputs[1], node.inputs[0]), math.sqrt(2)):
+        return node.inputs[0]
+    return _times(node, _ROOT_HALF)
 
 
 _TANH_SCALE, _CUBE_SCALE = math.sqrt(2 / math.pi), 0.044715
@@ -61,23 +63,17 @@ def _cube_of(graph: Graph, node: Node | None) -> tuple[Value, list[Node]] | None
 
 def _tanh_input(graph: Graph, node: Node | None) -> tuple[Value, list[Node]] | None:
     """(x, nodes) when `node` computes √(2/π) · (x + 0.044715 · x³), each step read once."""
-    if node is None or node.op != "Mul" or len(node.inputs) != 2:
+    inner = _times(node, _TANH_SCALE)
+    add = producer(inner, "Add")
+    if add is None or sole_reader(graph, inner) is not node:
         return None
-    for inner, c in (node.inputs, node.inputs[::-1]):
-        add = producer(inner, "Add")
-        if add is None or not _near(const_scalar(c, inner), _TANH_SCALE) or \
-                sole_reader(graph, inner) is not node:
-            continue
-        for x, scaled in (add.inputs, add.inputs[::-1]):
-            mul = producer(scaled, "Mul")
-            if mul is None or sole_reader(graph, scaled) is not add:
-                continue
-            for cube, k in (mul.inputs, mul.inputs[::-1]):
-                found = _cube_of(graph, producer(cube))
-                if found is not None and found[0] is x and \
-                        _near(const_scalar(k, cube), _CUBE_SCALE) and \
-                        sole_reader(graph, cube) is mul:
-                    return x, found[1] + [mul, add, node]
+    for x, scaled in (add.inputs, add.inputs[::-1]):
+        mul = producer(scaled, "Mul")
+        cube = _times(mul, _CUBE_SCALE)
+        found = None if cube is None else _cube_of(graph, producer(cube))
+        if found is not None and found[0] is x and sole_reader(graph, scaled) is add and \
+                sole_reader(graph, cube) is mul:
+            return x, found[1] + [mul, add, node]
     return None
 
 
@@ -101,23 +97,23 @@ def _match(graph: Graph, head: Node) -> tuple[Value, list[Node], Value, str] | N
     if found is None:
         return None
     x, inner, approximate = found
-    add = sole_reader(graph, head.outputs[0])
-    if add is None or add.op != "Add" or \
+    add = sole_reader(graph, head.outputs[0], "Add")
+    if add is None or \
             not _near(const_scalar(other_input(add, head.outputs[0]), head.outputs[0]), 1.0):
         return None
-    mul = sole_reader(graph, add.outputs[0])
-    if mul is None or mul.op != "Mul":
+    mul = sole_reader(graph, add.outputs[0], "Mul")
+    if mul is None:
         return None
     factor = other_input(mul, add.outputs[0])
     if factor is x:                                       # form A: (x · s) · 0.5
-        half = sole_reader(graph, mul.outputs[0])
-        if half is None or half.op != "Mul" or \
+        half = sole_reader(graph, mul.outputs[0], "Mul")
+        if half is None or \
                 not _near(const_scalar(other_input(half, mul.outputs[0]), x), 0.5):
             return None
         return x, inner + [add, mul, half], half.outputs[0], approximate
     if _near(const_scalar(factor, add.outputs[0]), 0.5):  # form C: (0.5 · s) · x
-        last = sole_reader(graph, mul.outputs[0])
-        if last is None or last.op != "Mul" or other_input(last, mul.outputs[0]) is not x:
+        last = sole_reader(graph, mul.outputs[0], "Mul")
+        if last is None or other_input(last, mul.outputs[0]) is not x:
             return None
         return x, inner + [add, mul, last], last.outputs[0], approximate
     pre = producer(factor, "Mul")                         # form B: (0.5 · x) · s

@@ -31,11 +31,6 @@ def _square_of(graph: Graph, v: Value) -> tuple[Value, Node] | None:
     return (a, node) if c is not None and c == 2.0 else None
 
 
-def _sole(graph: Graph, v: Value, *ops: str) -> Node | None:
-    node = sole_reader(graph, v)
-    return node if node is not None and node.op in ops else None
-
-
 def _match(graph: Graph, mean: Node) -> tuple[Value, list[Node], Value, float, Value | None]:
     """(x, the pattern's nodes, its output, ε, the weight or None); raises LookupError."""
     found = _square_of(graph, mean.inputs[0])
@@ -46,23 +41,23 @@ def _match(graph: Graph, mean: Node) -> tuple[Value, list[Node], Value, float, V
     if not rank or x.dtype != np.float32 or mean.attrs.get("_axes") != [rank - 1] or \
             not mean.attrs.get("keepdims", 1):
         raise LookupError
-    add = _sole(graph, mean.outputs[0], "Add")
+    add = sole_reader(graph, mean.outputs[0], "Add")
     eps = None if add is None else const_scalar(other_input(add, mean.outputs[0]), mean.outputs[0])
-    root = None if add is None else _sole(graph, add.outputs[0], "Sqrt")
+    root = None if add is None else sole_reader(graph, add.outputs[0], "Sqrt")
     if eps is None or eps < 0 or root is None:
         raise LookupError
     nodes = [square, mean, add, root]
-    last = _sole(graph, root.outputs[0], "Reciprocal", "Div")
+    last = sole_reader(graph, root.outputs[0], "Reciprocal", "Div")
     if last is not None and last.op == "Reciprocal":
         nodes.append(last)
-        last = _sole(graph, last.outputs[0], "Mul")
+        last = sole_reader(graph, last.outputs[0], "Mul")
         if last is None or other_input(last, nodes[-1].outputs[0]) is not x:
             raise LookupError
     elif last is None or list(last.inputs) != [x, root.outputs[0]]:
         raise LookupError
     nodes.append(last)
     weight, y = None, last.outputs[0]
-    scale = _sole(graph, y, "Mul")
+    scale = sole_reader(graph, y, "Mul")
     w = None if scale is None else other_input(scale, y)
     if w is not None and w.is_const and w.dtype == x.dtype and \
             tuple(w.shape)[-1:] == (x.shape[-1],) and int(np.prod(w.shape)) == x.shape[-1] and \
