@@ -1,5 +1,5 @@
 """The Halide engine: runs the nodes that system-level selection gave a tuned kernel
-(WPK §2.5) — convolutions, dense products, pools, softmax, layer normalisation and fused
+(WPK §2.5) — convolutions, dense products, pools, softmax, layer and RMS normalisation and fused
 element-wise groups.
 
 A node it runs has a `Choice.kernel` (engines/choice.py): the task, the template and tuned
