@@ -7,6 +7,7 @@ family/model numbers with the microarchitecture they identify (an "AMD EPYC" is 
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,13 @@ def microarchitecture(vendor: str, family: int, model: int) -> str:
     """The microarchitecture a CPUID vendor, family and model identify ("" when unknown)."""
     return next((name for v, f, lo, hi, name in _MICROARCHITECTURES
                  if v == vendor and f == family and lo <= model <= hi), "")
+
+
+@functools.cache
+def host_machine() -> str | None:
+    """This host's microarchitecture ("Zen 5"), as tuning records carry it; None when the CPU
+    is not one `microarchitecture` knows."""
+    return machine_facts()["microarchitecture"] or None
 
 
 def machine_facts(cpuinfo: str | None = None) -> dict:

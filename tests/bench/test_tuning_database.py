@@ -54,3 +54,24 @@ def test_regenerating_keeps_buildable_records_and_leaves_out_a_target(tmp_path, 
     assert load_database(out).targets == {ZEN4: 5, ZEN3: 3}
     assert script.main([str(out), "--drop-target", ZEN4, "-o", str(held_out)]) == 0
     assert load_database(held_out).targets == {ZEN3: 3}
+
+
+def test_records_name_their_machine_and_one_machine_can_be_left_out(tmp_path, capsys):
+    """Zen 4 and Zen 5 share one target key: `LOG@MACHINE` names the machine of a log's
+    records that do not carry it, the database keeps it, and `--drop-machine` leaves that
+    machine's logs out before each task's source is chosen — a task the left-out machine's
+    bigger log held keeps the other machine's records."""
+    script = _script()
+    _log(tmp_path / "zen4.jsonl", ZEN4, 3, 0)
+    _log(tmp_path / "zen5.jsonl", ZEN4, 6, 1)
+    out = tmp_path / "db.jsonl.gz"
+    assert script.main([f"{tmp_path / 'zen4.jsonl'}@Zen 4", f"{tmp_path / 'zen5.jsonl'}@Zen 5",
+                        "-o", str(out)]) == 0
+    kept = load_database(out).records
+    assert {r.machine for r in kept} == {"Zen 5"} and len(kept) == 6   # the bigger log's task
+    assert f"{ZEN4} (Zen 5): 6 records of 1 tasks" in capsys.readouterr().out
+    held_out = tmp_path / "no_zen5.jsonl.gz"
+    assert script.main([f"{tmp_path / 'zen4.jsonl'}@Zen 4", str(out), "--drop-machine", "Zen 5",
+                        "-o", str(held_out)]) == 0
+    kept = load_database(held_out).records
+    assert {r.machine for r in kept} == {"Zen 4"} and len(kept) == 3

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import conv_bn_relu_residual, seed_tuning_log
 from woodpecker.engines.halide.templates import known_template, template_module
-from woodpecker.target import Target
+from woodpecker.target import Target, host_machine
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tune.database import (
     EMPTY,
@@ -65,6 +65,17 @@ def test_a_database_round_trips_and_keeps_one_scale_per_task(tmp_path):
     db = load_database(_db(tmp_path, kept))
     assert db.records == tuple(kept) and db.targets == {HERE: 2}
     assert _db(tmp_path, kept, "again.gz").read_bytes() == (tmp_path / "db.jsonl.gz").read_bytes()
+
+
+def test_a_log_stamps_its_records_with_this_host_s_machine_and_the_database_keeps_it(tmp_path):
+    a, b = _configs(2)
+    log = TuningLog(tmp_path / "log.jsonl", target=HERE)
+    log.append(TuningRecord(TASK.key, DIRECT, a, 1e-3))
+    log.append(TuningRecord(TASK.key, DIRECT, b, 2e-3, target=HERE, machine="Zen 4"))
+    again = TuningLog(tmp_path / "log.jsonl", target=HERE).records
+    assert [r.machine for r in again] == [host_machine(), "Zen 4"]      # a worker's is kept
+    db = load_database(_db(tmp_path, database_records([again])))
+    assert [r.machine for r in db.records] == [host_machine(), "Zen 4"]
 
 
 def test_the_packaged_database_is_small_valid_and_holds_this_project_s_machines():

@@ -6,9 +6,11 @@ TVM, the thesis's Glimpse transfers across machines the same way).
 Contract:
 - Format: gzip JSON lines. The first line is the header `{"format": FORMAT, "version":
   VERSION, "records": n, "targets": {target key: records}}`; each further line one valid record
-  `{"target", "task", "template", "config", "cost_s"}` — configs and costs only, no errors,
-  timestamps or searcher provenance. A task's records on one target come from one source log
-  (the one holding most valid records of it), so they share one cost scale.
+  `{"target", "task", "template", "config", "cost_s"}` (and `"machine"`, the microarchitecture
+  that measured it, where known: one target key can stand for two CPU families) — configs and
+  costs only, no errors, timestamps or searcher provenance. A task's records on one target
+  come from one source log (the one holding most valid records of it), so they share one cost
+  scale.
 - `load_database(path)` reads a database; `default_database()` the packaged one
   (`PACKAGED`), or the file `WOODPECKER_DATABASE` names, or none when it says `off`. A file that
   is missing, unreadable, corrupt or of another format version is ignored with one warning
@@ -111,7 +113,8 @@ def database_records(records: Iterable[Iterable[TuningRecord]]) -> list[TuningRe
     """What a database holds from tuning logs (each an iterable of records): valid records of
     known templates that carry a target; per target and task, those of the one log with the
     most valid records of it (one cost scale), the fastest record of each config; provenance,
-    errors and times left out. Sorted by target, task, template, cost."""
+    errors and times left out, the measuring machine kept. Sorted by target, task, template,
+    cost."""
     chosen: dict[tuple[str, str], tuple[int, dict[tuple[str, str], TuningRecord]]] = {}
     for source, log in enumerate(records):
         mine: dict[tuple[str, str], dict[tuple[str, str], TuningRecord]] = defaultdict(dict)
@@ -123,7 +126,7 @@ def database_records(records: Iterable[Iterable[TuningRecord]]) -> list[TuningRe
             key = (template, r.key)
             if key not in configs or r.cost_s < configs[key].cost_s:
                 configs[key] = TuningRecord(r.task, template, dict(r.config), float(r.cost_s),
-                                            target=r.target)
+                                            target=r.target, machine=r.machine)
         for task, configs in mine.items():
             if task not in chosen or len(configs) > len(chosen[task][1]):
                 chosen[task] = (source, configs)
@@ -148,8 +151,10 @@ def write_database(records: Iterable[TuningRecord], path: "str | os.PathLike") -
             io.TextIOWrapper(raw, encoding="utf-8") as f:
         f.write(json.dumps(header, sort_keys=True) + "\n")
         for r in rows:
-            f.write(json.dumps({"target": r.target, "task": r.task, "template": r.template,
-                                "config": dict(r.config), "cost_s": r.cost_s},
-                               sort_keys=True, separators=(",", ":")) + "\n")
+            row = {"target": r.target, "task": r.task, "template": r.template,
+                   "config": dict(r.config), "cost_s": r.cost_s}
+            if r.machine:
+                row["machine"] = r.machine
+            f.write(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n")
     os.replace(tmp, path)
     return header

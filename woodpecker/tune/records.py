@@ -6,8 +6,9 @@ moment loses at most the line being written. A torn last line is skipped when re
 next append starts on a fresh line so it never glues onto the fragment.
 
 Records are keyed by target: a log opened for a target (`Target.record_key`: architecture,
-vector extensions, thread count) stamps every record it appends with it and leaves out the
-records measured for another (a shared log moved between machines, or tuned at another thread
+vector extensions, thread count) stamps every record it appends with it — and with the host's
+microarchitecture, which the key does not tell (a Zen 4 and a Zen 5 share one) — and leaves out
+the records measured for another (a shared log moved between machines, or tuned at another thread
 count): they are never taken as this machine's best, and their configs are measured again.
 Records without a target (logs written before records carried one) are taken as they are.
 
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from woodpecker.engines.halide.templates import known_template
+from woodpecker.target import host_machine
 from woodpecker.tasks.space import KnobSpace
 
 NUMBERS = ("cost_s", "compile_s", "gflops", "run_s", "vs_best")
@@ -41,7 +43,9 @@ SOURCE, DATABASE = "source", "database"     # the provenance mark of a database'
 class TuningRecord:
     """One measured candidate: `cost_s` its time (None: invalid, `error` says why); `run_s` and
     `vs_best` when it was timed paired with the task's best (`cost_s` is then on that record's
-    scale); `target` the `Target.record_key` it was measured for (None: older logs).
+    scale); `target` the `Target.record_key` it was measured for and `machine` the
+    microarchitecture of the host that measured it (`woodpecker.target.host_machine`: a Zen 4
+    and a Zen 5 share one target key); None for logs written before records carried them.
     `config` is the candidate's knob values; never mutate it."""
 
     task: str
@@ -54,6 +58,7 @@ class TuningRecord:
     run_s: float | None = None
     vs_best: float | None = None
     target: str | None = None
+    machine: str | None = None
     time: str | None = None
     provenance: Mapping[str, Any] = field(default_factory=dict)   # searcher, seed, versions…
 
@@ -90,7 +95,7 @@ class TuningRecord:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                                   or not math.isfinite(v) or (name == "cost_s" and v <= 0)):
                 raise ValueError(f"a record's {name} is a number (cost: positive)")
-        for name in ("target", "error", "time"):
+        for name in ("target", "machine", "error", "time"):
             if not isinstance(d.get(name), (str, type(None))):
                 raise TypeError(f"a record's {name} is text")
         return cls(**{k: v for k, v in d.items() if k in own - {"task", "template", "config"}},
@@ -152,11 +157,15 @@ class TuningLog:
 
     def append(self, record: TuningRecord) -> None:
         """Write `record` (stamped with the time and, for a log opened for a target, that
-        target unless it has one) as one line, then take it in."""
+        target and this host's microarchitecture unless it has them) as one line, then take
+        it in."""
         if not isinstance(record, TuningRecord):
             raise TypeError(f"a tuning log takes TuningRecord, not {type(record).__name__}")
+        stamp = record.target is None and self.target is not None
         record = replace(record, time=record.time or time.strftime("%Y-%m-%dT%H:%M:%S"),
-                         target=record.target if record.target is not None else self.target)
+                         target=self.target if stamp else record.target,
+                         machine=host_machine() if stamp and not record.machine
+                         else record.machine)
         line = self.line(record)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+b") as f:
