@@ -14,7 +14,9 @@ are sources like logs; `--drop-target KEY` leaves a target's records out (a data
 machine it knows nothing of). Records carry the microarchitecture that measured them (a Zen 4
 and a Zen 5 share one target key); `LOG@MACHINE` names it for a source's records written
 before they did ("logs/t.jsonl@Zen 5"), and `--drop-machine NAME` leaves that machine's
-records out — the held-out database for a machine whose key the database also holds. Prints
+records out — the held-out database for a machine whose key the database also holds (give
+it the sources, not a database built from them: there a task's other records already gave way
+to that machine's, and dropping them leaves the task empty). Prints
 what it kept per target and machine, and the file's size.
 """
 
