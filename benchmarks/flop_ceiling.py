@@ -46,6 +46,7 @@ from woodpecker.bench.runners import (  # noqa: E402
 from woodpecker.bench.timing import time_interleaved  # noqa: E402
 from woodpecker.engines.names import ONNXRUNTIME, OPENVINO  # noqa: E402
 from woodpecker.frontend.onnx_import import import_onnx  # noqa: E402
+from woodpecker.ops.opaque import OP as OPAQUE  # noqa: E402
 from woodpecker.ops.registry import OPS  # noqa: E402
 from woodpecker.target import machine_facts  # noqa: E402
 
@@ -102,7 +103,7 @@ def model_flops(entry: dict) -> dict:
         f = int(OPS[node.op].flops(node))
         total += f
         free += f if _winograd_able(node) else 0
-        opaque += node.op == "Opaque"
+        opaque += node.op == OPAQUE
     return {"gflop": total / 1e9, "winograd_able_gflop": free / 1e9, "opaque_nodes": opaque,
             "integer": integer}
 
