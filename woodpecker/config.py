@@ -27,7 +27,8 @@ TEMPLATE_FLOOR = 0.15
 # measures first when the user's log has nothing of the task (tune/database.py, tune/tuner.py).
 # Chosen, not tuned: as many as the hand seeds a template offers at most (4), so a task whose
 # database records came from a machine of the same target still gets its searcher's own
-# proposals within a 3-minute compile's share.
+# proposals within a 3-minute compile's share. The same number where the configs are another
+# target's, fitted to this one's register file (a task no record of this target covers).
 DATABASE_SEEDS = 4
 
 # The budget split's roofline: a task's work is max(FLOPs, FLOPS_PER_BYTE × bytes moved).

@@ -253,3 +253,44 @@ def test_user_records_no_template_builds_any_more_do_not_hide_the_database(tmp_p
     space = template_module(DIRECT).space(TASK)
     usable = lambda r: r.template == DIRECT and space.in_domain(r.config)  # noqa: E731
     assert log.best(TASK.key, usable).config == b     # no user record passes `usable`
+
+
+def test_another_target_s_configs_seed_a_task_this_target_has_no_record_of(tmp_path):
+    """Records of other targets never speak for a task, but where the database holds none of
+    this target's they are the configs tuning measures first: each target's best first, the
+    targets in turn, each fitted to this target's register file, timed alone (nothing of this
+    machine's to pair them with)."""
+    from woodpecker.tune.measure import Measurement
+    from woodpecker.tune.tuner import tune_templates
+
+    class Recording:
+        def __init__(self):
+            self.calls = []
+
+        def measure(self, template, task, config, reference=None):
+            self.calls.append((config, reference))
+            return Measurement(1e-3, None, 0.0, None if reference is None else 1.0)
+
+    wide = dict(_configs(1, seed=11)[0], vec=16, co_block=2, x_block=6, rc_block=0)
+    assert template_module(DIRECT).space(TASK, 32).is_valid(wide)
+    assert not template_module(DIRECT).space(TASK, 16).is_valid(wide)   # 24 accumulators
+    a, b, c = _configs(3, seed=12)
+    third = "x86_64:sse4_2:1t"
+    log = TuningLog(tmp_path / "user.jsonl", HERE)
+    log.attach([TuningRecord(TASK.key, DIRECT, b, 2e-3, target=ELSEWHERE),
+                TuningRecord(TASK.key, DIRECT, wide, 1e-3, target=ELSEWHERE),
+                TuningRecord(TASK.key, DIRECT, c, 5.0, target=third),
+                TuningRecord(TASK.key, DIRECT, a, 3e-3, target=ELSEWHERE),
+                TuningRecord(TASK.key, DIRECT, a, None, "failed", target=third)])
+    assert log.shipped_configs(TASK.key, DIRECT, 8) == [wide, c, b, a]
+    assert log.best(TASK.key) is None and log.task_records(TASK.key) == []
+    m = Recording()
+    tune_templates(TASK, (DIRECT,), m, log, search="ga", seed=0, vector_registers=16,
+                   max_trials=2)
+    space = template_module(DIRECT).space(TASK, 16)
+    first, reference = m.calls[0]
+    assert first == space.nearest_valid(wide) and space.is_valid(first)
+    assert sum(first[k] != wide[k] for k in wide) == 1 and reference is None
+    assert m.calls[1][0] == c
+    log.attach([TuningRecord(TASK.key, DIRECT, b, 9e-3, target=HERE)])
+    assert log.shipped_configs(TASK.key, DIRECT, 8) == [b]   # this target's, where it has any

@@ -60,3 +60,37 @@ def test_configs_of_an_older_template_are_not_in_the_domain(tmp_path):
     log.append(TuningRecord(task="t", template="m", config={"tile": 2}, cost_s=1.0))
     assert log.best("t").cost_s == 1.0
     assert log.best("t", lambda r: space.in_domain(r.config)).cost_s == 2.0
+
+
+def _changed(a: dict, b: dict) -> int:
+    return sum(a[k] != b[k] for k in a)
+
+
+@settings(max_examples=100, deadline=None)
+@given(spaces(), st.integers(0, 2**16))
+def test_nearest_valid_is_valid_and_as_near_as_any_valid_config(space, seed):
+    rng = random.Random(seed)
+    config = {k.name: rng.choice(k.values) for k in space.knobs}
+    near = space.nearest_valid(config)
+    valid = list(space.valid_configs())
+    if space.is_valid(config):
+        assert near == config
+        return
+    fewest = min((_changed(config, c) for c in valid), default=None)
+    if fewest is None or fewest > 2:
+        assert near is None
+        return
+    assert near is not None and space.is_valid(near)
+    assert _changed(config, near) == fewest       # no valid config differs in fewer knobs
+
+
+def test_nearest_valid_fits_another_target_s_register_tile_and_rejects_other_knobs():
+    space = KnobSpace([Knob("vec", (4, 8, 16)), Knob("block", (1, 2, 3, 4)),
+                       Knob("mode", ("a", "b"))],
+                      [Constraint("registers", lambda c: max(1, c["vec"] // 8) * c["block"] <= 2)])
+    assert space.nearest_valid({"vec": 16, "block": 4, "mode": "b"}) == \
+        {"vec": 16, "block": 1, "mode": "b"}        # one knob moved, as few places as fit
+    assert space.nearest_valid({"vec": 12, "block": 1, "mode": "a"}) == \
+        {"vec": 8, "block": 1, "mode": "a"}         # a value outside the domain: the nearest
+    assert space.nearest_valid({"vec": 16, "block": 1}) is None          # a knob missing
+    assert space.nearest_valid({"vec": 16, "block": 1, "mode": "c"}) is None

@@ -112,6 +112,46 @@ class KnobSpace:
                 return config
         return None
 
+    def nearest_valid(self, config: Config) -> Config | None:
+        """`config` itself when valid here, else the valid configuration that differs from it
+        in the fewest knobs (at most two), each moved the fewest places along its domain
+        (ties: earlier knobs, smaller values first); None when none is that near or `config`
+        names other knobs. For a configuration measured under another target's constraints
+        (a wider vector unit's register tiles): the shipped database's configs of a task on
+        another machine seed this machine's search (tune/tuner.py)."""
+        if config.keys() != self._by_name.keys():
+            return None
+        if self.is_valid(config):
+            return dict(config)
+        index = []
+        for k in self.knobs:
+            v = config[k.name]
+            if v in k.values:
+                index.append(k.values.index(v))
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and \
+                    all(isinstance(x, (int, float)) for x in k.values):
+                index.append(min(range(len(k.values)), key=lambda i: abs(k.values[i] - v)))
+            else:
+                return None
+        moves = [sorted((abs(i - j), i) for i in range(len(k.values)) if i != j)
+                 for k, j in zip(self.knobs, index)]
+        candidates: list[tuple[int, list[int]]] = [(0, list(index))]
+        for a in range(len(self.knobs)):
+            for da, ia in moves[a]:
+                changed = list(index)
+                changed[a] = ia
+                candidates.append((100 + da, changed))
+                for b in range(a + 1, len(self.knobs)):
+                    for db, ib in moves[b]:
+                        both = list(changed)
+                        both[b] = ib
+                        candidates.append((10_000 + da + db, both))
+        for _, idx in sorted(candidates, key=lambda c: c[0]):
+            out = self.decode(idx)
+            if self.is_valid(out):
+                return out
+        return None
+
     def valid_configs(self) -> Iterator[Config]:
         """Every valid configuration, in index order (for small spaces and tests)."""
         for values in itertools.product(*(k.values for k in self.knobs)):

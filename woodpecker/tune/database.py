@@ -18,8 +18,11 @@ Contract:
 - How a tuning log uses it (`tune/records.TuningLog.attach`): the records of the log's own
   target speak for a task only while the user's log holds no valid record of that task (the
   user's records are never overridden); they then nominate the task's finalists and are the
-  first configurations tuning measures (`shipped_configs`). Every record, of any target, is a
-  transfer record for the searchers' cost models and priors and for the template weights.
+  first configurations tuning measures (`shipped_configs`). Where the database holds none of
+  the task on this target, its records of other targets are those first configurations
+  instead, fitted to this target's constraints (`KnobSpace.nearest_valid`) — never a cost, a
+  finalist or a kernel. Every record, of any target, is a transfer record for the searchers'
+  cost models and priors and for the template weights.
 - `database_records(logs)` selects what a database holds from tuning logs and `write_database`
   writes one; `benchmarks/tuning_database.py` regenerates the packaged file from the project's
   logs, `woodpecker tune --export-db FILE` writes a user's log in this format to contribute.

@@ -111,6 +111,20 @@ class TuningRecord:
                 "error": self.error}
 
 
+def _by_rank(records: list[TuningRecord]) -> list[TuningRecord]:
+    """Records of one task from several targets (or machines), each target's fastest first
+    and the targets in turn — its first, then its second, … —, the target with most records
+    first: costs measured on different machines are never compared."""
+    groups: dict[tuple, list[TuningRecord]] = {}
+    for r in records:
+        groups.setdefault((r.target, r.machine), []).append(r)
+    ordered = sorted(groups.values(), key=lambda g: -len(g))
+    for g in ordered:
+        g.sort(key=lambda r: r.cost_s)
+    return [g[i] for i in range(max(map(len, ordered), default=0)) for g in ordered
+            if i < len(g)]
+
+
 class TuningLog:
     def __init__(self, path: "str | os.PathLike", target: str | None = None,
                  exclude: Collection[str] = ()) -> None:
@@ -134,6 +148,8 @@ class TuningLog:
         # a shipped database's records (tune/database.py, `attach`): of this log's target by
         # task, and every record as transfer knowledge; never written to the log's file
         self.shipped: dict[str, list[TuningRecord]] = {}
+        # ... and its valid records of other targets by task (`shipped_configs`' fallback)
+        self.elsewhere: dict[str, list[TuningRecord]] = {}
         self.transfer: list[TuningRecord] = []
         if self.path.exists():
             self._read()
@@ -217,9 +233,13 @@ class TuningLog:
                     self.shipped.setdefault(r.task, []).append(r)
             else:
                 elsewhere.append(r)
+                if r.valid:
+                    self.elsewhere.setdefault(r.task, []).append(r)
         self.transfer += elsewhere          # this target's records first (`knowledge`)
         for recs in self.shipped.values():
             recs.sort(key=lambda r: r.cost_s)
+        for task, recs in self.elsewhere.items():
+            self.elsewhere[task] = _by_rank(recs)
 
     def user_has(self, task_key: str) -> bool:
         """Whether the user's log holds a valid record of the task."""
@@ -246,8 +266,15 @@ class TuningLog:
 
     def shipped_configs(self, task_key: str, template: str, n: int) -> list[dict]:
         """The `n` fastest shipped configs of a task and template (tuning measures them first
-        for a task the user's log had nothing of when its tuning began)."""
-        return [dict(r.config) for r in self.shipped.get(task_key, ())
+        for a task the user's log had nothing of when its tuning began): the database's records
+        of this target; where it holds none of the task and template, its records of other
+        targets, best first within each target and the targets taken in turn (their costs are
+        other machines': only their order within a target means anything here). The caller
+        fits the latter to this target's constraints (`KnobSpace.nearest_valid`)."""
+        own = [dict(r.config) for r in self.shipped.get(task_key, ()) if r.template == template]
+        if own:
+            return own[:n]
+        return [dict(r.config) for r in self.elsewhere.get(task_key, ())
                 if r.template == template][:n]
 
     def knowledge(self, except_task: str | None = None) -> list[TuningRecord]:

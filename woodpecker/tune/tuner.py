@@ -189,6 +189,21 @@ def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> 
     return [floor + votes[t] for t in templates]
 
 
+def _database_seeds(log: TuningLog, task: Task, template: str, space: KnobSpace) -> list[dict]:
+    """The shipped database's configs of a task and template that tuning measures first
+    (`TuningLog.shipped_configs`), each fitted to this target's constraints
+    (`KnobSpace.nearest_valid`: one of another target's may tile for more vector registers),
+    distinct, at most `DATABASE_SEEDS`."""
+    out: dict[str, dict] = {}
+    for c in log.shipped_configs(task.key, template, 4 * DATABASE_SEEDS):
+        fitted = space.nearest_valid(c)
+        if fitted is not None:
+            out.setdefault(KnobSpace.key(fitted), fitted)
+        if len(out) == DATABASE_SEEDS:
+            break
+    return list(out.values())
+
+
 def _split(task: Task, measurer: Measurer, log: TuningLog, *, deadline: float | None,
            max_trials: int | None, **kw) -> list[dict | None]:
     """AGO's Split for a conv chain or attention (tune/reformer.py): its parts that have no
@@ -254,9 +269,9 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
             continue
         seeds = join_seeds(task, space, joined) if joined else []
         # a task the user's log has nothing of starts from the shipped database's fastest
-        # configs of it (tune/database.py), then the joined parts' composed schedules
-        shipped = log.shipped_configs(task.key, template, DATABASE_SEEDS) if fresh else []
-        seeds = [c for c in shipped if space.in_domain(c) and space.is_valid(c)] + seeds
+        # configs of it (tune/database.py; another target's fitted to this one's
+        # constraints), then the joined parts' composed schedules
+        seeds = (_database_seeds(log, task, template, space) if fresh else []) + seeds
         if seeds:
             space = KnobSpace(space.knobs, space.constraints, tuple(seeds) + tuple(space.seeds))
         ctx = TuningContext(task, template, space, seed=seed, log=log, target=target,
