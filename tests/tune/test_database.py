@@ -15,6 +15,7 @@ from tests.helpers import conv_bn_relu_residual, seed_tuning_log
 from woodpecker.engines.halide.templates import known_template, template_module
 from woodpecker.target import Target, host_machine
 from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.space import KnobSpace
 from woodpecker.tune.database import (
     EMPTY,
     FORMAT,
@@ -294,3 +295,29 @@ def test_another_target_s_configs_seed_a_task_this_target_has_no_record_of(tmp_p
     assert m.calls[1][0] == c
     log.attach([TuningRecord(TASK.key, DIRECT, b, 9e-3, target=HERE)])
     assert log.shipped_configs(TASK.key, DIRECT, 8) == [b]   # this target's, where it has any
+
+
+def test_costs_become_seconds_by_the_task_s_paired_timings(tmp_path):
+    """A task's costs share the scale of its first record, timed alone; its paired records'
+    own times (`run_s`) say how many seconds a unit of that scale is: the database writes
+    seconds, and a log's `seconds` converts its user's costs (a database's stay as they are)."""
+    from woodpecker.tune.records import seconds_per_cost
+
+    a, b, c, d = _configs(4, seed=21)
+    lone = TuningRecord(TASK.key, DIRECT, a, 2e-3, target=HERE)          # the anchor, 2x off
+    paired = [TuningRecord(TASK.key, DIRECT, b, 1e-3, run_s=0.5e-3, vs_best=0.5, target=HERE),
+              TuningRecord(TASK.key, DIRECT, c, 4e-3, run_s=2.2e-3, vs_best=2.0, target=HERE),
+              TuningRecord(TASK.key, DIRECT, d, 3e-3, run_s=1.2e-3, vs_best=1.5, target=HERE)]
+    assert seconds_per_cost([lone, *paired]) == pytest.approx(0.5)
+    assert seconds_per_cost([lone]) == 1.0 and seconds_per_cost([]) == 1.0
+    held = {KnobSpace.key(r.config): r.cost_s for r in database_records([[lone, *paired]])}
+    assert held == pytest.approx({KnobSpace.key(a): 1e-3, KnobSpace.key(b): 0.5e-3,
+                                  KnobSpace.key(c): 2e-3, KnobSpace.key(d): 1.5e-3})
+    again = database_records([database_records([[lone, *paired]])])      # seconds stay seconds
+    assert [r.cost_s for r in again] == pytest.approx(sorted(held.values()))
+    log = TuningLog(tmp_path / "user.jsonl", HERE)
+    for r in (lone, *paired):
+        log.append(r)
+    log.attach([TuningRecord("other", DIRECT, a, 7e-3, target=HERE)])
+    assert log.seconds(log.own_best(TASK.key)) == pytest.approx(0.5e-3)
+    assert log.seconds(log.best("other")) == 7e-3

@@ -38,14 +38,14 @@ import sys
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TextIO
 
 from woodpecker.engines.halide.templates import known_template
 from woodpecker.errors import first_line
-from woodpecker.tune.records import TuningRecord
+from woodpecker.tune.records import TuningRecord, seconds_per_cost
 
 FORMAT = "woodpecker-tuning-db"
 VERSION = 1
@@ -116,15 +116,18 @@ def database_records(records: Iterable[Iterable[TuningRecord]]) -> list[TuningRe
     """What a database holds from tuning logs (each an iterable of records): valid records of
     known templates that carry a target; per target and task, those of the one log with the
     most valid records of it (one cost scale), the fastest record of each config; provenance,
-    errors and times left out, the measuring machine kept. Sorted by target, task, template,
-    cost."""
+    errors and times left out, the measuring machine kept, each cost in seconds (times its
+    task's `seconds_per_cost` in its log: a database built from databases keeps their costs).
+    Sorted by target, task, template, cost."""
     chosen: dict[tuple[str, str], tuple[int, dict[tuple[str, str], TuningRecord]]] = {}
     for source, log in enumerate(records):
         mine: dict[tuple[str, str], dict[tuple[str, str], TuningRecord]] = defaultdict(dict)
+        paired: dict[tuple[str, str], list[TuningRecord]] = defaultdict(list)
         for r in log:
             template = known_template(r.template)
             if not r.valid or r.target is None or template is None:
                 continue
+            paired[(r.target, r.task)].append(r)
             configs = mine[(r.target, r.task)]
             key = (template, r.key)
             if key not in configs or r.cost_s < configs[key].cost_s:
@@ -132,7 +135,9 @@ def database_records(records: Iterable[Iterable[TuningRecord]]) -> list[TuningRe
                                             target=r.target, machine=r.machine)
         for task, configs in mine.items():
             if task not in chosen or len(configs) > len(chosen[task][1]):
-                chosen[task] = (source, configs)
+                unit = seconds_per_cost(paired[task])
+                chosen[task] = (source, {k: replace(r, cost_s=r.cost_s * unit)
+                                         for k, r in configs.items()})
     out = [r for _, configs in chosen.values() for r in configs.values()]
     return sorted(out, key=lambda r: (r.target, r.task, r.template, r.cost_s))
 

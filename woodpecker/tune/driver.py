@@ -106,7 +106,7 @@ def _by_library(graph: Graph, groups: list[TaskGroup], log: TuningLog, target: T
     (tune/priorities.py)."""
     t0 = time.monotonic()
     library = library_times(graph, groups, target.threads)
-    best = [None if (b := log.best(g.task.key)) is None else b.cost_s * 1e3 * len(g.nodes)
+    best = [None if (b := log.best(g.task.key)) is None else log.seconds(b) * 1e3 * len(g.nodes)
             for g in groups]
     weights = library_weights(library, best, task_work(groups))
     won = sum(promise(b, lib) == LIBRARY_WON_WEIGHT for b, lib in zip(best, library)

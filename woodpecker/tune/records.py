@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -109,6 +110,20 @@ class TuningRecord:
              if f.name != "provenance" and (v := getattr(self, f.name)) is not None}
         return {**self.provenance, **d, "config": dict(self.config), "cost_s": self.cost_s,
                 "error": self.error}
+
+
+def seconds_per_cost(records: Iterable[TuningRecord]) -> float:
+    """How many seconds one unit of cost is, for records of one task on one scale: the
+    median, over those timed paired (`run_s`: the record's own time in its pairing), of
+    `run_s / cost_s`; 1.0 where none was. A task's scale starts at its first record, timed
+    alone — one timing, which on these 2-core machines lands far from the kernel's usual
+    time (Zen 3, 3-minute tunes of four models: the first record's lone time over its time
+    when next timed paired, per task, median 1.00-1.07 but from 0.40 to 2.53); the paired
+    timings of a whole tune average that out. Rankings within a task never need it; what
+    compares a task's costs with other tasks' or a library's time does (`TuningLog.seconds`,
+    the database's costs)."""
+    ratios = [r.run_s / r.cost_s for r in records if r.valid and r.run_s and r.cost_s]
+    return statistics.median(ratios) if ratios else 1.0
 
 
 def _by_rank(records: list[TuningRecord]) -> list[TuningRecord]:
@@ -276,6 +291,14 @@ class TuningLog:
             return own[:n]
         return [dict(r.config) for r in self.elsewhere.get(task_key, ())
                 if r.template == template][:n]
+
+    def seconds(self, record: TuningRecord) -> float:
+        """A valid record's cost in seconds of this machine's time: a user's record's cost
+        times its task's `seconds_per_cost`; a database record's cost as it is (the database
+        writes its costs in seconds, `database_records`)."""
+        if record.from_database:
+            return record.cost_s
+        return record.cost_s * seconds_per_cost(r for r in self.records if r.task == record.task)
 
     def knowledge(self, except_task: str | None = None) -> list[TuningRecord]:
         """Every record a searcher may learn from: the user's (but those of `except_task`),

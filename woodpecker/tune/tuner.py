@@ -19,7 +19,8 @@ T5's 128×256·256×256 product (Zen 5, a 3-minute tune, 217 candidates): the be
 had drifted to 13.0 µs while its kernel ran 59 µs; the eight lowest-cost records all ran
 55–69 µs, and seven records ranked below them ran 50–53 µs. From the anchor, every cost is one
 ratio away from a time measured alone: no compounding, and the ratio that sets a new best's
-cost is not the one that picked it.
+cost is not the one that picked it. That one lone time can itself be far off (records.py,
+`seconds_per_cost`, which turns a task's costs into seconds where they meet other tasks').
 """
 
 from __future__ import annotations
