@@ -118,7 +118,7 @@ def seconds_per_cost(records: Iterable[TuningRecord]) -> float:
     `run_s / cost_s`; 1.0 where none was. A task's scale starts at its first record, timed
     alone — one timing, which on these 2-core machines lands far from the kernel's usual
     time (Zen 3, 3-minute tunes of four models: the first record's lone time over its time
-    when next timed paired, per task, median 1.00-1.07 but from 0.40 to 2.53); the paired
+    when next timed paired, per task, median 0.99-1.07 but from 0.40 to 2.53); the paired
     timings of a whole tune average that out. Rankings within a task never need it; what
     compares a task's costs with other tasks' or a library's time does (`TuningLog.seconds`,
     the database's costs)."""
