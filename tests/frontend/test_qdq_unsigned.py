@@ -53,6 +53,13 @@ def quantized(tmp_path_factory) -> onnx.ModelProto:
     return onnx.load(folder / "int8.onnx")
 
 
+def _output_step(quantized: onnx.ModelProto) -> float:
+    """The scale of the quantization of the output y: one step of its values."""
+    (step,) = [numpy_helper.to_array(i) for i in quantized.graph.initializer
+               if i.name == next(n.input[1] for n in quantized.graph.node if n.output[0] == "y")]
+    return float(step)
+
+
 def test_the_same_numbers_in_uint8(quantized):
     rewritten = unsigned_activations(quantized)
     assert rewritten is not None
@@ -63,8 +70,7 @@ def test_the_same_numbers_in_uint8(quantized):
     assert activation_zero_points and set(activation_zero_points) == {TensorProto.UINT8}
     # the same real values; ONNX Runtime's uint8 kernels may round a requantization
     # otherwise (the module docstring): at most one step of the output's quantization here
-    (step,) = [numpy_helper.to_array(i) for i in quantized.graph.initializer
-               if i.name == next(n.input[1] for n in quantized.graph.node if n.output[0] == "y")]
+    step = _output_step(quantized)
     for seed in range(3):
         x = (np.random.default_rng(seed).standard_normal((1, 3, 12, 12)) * 2).astype(np.float32)
         np.testing.assert_allclose(ort_run(rewritten, {"x": x})[0],
@@ -94,6 +100,9 @@ def test_library_first_times_the_uint8_file_and_the_plan_agrees(quantized, tmp_p
     assert any(label.startswith(UNSIGNED) for label in record["median_ms"]), record
     x = np.random.default_rng(5).standard_normal((1, 3, 12, 12)).astype(np.float32)
     want = ort_run(quantized, {"x": x})[0]
-    np.testing.assert_allclose(model(x), want, rtol=0, atol=1e-4 * np.abs(want).max())
+    # whichever session the timing picked (the uint8 file's, or another library's) rounds a
+    # requantization at most one output step away from ONNX Runtime on the file as written
+    # (an Emerald Rapids CI run picked one that did: 106 of 576 values one step off)
+    np.testing.assert_allclose(model(x), want, rtol=0, atol=1.01 * _output_step(quantized))
     model.save(tmp_path / "plan")
     np.testing.assert_array_equal(woodpecker.load(tmp_path / "plan")(x), model(x))
