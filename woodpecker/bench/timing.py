@@ -100,4 +100,10 @@ def paired_ratio(times: dict[str, list[float]], base: str, other: str) -> float:
     5.7-9.2 ms in one session), so two medians taken over the same minutes still differ by
     which runs a slow phase hit; a ratio of neighbours cancels the drift and the median
     discards the spikes."""
-    return float(np.median([b / a for a, b in zip(times[base], times[other])]))
+    return float(np.median(paired_ratios(times, base, other)))
+
+
+def paired_ratios(times: dict[str, list[float]], base: str, other: str) -> list[float]:
+    """Call j of `other` over call j of `base`, for every j (`paired_ratio` takes their
+    median)."""
+    return [b / a for a, b in zip(times[base], times[other])]

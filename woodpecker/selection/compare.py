@@ -13,7 +13,8 @@ stops at whole rounds once each label has half its rounds.
 `decide(candidate, against, rounds, bar, deadline)` is the one two-plan decision of selection:
 `candidate` and `against` are `Timed` plans (a label and a no-argument run); the candidate is
 kept when its paired ratio to `against` is under `bar` (1.0: faster at all; 1 − a margin where
-a wrong keep costs more than it can win). Every plan-level choice — the plan check's candidates
+a wrong keep costs more than it can win), and records the quartiles of the per-round
+ratios beside their median. Every plan-level choice — the plan check's candidates
 (selection/refine.py), fusions against their parts and the plan without AGO's passes
 (selection/fusion.py), DOS's stages (selection/parallel.py), a Woodpecker plan against the
 faster library (selection/library_first.py) — records its `Decision` in the one shape
@@ -27,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from woodpecker.bench.timing import paired_ratio, time_interleaved
+from woodpecker.bench.timing import paired_ratio, paired_ratios, time_interleaved
 from woodpecker.deadline import Deadline
 
 
@@ -56,6 +57,15 @@ class PlanComparison:
     def paired(self, base: str, other: str) -> float:
         """The paired ratio of `other`'s time to `base`'s, round by round."""
         return 1.0 if base == other else paired_ratio(self.times, base, other)
+
+    def quartiles(self, base: str, other: str) -> tuple[float, float]:
+        """The lower and upper quartile of the per-round ratios of `other` to `base`: how
+        far a decision on their median stands inside the rounds' spread (nan without times)."""
+        ratios = paired_ratios(self.times, base, other) if self.times else []
+        if not ratios:
+            return float("nan"), float("nan")
+        q25, q75 = np.quantile(ratios, [0.25, 0.75])
+        return float(q25), float(q75)
 
     def to_json(self) -> dict:
         return {"median_ms": self.median_ms, "ratio": self.ratio, "rounds": self.rounds,
@@ -96,7 +106,10 @@ class Timed:
 class Decision:
     """`candidate` timed paired against `against` (the plan it must beat): their medians,
     the paired ratio of candidate over against, the bar it had to pass, the rounds run, and
-    whether it was kept (ratio under bar)."""
+    whether it was kept (ratio under bar); `quartiles`: the lower and upper quartile of the
+    per-round ratios — a keep whose upper quartile is over 1.0 stood inside the rounds'
+    spread (issue 52's Emerald Rapids run: two keeps at 0.964-0.970 ran 5-11 % slower in the
+    benchmark)."""
 
     candidate: str
     against: str
@@ -106,16 +119,23 @@ class Decision:
     bar: float
     rounds: int
     kept: bool
+    quartiles: tuple[float, float] = (float("nan"), float("nan"))
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The fields as JSON values; quartiles not measured are null."""
+        return {**asdict(self), "quartiles": [None if np.isnan(q) else q
+                                              for q in self.quartiles]}
 
     @staticmethod
     def said(record: Mapping) -> str:
-        """One line for a decision's record (`to_json`, read back from a plan)."""
+        """One line for a decision's record (`to_json`, read back from a plan; records of
+        plans saved before decisions had quartiles have none)."""
         bar = "" if record["bar"] == 1.0 else f", bar {record['bar']:.2f}"
+        q = [x for x in record.get("quartiles") or () if x is not None]
+        spread = f", quartiles {q[0]:.3f}-{q[1]:.3f}" if len(q) == 2 else ""
         return (f"{record['candidate']} {record['candidate_ms']:.3f} ms, {record['against']} "
-                f"{record['against_ms']:.3f} ms (paired {record['paired_ratio']:.3f}{bar}) -> "
+                f"{record['against_ms']:.3f} ms (paired {record['paired_ratio']:.3f}{spread}"
+                f"{bar}) -> "
                 f"{record['candidate'] if record['kept'] else record['against']}")
 
 
@@ -127,4 +147,5 @@ def decide(candidate: Timed, against: Timed, rounds: int, bar: float = 1.0,
                       deadline)
     ratio = c.ratio[candidate.label]
     return Decision(candidate.label, against.label, c.median_ms[candidate.label],
-                    c.median_ms[against.label], ratio, bar, c.rounds, ratio < bar)
+                    c.median_ms[against.label], ratio, bar, c.rounds, ratio < bar,
+                    c.quartiles(against.label, candidate.label))
