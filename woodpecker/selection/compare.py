@@ -61,10 +61,9 @@ class PlanComparison:
     def quartiles(self, base: str, other: str) -> tuple[float, float]:
         """The lower and upper quartile of the per-round ratios of `other` to `base`: how
         far a decision on their median stands inside the rounds' spread (nan without times)."""
-        ratios = paired_ratios(self.times, base, other) if self.times else []
-        if not ratios:
+        if not self.times:
             return float("nan"), float("nan")
-        q25, q75 = np.quantile(ratios, [0.25, 0.75])
+        q25, q75 = np.quantile(paired_ratios(self.times, base, other), [0.25, 0.75])
         return float(q25), float(q75)
 
     def to_json(self) -> dict:
