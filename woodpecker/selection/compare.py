@@ -10,11 +10,16 @@ medians: the machine drifts between rounds and both runs of a round see the same
 (selection/refine.py's module says what two medians did on shufflenet_v2). Past `deadline` it
 stops at whole rounds once each label has half its rounds.
 
-`decide(candidate, against, rounds, bar, deadline)` is the one two-plan decision of selection:
-`candidate` and `against` are `Timed` plans (a label and a no-argument run); the candidate is
-kept when its paired ratio to `against` is under `bar` (1.0: faster at all; 1 − a margin where
-a wrong keep costs more than it can win), and records the quartiles of the per-round
-ratios beside their median. Every plan-level choice — the plan check's candidates
+`decide(candidate, against, rounds, bar, deadline, confirm)` is the one two-plan decision of
+selection: `candidate` and `against` are `Timed` plans (a label and a no-argument run); the
+candidate is kept when its paired ratio to `against` is under `bar` (1.0: faster at all; 1 − a
+margin where a wrong keep costs more than it can win), and records the quartiles of the
+per-round ratios beside their median. With `confirm`, a keep the first window's rounds
+support only inside their spread (upper quartile at or over 1.0) is timed again in a second
+window of as many rounds, and stands only where that window's ratio is under 1.0 too and the
+ratio over both windows' rounds under `bar` (`Decision.windows` records each window's
+ratio): one window's median moved by 4-9 % between windows tens of seconds apart (issue 52,
+Emerald Rapids), more than the margin. Every plan-level choice — the plan check's candidates
 (selection/refine.py), fusions against their parts and the plan without AGO's passes
 (selection/fusion.py), DOS's stages (selection/parallel.py), a Woodpecker plan against the
 faster library (selection/library_first.py) — records its `Decision` in the one shape
@@ -119,6 +124,7 @@ class Decision:
     rounds: int
     kept: bool
     quartiles: tuple[float, float] = (float("nan"), float("nan"))
+    windows: tuple[float, ...] = ()
 
     def to_json(self) -> dict:
         """The fields as JSON values; quartiles not measured are null."""
@@ -132,6 +138,9 @@ class Decision:
         bar = "" if record["bar"] == 1.0 else f", bar {record['bar']:.2f}"
         q = [x for x in record.get("quartiles") or () if x is not None]
         spread = f", quartiles {q[0]:.3f}-{q[1]:.3f}" if len(q) == 2 else ""
+        windows = record.get("windows") or ()
+        if len(windows) > 1:
+            spread += ", windows " + " and ".join(f"{w:.3f}" for w in windows)
         return (f"{record['candidate']} {record['candidate_ms']:.3f} ms, {record['against']} "
                 f"{record['against_ms']:.3f} ms (paired {record['paired_ratio']:.3f}{spread}"
                 f"{bar}) -> "
@@ -139,12 +148,23 @@ class Decision:
 
 
 def decide(candidate: Timed, against: Timed, rounds: int, bar: float = 1.0,
-           deadline: Deadline = Deadline.NONE) -> Decision:
+           deadline: Deadline = Deadline.NONE, confirm: bool = False) -> Decision:
     """Time `candidate` against `against` (compare_plans) and keep it when its paired ratio is
-    under `bar`."""
-    c = compare_plans({against.label: against.run, candidate.label: candidate.run}, rounds,
-                      deadline)
-    ratio = c.ratio[candidate.label]
-    return Decision(candidate.label, against.label, c.median_ms[candidate.label],
-                    c.median_ms[against.label], ratio, bar, c.rounds, ratio < bar,
-                    c.quartiles(against.label, candidate.label))
+    under `bar`; with `confirm`, a keep inside the rounds' spread needs a second window (the
+    module docstring)."""
+    runs = {against.label: against.run, candidate.label: candidate.run}
+    c = compare_plans(runs, rounds, deadline)
+    base, label = against.label, candidate.label
+    ratio, quartiles = c.ratio[label], c.quartiles(base, label)
+    kept, windows = ratio < bar, (ratio,)
+    if confirm and kept and not quartiles[1] < 1.0:
+        again = compare_plans(runs, rounds, deadline)
+        times = {k: c.times[k] + again.times[k] for k in runs}
+        c = PlanComparison({k: float(np.median(t)) for k, t in times.items()},
+                           {base: 1.0, label: paired_ratio(times, base, label)},
+                           c.rounds + again.rounds, times)
+        windows += (again.ratio[label],)
+        ratio, quartiles = c.ratio[label], c.quartiles(base, label)
+        kept = ratio < bar and windows[1] < 1.0
+    return Decision(label, base, c.median_ms[label], c.median_ms[base], ratio, bar, c.rounds,
+                    kept, quartiles, windows)

@@ -339,15 +339,17 @@ def against_seconds(library: CompiledModel) -> float:
     # one call of each plan (the slowest library's median; a Woodpecker plan up to 1.25× it)
     both = 2.25 * max(record.get("median_ms", {}).values(), default=0.0) / 1e3
     # `_rounds`: LIBRARY_FIRST_RUNS timed calls of each at least, 3 per round with 2 timed, as
-    # many more as fit LIBRARY_FIRST_SECONDS; then 4 untimed calls each (its own 2, 2 warm-ups)
-    return max(LIBRARY_FIRST_SECONDS, LIBRARY_FIRST_RUNS * 1.5 * both) + 4 * both
+    # many more as fit LIBRARY_FIRST_SECONDS; then 4 untimed calls each (its own 2, 2 warm-ups);
+    # twice, where a keep inside the rounds' spread takes a second window (compare.decide)
+    return 2 * (max(LIBRARY_FIRST_SECONDS, LIBRARY_FIRST_RUNS * 1.5 * both) + 4 * both)
 
 
 def keep_faster(ours: CompiledModel, library: CompiledModel, out: TextIO | None = None,
                 deadline: Deadline = Deadline.NONE,
                 rounds: int = LIBRARY_FIRST_RUNS) -> tuple[bool, dict]:
     """Whether `ours` (a plan with generated kernels) runs faster than `library` by the
-    margin (paired ratio under 1 − config.REFINE_MARGIN), and the decision's record
+    margin (paired ratio under 1 − config.REFINE_MARGIN; where the rounds' spread leaves that
+    in doubt, in a second window too: compare.decide's `confirm`), and the decision's record
     (selection/compare.Decision). A margin, not 1.0: ddddocr's detector kept a plan of
     generated kernels and OpenVINO regions at paired 0.991 in its 3-minute compile that ran
     1.14× the faster library in the benchmark's three-runtime rounds — a wrong keep costs more
@@ -356,7 +358,7 @@ def keep_faster(ours: CompiledModel, library: CompiledModel, out: TextIO | None 
     candidate, against = Timed.plan(WOODPECKER, ours, feeds), Timed.plan(LIBRARY, library, feeds)
     try:
         decision = decide(candidate, against, _rounds([candidate.run, against.run], rounds),
-                          1 - REFINE_MARGIN, deadline)
+                          1 - REFINE_MARGIN, deadline, confirm=True)
     except WoodpeckerError as e:   # random inputs the model refuses: nothing to time on
         return False, {"kept": False, "why": f"not timed: {first_line(e)[:160]}"}
     record = decision.to_json()
