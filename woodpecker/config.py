@@ -30,6 +30,13 @@ TEMPLATE_FLOOR = 0.15
 # proposals within a 3-minute compile's share. The same number where the configs are another
 # target's, fitted to this one's register file (a task no record of this target covers).
 DATABASE_SEEDS = 4
+# What a task keeps of its weight in the budget split when a task of its shape class (the same
+# schedule space, tasks/__init__.py) is tuned before it; the rest goes to that first task
+# (tune/driver.py). Chosen, not tuned: enough for a follower of a 3-minute compile to measure
+# its twins' DATABASE_SEEDS best configs (Emerald Rapids' 3-minute logs of regnet_y_400mf: 6
+# of its 45 tasks followed a twin, with 1-2 measurements each of their own hand seeds) and
+# search a little on.
+CLASS_FOLLOWER_SHARE = 0.25
 
 # The budget split's roofline: a task's work is max(FLOPs, FLOPS_PER_BYTE × bytes moved).
 # Roughly where this class of machine turns memory-bound: 2 cores at ~150 GFLOP/s over

@@ -10,6 +10,8 @@ system-level selection and the Halide engine handle them alike:
   reads node input `i` in: `layout`, unless a task variant reads one where it lies), `key`,
   `to_json`/`from_json`;
 - `from_node(node)` (ValueError for a variant no template computes), `flops`, `out_shape`;
+- `schedule_twin()` and `shape_class`: the task without its fused steps and bias, and its key
+  (tasks of one shape class share a search, tune/driver.py);
 - `random_inputs(seed)` (the kernel's arguments: the node's present inputs, in order, in the
   kernel's layout), `reference(inputs)` (numpy), `constant(node, i)` (node input `i`'s
   constant in the kernel's layout), `describe()`.
@@ -50,6 +52,18 @@ class Task:
     @classmethod
     def from_json(cls, d: dict) -> "Task":
         return cls(**{k: _tupled(v) for k, v in d.items()})
+
+    def schedule_twin(self) -> "Task":
+        """The task without what its schedules do not depend on (a fused epilogue or
+        prologue, a bias: each template's space is its geometry's): tasks with equal twins
+        are one shape class (`shape_class`) and take each other's configs (tune/driver.py).
+        Kinds whose spaces read everything: the task itself."""
+        return self
+
+    @cached_property
+    def shape_class(self) -> str:
+        """The key of `schedule_twin`: equal for tasks whose schedule spaces are one."""
+        return self.schedule_twin().key
 
     @cached_property
     def key(self) -> str:

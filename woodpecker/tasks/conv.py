@@ -4,7 +4,7 @@ ops/fused.py) takes them as the kernel's last arguments, each NHWC (N, 1, 1, C).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -104,6 +104,9 @@ class ConvTask(Task):
 
     def input_layout(self, i: int) -> str:
         return "" if i == 0 and self.reads_nchw else NHWC
+
+    def schedule_twin(self) -> "ConvTask":
+        return replace(self, has_bias=False, epilogue=(), prologue=())
 
     def describe(self) -> str:
         kind = "conv" if self.groups == 1 else "dwconv" if self.groups == self.c else \

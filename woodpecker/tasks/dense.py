@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -75,6 +75,9 @@ class DenseTask(Task):
                           if v is not None)
         return cls(batch, m, k, n, b.data is not None and len(b.shape) == 2, bias, residuals,
                    epilogue_steps(node), a.dtype.name)
+
+    def schedule_twin(self) -> "DenseTask":
+        return replace(self, bias="", residuals=(), epilogue=())
 
     def describe(self) -> str:
         lead = f"{self.batch}x" if self.batch > 1 else ""

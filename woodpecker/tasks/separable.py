@@ -41,6 +41,9 @@ class SeparableTask(Task):
             raise ValueError(f"{node.name!r}: a depthwise conv of a model input")
         return task
 
+    def schedule_twin(self) -> "SeparableTask":
+        return SeparableTask(self.depthwise.schedule_twin(), self.pointwise.schedule_twin())
+
     @property
     def dtype(self) -> str:
         return self.pointwise.dtype

@@ -11,6 +11,12 @@ ends goes on until one candidate is measured (tune/tuner.py), and the tasks afte
 New candidates are compiled in parallel, one per core, then timed one by one
 (tune/build_pool.py).
 
+Tasks of one shape class (the same schedule space: a conv and its twin with another fused
+epilogue, a bias or a squeeze-and-excitation scale read first, issue 52) share a search: the
+first to be tuned gets the class's weight but `CLASS_FOLLOWER_SHARE` of each follower's, and
+each follower measures the best configs its twins found before searching on
+(`shape_classes`).
+
 With `TuneOptions.split` LIBRARY the weights are each task's measured time on the library and
 the promise of its best known kernel instead, and the heaviest task goes first
 (tune/priorities.py); otherwise tasks go in graph order. A task's run time is estimated by a
@@ -30,6 +36,7 @@ from typing import TextIO
 import numpy as np
 
 from woodpecker.config import (
+    CLASS_FOLLOWER_SHARE,
     FLOPS_PER_BYTE,
     LIBRARY_HOPELESS_WEIGHT,
     LIBRARY_WON_WEIGHT,
@@ -121,6 +128,27 @@ def _by_library(graph: Graph, groups: list[TaskGroup], log: TuningLog, target: T
     return [groups[i] for i in order], [weights[i] for i in order]
 
 
+def shape_classes(groups: list[TaskGroup], weights: list[float],
+                  ) -> tuple[list[tuple[str, ...]], list[float]]:
+    """Per task (in tuning order), the keys of the tasks of its shape class tuned before it
+    (`Task.shape_class`: the same schedule space), and the weights with each such follower's
+    weight but `CLASS_FOLLOWER_SHARE` moved to its class's first task: one deep search per
+    class, whose best configs each follower measures first (tune/tuner.py), then searches on
+    with what it kept."""
+    weights = list(weights)
+    first: dict[str, int] = {}
+    twins: list[tuple[str, ...]] = []
+    for i, g in enumerate(groups):
+        lead = first.setdefault(g.task.shape_class, i)
+        twins.append(tuple(groups[j].task.key for j in range(lead, i)
+                           if groups[j].task.shape_class == g.task.shape_class))
+        if lead != i:
+            moved = (1 - CLASS_FOLLOWER_SHARE) * weights[i]
+            weights[i] -= moved
+            weights[lead] += moved
+    return twins, weights
+
+
 def prepare_search(name: str, log: TuningLog, target: Target) -> None:
     """What searcher `name` needs before a session's budget is split among tasks: its imports
     and, for a model-based one with a database attached to `log`, the pre-trained cost model
@@ -150,6 +178,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
     weights = work_weights(groups)
     if options.split is BudgetSplit.LIBRARY:
         groups, weights = _by_library(graph, groups, log, target, out)
+    twins, weights = shape_classes(groups, weights)
     workers = options.build_workers or default_threads()
     with Measurer(threads=target.threads, timeout_s=options.timeout_s) as measurer, \
             BuildPool(workers, options.timeout_s) as pool, \
@@ -172,7 +201,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
                                  seed=options.seed + i, vector_registers=regs,
                                  deadline=now + share, max_trials=options.max_trials,
                                  progress=progress, builder=builder, target=target,
-                                 hard_deadline=end)
+                                 hard_deadline=end, twins=twins[i])
             own = log.own_best(g.task.key)
             got = f"{own.gflops or 0.0:.1f} GFLOP/s" if own else \
                 "no valid configuration" + (" (the tuning database's kept)" if rec else "")

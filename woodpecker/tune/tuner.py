@@ -205,6 +205,21 @@ def _database_seeds(log: TuningLog, task: Task, template: str, space: KnobSpace)
     return list(out.values())
 
 
+def _twin_seeds(log: TuningLog, twins: tuple[str, ...], template: str,
+                space: KnobSpace) -> list[dict]:
+    """The fastest valid configs of `template` the log holds for the tasks `twins` (of the
+    task's shape class: its space, `Task.shape_class`), at most `DATABASE_SEEDS`, fastest of
+    each twin first and the twins taken in turn (each task's costs are on its own scale)."""
+    ranked = [sorted((r for r in log.task_records(k) if r.valid and r.template == template),
+                     key=lambda r: r.cost_s) for k in twins]
+    out: dict[str, dict] = {}
+    for rank in range(DATABASE_SEEDS):
+        for recs in ranked:
+            if rank < len(recs) and space.is_valid(recs[rank].config):
+                out.setdefault(KnobSpace.key(recs[rank].config), dict(recs[rank].config))
+    return list(out.values())[:DATABASE_SEEDS]
+
+
 def _split(task: Task, measurer: Measurer, log: TuningLog, *, deadline: float | None,
            max_trials: int | None, **kw) -> list[dict | None]:
     """AGO's Split for a conv chain or attention (tune/reformer.py): its parts that have no
@@ -237,7 +252,8 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                    progress: Callable[[TuningRecord], None] | None = None,
                    builder: BuildPool | None = None,
                    target: Target | None = None,
-                   hard_deadline: float | None = None) -> TuningRecord | None:
+                   hard_deadline: float | None = None,
+                   twins: tuple[str, ...] = ()) -> TuningRecord | None:
     """Tune `task` with each template in turn; returns the best record over all of them.
 
     Budget split (WPK leaves it open): the templates go in order of `template_weights` (equal
@@ -246,7 +262,8 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
     what a converged search leaves goes to the next template. Each template's searcher is
     seeded with `seed`. `hard_deadline`: see `tune_task`. A conv chain is tuned by AGO's
     reformer: its parts first (`_split`), then the chain from their composed schedules.
-    Templates the log leaves out (`TuningLog.exclude`) are not tuned."""
+    Templates the log leaves out (`TuningLog.exclude`) are not tuned. `twins`: keys of tasks
+    of its shape class tuned before it, whose best configs it measures first (`_twin_seeds`)."""
     templates = tuple(t for t in templates if t not in log.exclude)
     fresh = not log.user_has(task.key)   # the database's configs first, for every template
     n0 = len(log.records)
@@ -272,7 +289,9 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
         # a task the user's log has nothing of starts from the shipped database's fastest
         # configs of it (tune/database.py; another target's fitted to this one's
         # constraints), then the joined parts' composed schedules
-        seeds = (_database_seeds(log, task, template, space) if fresh else []) + seeds
+        # ... after its shape class's twins' fastest configs here (the same space)
+        seeds = _twin_seeds(log, twins, template, space) \
+            + (_database_seeds(log, task, template, space) if fresh else []) + seeds
         if seeds:
             space = KnobSpace(space.knobs, space.constraints, tuple(seeds) + tuple(space.seeds))
         ctx = TuningContext(task, template, space, seed=seed, log=log, target=target,
