@@ -101,3 +101,23 @@ def test_a_follower_measures_its_twins_fastest_configs_first(tmp_path):
     tune_templates(SCALED, (DIRECT,), alone, log, search="ga", seed=0, vector_registers=16,
                    max_trials=DATABASE_SEEDS)
     assert alone.calls != fastest[:DATABASE_SEEDS]
+
+
+def test_a_follower_out_of_time_still_measures_its_twins_best_over_a_database_record(tmp_path):
+    import time
+
+    space = template_module(DIRECT).space(PLAIN)
+    rng = random.Random(5)
+    twin_best, shipped = space.sample(rng), space.sample(rng)
+    log = TuningLog(tmp_path / "user.jsonl", HERE)
+    log.append(TuningRecord(PLAIN.key, DIRECT, twin_best, 1e-3))
+    log.attach([TuningRecord(FUSED.key, DIRECT, shipped, 1e-3, target=HERE)])
+    ended, session = time.monotonic() - 1, time.monotonic() + 60
+    alone = Recording()                 # no twin: the database's record stands, nothing timed
+    tune_templates(FUSED, (DIRECT,), alone, log, search="ga", seed=0, vector_registers=16,
+                   deadline=ended, hard_deadline=session)
+    assert alone.calls == []
+    m = Recording()
+    tune_templates(FUSED, (DIRECT,), m, log, search="ga", seed=0, vector_registers=16,
+                   deadline=ended, hard_deadline=session, twins=(PLAIN.key,))
+    assert m.calls == [twin_best] and log.user_has(FUSED.key)

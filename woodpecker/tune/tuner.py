@@ -62,7 +62,8 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
               max_trials: int | None = None,
               progress: Callable[[TuningRecord], None] | None = None,
               builder: BuildPool | None = None,
-              hard_deadline: float | None = None) -> TuningRecord | None:
+              hard_deadline: float | None = None,
+              own_first: bool = False) -> TuningRecord | None:
     """Returns the best valid record for the task (from this run or earlier ones; the shipped
     database's while the user's log has none, tune/records.py). With a
     `builder`, new candidates are compiled in parallel, one per build worker, before they are
@@ -73,12 +74,14 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
     a task with no valid record yet overrun its share until one candidate is measured: a share
     shorter than one model fit and build (a small task of a short budget, a template with
     little weight) otherwise left the task with nothing, to the library. The overrun comes out
-    of the later tasks' shares."""
+    of the later tasks' shares. `own_first`: the same until the user's log holds a record of
+    the task (a shape-class follower whose only record is the database's: its twins' best
+    config measured, not the database's record of another compile kept untried)."""
     known = log.measured(task.key, template)
     trials = 0
     stamp = {"searcher": searcher_name, "seed": seed, "params": searcher.params,
              "versions": versions()}
-    first = log.best(task.key) is None
+    first = log.best(task.key) is None or (own_first and not log.user_has(task.key))
 
     def out_of_budget() -> bool:
         if max_trials is not None and trials >= max_trials:
@@ -298,5 +301,6 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                             vector_registers=vector_registers)
         tune_task(task, template, space, make_searcher(search, ctx), measurer, log,
                   searcher_name=search, seed=seed, deadline=end, max_trials=trials,
-                  progress=progress, builder=builder, hard_deadline=hard_deadline)
+                  progress=progress, builder=builder, hard_deadline=hard_deadline,
+                  own_first=bool(twins))
     return log.best(task.key)
