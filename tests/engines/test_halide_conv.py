@@ -3,6 +3,7 @@ computes the reference result (any knob setting may be slow, none may be wrong).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -398,6 +399,24 @@ def test_a_model_input_is_read_where_it_lies():
         got = template.build(stem, config)(*kernel_arguments(template, stem, config, inputs))
         ref = stem.reference(inputs)
         assert relative_error(got, ref) <= TOLERANCE, (template.__name__, config)
+
+
+@pytest.mark.parametrize("registers", [16, 32])
+def test_a_stem_conv_tries_the_stem_seeds_first_and_they_are_correct(registers):
+    """A conv reading the model's NCHW input starts from conv_direct.STEM_SEEDS (those that fit
+    the registers), each computing the reference; a conv reading NHWC does not."""
+    stem = ConvTask(1, 3, 17, 19, 32, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1, True,
+                    (("Relu",),), x_layout="NCHW")
+    space = conv_direct.space(stem, registers)
+    fitting = [s for s in conv_direct.STEM_SEEDS if space.is_valid(s)]
+    assert fitting and space.seeds[:len(fitting)] == fitting
+    inner = conv_direct.space(dataclasses.replace(stem, x_layout="NHWC"), registers)
+    assert not any(s in inner.seeds for s in conv_direct.STEM_SEEDS)
+    inputs = stem.random_inputs(1)
+    for config in fitting:
+        got = conv_direct.build(stem, config)(
+            *kernel_arguments(conv_direct, stem, config, inputs))
+        assert relative_error(got, stem.reference(inputs)) <= TOLERANCE, config
 
 
 @pytest.mark.parametrize("task", [t for t in TASKS + DEPTHWISE if t.prologue])

