@@ -189,7 +189,8 @@ def test_templates_share_the_trials_and_the_best_wins(tmp_path):
 def test_similar_tasks_winning_template_gets_the_larger_share_and_goes_first(tmp_path):
     """Transfer of the template choice: other tasks of the kind, measured with every template,
     vote for their winner (weighted by similarity); the floor keeps the loser searched; the
-    winner is tuned first with most trials. Without such tasks: equal shares, given order."""
+    winner is tuned first with most trials. Without such tasks: equal shares, given order. A
+    task reading its input in another layout (a stem's NCHW) does not vote."""
     from woodpecker.config import TEMPLATE_FLOOR
     from woodpecker.tasks.conv import ConvTask
     from woodpecker.tune.measure import Measurement
@@ -223,6 +224,19 @@ def test_similar_tasks_winning_template_gets_the_larger_share_and_goes_first(tmp
                    max_trials=12)
     assert m.calls[0] == templates[1]
     assert m.calls.count(templates[1]) > m.calls.count(templates[0]) >= 1
+
+    # a stem reading the model's NCHW input learns only from stems (here: direct won there)
+    def stem(k, hw):
+        return ConvTask(1, 3, hw, hw, k, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1, True, (),
+                        x_layout="NCHW")
+
+    assert template_weights(stem(16, 32), templates, log) == [1.0, 1.0]
+    for tmpl, cost in zip(templates, (1e-3, 2e-3)):
+        log.append(TuningRecord(task=stem(32, 64).key, template=tmpl, config={"vec": 8},
+                                cost_s=cost))
+    s = template_weights(stem(16, 32), templates, log)
+    assert s[0] > s[1] > 0
+    assert template_weights(task, templates, log) == w      # the stem does not vote here
 
 
 def test_a_task_with_nothing_valid_overruns_its_share_by_one_measurement_only(tmp_path):

@@ -164,7 +164,11 @@ def _measured(candidate: TuningRecord, task: Task, measurer: Measurer, log: Tuni
 def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> list[float]:
     """How much of a task's time each template gets, from the log's other tasks and a shipped
     database's records (the task's own too: measured elsewhere; transfer):
-    each task of the same kind that has valid records of every one of these templates votes
+    each task of the same kind, reading its input in the same layout (a stem reading the
+    model's NCHW input runs another loop nest: on Emerald Rapids four stems' best conv_direct
+    configs took 72-100 µs against conv_gemm's 180-190, yet with every conv voting a stem
+    gave conv_gemm 59 % of its time, first), that has valid records of every one of these
+    templates votes
     for the template of its fastest record, its vote weighted by its similarity to `task`
     (Gaussian in task-feature distance, the median distance as width — glimpse's priors do the
     same for knob values); each template also gets `TEMPLATE_FLOOR` of the votes cast, so none
@@ -180,9 +184,12 @@ def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> 
     for k, v in best.items():
         if len(v) == len(templates) > 1:
             try:
-                tasks.append(task_from_key(k[1]))
+                other = task_from_key(k[1])
             except (ValueError, KeyError, TypeError):   # a key of an older task format
                 continue
+            if other.input_layout(0) != task.input_layout(0):
+                continue      # a stem reading NCHW votes only for stems, and the rest alike
+            tasks.append(other)
             voters[k] = min(v, key=v.get)
     if not voters:
         return [1.0] * len(templates)
