@@ -33,9 +33,10 @@ DATABASE_SEEDS = 4
 # What a task keeps of its weight in the budget split when a task of its shape class (the same
 # schedule space, tasks/__init__.py) is tuned before it; the rest goes to that first task
 # (tune/driver.py). Chosen, not tuned: enough for a follower of a 3-minute compile to measure
-# its twins' DATABASE_SEEDS best configs (Emerald Rapids' 3-minute logs of regnet_y_400mf: 6
-# of its 45 tasks followed a twin, with 1-2 measurements each of their own hand seeds) and
-# search a little on.
+# its twins' DATABASE_SEEDS best configs and search a little on (regnet_y_400mf: 6 of its 45
+# tasks follow a twin; in a 3-minute compile without classes three of its nine class members
+# got 1-2 measurements). A 2-minute A/B on Emerald Rapids (regnet, Whisper-tiny's encoder)
+# showed no difference in the class members' best times beyond the noise of their costs.
 CLASS_FOLLOWER_SHARE = 0.25
 
 # The budget split's roofline: a task's work is max(FLOPs, FLOPS_PER_BYTE × bytes moved).

@@ -18,7 +18,7 @@ per-round ratios beside their median. With `confirm`, a keep the first window's 
 support only inside their spread (upper quartile at or over 1.0) is timed again in a second
 window of as many rounds, and stands only where that window's ratio is under 1.0 too and the
 ratio over both windows' rounds under `bar` (`Decision.windows` records each window's
-ratio): one window's median moved by 4-9 % between windows tens of seconds apart (issue 52,
+ratio): one window's median moved by up to 9 % between windows tens of seconds apart (issue 52,
 Emerald Rapids), more than the margin. Every plan-level choice — the plan check's candidates
 (selection/refine.py), fusions against their parts and the plan without AGO's passes
 (selection/fusion.py), DOS's stages (selection/parallel.py), a Woodpecker plan against the
