@@ -95,8 +95,8 @@ def openvino_layer_ms(onnx_bytes: bytes, feeds: dict, threads: int,
 def matched_rows(model, ours_ms: list[float], lib_ms: dict[str, float]
                  ) -> tuple[list[dict], float, float]:
     """Per step of the plan the library's time for the nodes it matches (by node or output
-    name, `_nchwc` for ONNX Runtime's blocked convs), the plan's unmatched time, and the
-    library's."""
+    name, `_nchwc` for ONNX Runtime's blocked convs, a last `/…` part left off for OpenVINO's
+    layers), the plan's unmatched time, and the library's."""
     rows, unmatched, matched = [], 0.0, set()
     graph, engines = model.plan.graph, model.plan.engines
     for step, ms in zip(model.steps, ours_ms):
@@ -105,7 +105,9 @@ def matched_rows(model, ours_ms: list[float], lib_ms: dict[str, float]
         # the layout pass renames a value it holds in NHWC "<name>.held…" (assembly/layout.py)
         outs = {v.name.split(".held")[0] for n in nodes for v in n.outputs}
         known = set(names) | outs | {o + "_nchwc" for o in outs}
-        hit = [n for n in lib_ms if n in known and n not in matched]
+        # OpenVINO names a conv whose bias it fused "<node>/WithoutBiases"
+        hit = [n for n in lib_ms if (n in known or n.rsplit("/", 1)[0] in known)
+               and n not in matched]
         if not hit:
             unmatched += ms
             continue
