@@ -75,6 +75,15 @@ class PlanComparison:
         return {"median_ms": self.median_ms, "ratio": self.ratio, "rounds": self.rounds,
                 "fastest": self.fastest}
 
+    @classmethod
+    def of(cls, times: dict[str, list[float]]) -> "PlanComparison":
+        """The comparison of interleaved `times` (label -> ms per call), the first label the
+        base."""
+        base = next(iter(times))
+        return cls({k: float(np.median(t)) for k, t in times.items()},
+                   {k: 1.0 if k == base else paired_ratio(times, base, k) for k in times},
+                   min(len(t) for t in times.values()), times)
+
 
 def compare_plans(runs: dict[str, Callable[[], object]], rounds: int,
                   deadline: Deadline = Deadline.NONE,
@@ -86,11 +95,7 @@ def compare_plans(runs: dict[str, Callable[[], object]], rounds: int,
         return PlanComparison({labels[0]: float("nan")}, {labels[0]: 1.0}, 0)
     times = time_interleaved(runs, rounds, 2, block=3, deadline=deadline,
                              min_runs=max(1, rounds // 2) if least is None else least)
-    base = labels[0]
-    return PlanComparison({k: float(np.median(times[k])) for k in labels},
-                          {k: 1.0 if k == base else paired_ratio(times, base, k)
-                           for k in labels},
-                          min(len(t) for t in times.values()), times)
+    return PlanComparison.of({k: times[k] for k in labels})
 
 
 @dataclass(frozen=True)
@@ -159,10 +164,7 @@ def decide(candidate: Timed, against: Timed, rounds: int, bar: float = 1.0,
     kept, windows = ratio < bar, (ratio,)
     if confirm and kept and not quartiles[1] < 1.0:
         again = compare_plans(runs, rounds, deadline)
-        times = {k: c.times[k] + again.times[k] for k in runs}
-        c = PlanComparison({k: float(np.median(t)) for k, t in times.items()},
-                           {base: 1.0, label: paired_ratio(times, base, label)},
-                           c.rounds + again.rounds, times)
+        c = PlanComparison.of({k: c.times[k] + again.times[k] for k in runs})
         windows += (again.ratio[label],)
         ratio, quartiles = c.ratio[label], c.quartiles(base, label)
         kept = ratio < bar and windows[1] < 1.0

@@ -137,11 +137,13 @@ def shape_classes(groups: list[TaskGroup], weights: list[float],
     with what it kept."""
     weights = list(weights)
     first: dict[str, int] = {}
+    members: dict[str, list[str]] = {}
     twins: list[tuple[str, ...]] = []
     for i, g in enumerate(groups):
         lead = first.setdefault(g.task.shape_class, i)
-        twins.append(tuple(groups[j].task.key for j in range(lead, i)
-                           if groups[j].task.shape_class == g.task.shape_class))
+        before = members.setdefault(g.task.shape_class, [])
+        twins.append(tuple(before))
+        before.append(g.task.key)
         if lead != i:
             moved = (1 - CLASS_FOLLOWER_SHARE) * weights[i]
             weights[i] -= moved
