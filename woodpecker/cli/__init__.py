@@ -1,6 +1,6 @@
 """The `woodpecker` command. Errors a user can cause print one line and exit 1.
 
-One module per larger command (`inspect.py`); shared helpers in `common.py`."""
+One module per larger command (`inspect.py`, `quantize.py`); shared helpers in `common.py`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from woodpecker.cli import quantize as quantize_cmd
 from woodpecker.cli.common import _is_plan, _load_or_compile, _reference_onnx, _shapes
 from woodpecker.cli.inspect import cmd_inspect
 from woodpecker.config import CANDIDATE_TIMEOUT_S, DEFAULT_SEARCH
@@ -389,6 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="profiling runs for the times (0: do not run)")
     model_opts(rp)
     rp.set_defaults(fn=cmd_report)
+
+    quantize_cmd.add_parser(sub)
 
     o = sub.add_parser("ops", help="the supported ONNX op types")
     o.set_defaults(fn=cmd_ops)

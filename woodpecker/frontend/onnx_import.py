@@ -73,7 +73,7 @@ def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None =
     shapes depend on an input's value (a Reshape target fed at run time) is specialised to it.
     """
     original = load_model_proto(model)
-    proto = _upgrade_opset(original)
+    proto = upgrade_opset(original)
     _check_opset(proto)
     check_graph(proto)
     proto = bind_values(proto, dict(input_values or {}))
@@ -94,7 +94,7 @@ class _RuleFailure(ModelError):
     Woodpecker error (an attribute no rule validates)."""
 
 
-def _upgrade_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
+def upgrade_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A model of an opset below MIN_OPSET converted to MIN_OPSET by onnx.version_converter
     (a one-line UnsupportedOpError where it cannot be)."""
     old = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
