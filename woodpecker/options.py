@@ -216,7 +216,7 @@ class QuantizeOptions:
     folded into its conv) first."""
 
     dynamic: bool = False
-    method: Calibration = Calibration.MINMAX
+    method: Calibration = Calibration(config.QUANT_CALIBRATION)
     percentile: float = config.QUANT_PERCENTILE
     per_channel: bool = True
     activations: str = "uint8"

@@ -38,8 +38,9 @@ def add_parser(sub) -> None:
     q.add_argument("--dynamic", action="store_true",
                    help="dynamic quantization of MatMul/Gemm weights (transformers); no "
                         "calibration")
-    q.add_argument("--method", choices=[c.value for c in Calibration], default="minmax",
-                   help="how activation ranges are set (default: minmax)")
+    q.add_argument("--method", choices=[c.value for c in Calibration],
+                   default=config.QUANT_CALIBRATION,
+                   help=f"how activation ranges are set (default: {config.QUANT_CALIBRATION})")
     q.add_argument("--percentile", type=float, default=config.QUANT_PERCENTILE,
                    help="with --method percentile: the percentile kept")
     q.add_argument("--per-tensor", action="store_true",
