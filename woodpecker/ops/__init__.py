@@ -13,6 +13,7 @@ from woodpecker.ops import (  # noqa: F401
     norm,
     opaque,
     pool,
+    quant,
     resize,
     separable,
     shape,
