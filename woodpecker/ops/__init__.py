@@ -14,6 +14,7 @@ from woodpecker.ops import (  # noqa: F401
     opaque,
     pool,
     quant,
+    quant_conv,
     resize,
     separable,
     shape,

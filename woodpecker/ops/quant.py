@@ -51,11 +51,7 @@ def _check_params(node: Node, data_of: DataOf, quantized_i: int) -> None:
         if scale_shape[0] != x_shape[axis]:
             raise ModelError(f"{where(node)}: {scale_shape[0]} scales for axis {axis} of an "
                              f"input of shape {x_shape} (dimension {x_shape[axis]})")
-    scale = data_of(node.input(1))
-    if scale is not None and not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
-        bad = scale[~(np.isfinite(scale) & (scale > 0))] if np.ndim(scale) else scale
-        raise ModelError(f"{where(node)}: its scale must be positive and finite, got "
-                         f"{np.ravel(bad)[0]}")
+    check_scale(node, data_of, 1, "scale")
     zp = node.input(2)
     if zp is None:
         return
@@ -69,6 +65,15 @@ def _check_params(node: Node, data_of: DataOf, quantized_i: int) -> None:
         z = data_of(zp)
         if z is None or np.any(z != 0):
             raise ModelError(f"{where(node)}: an int32 tensor's zero point must be 0")
+
+
+def check_scale(node: Node, data_of: DataOf, i: int, what: str) -> None:
+    """A ModelError line unless input `i` (a scale), where known, is positive and finite."""
+    scale = data_of(node.input(i))
+    if scale is not None and not (np.all(np.isfinite(scale)) and np.all(scale > 0)):
+        bad = scale[~(np.isfinite(scale) & (scale > 0))] if np.ndim(scale) else scale
+        raise ModelError(f"{where(node)}: its {what} must be positive and finite, got "
+                         f"{np.ravel(bad)[0]}")
 
 
 def numel_1(shape: tuple[int, ...]) -> bool:

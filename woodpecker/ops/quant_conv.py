@@ -1,0 +1,101 @@
+"""QLinearConv: an integer convolution with its requantisation fused (ONNX's op, opset 10+).
+
+Contract: `QLinearConv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+y_zero_point, B)` with Conv's attributes computes
+
+    acc[n, m, p] = Σ (x − x_zp)·(w[m] − w_zp[m]) + B[m]          (exact, int32)
+    y = saturate(round_half_even(float32(acc) · (x_scale · w_scale[m] / y_scale)) + y_zp)
+
+in y_zero_point's type — the order and precision of ONNX Runtime's kernel (the scale
+x_scale·w_scale/y_scale in float32, one float32 product per output, MLAS's requantisation), so
+the reference equals ONNX Runtime's output bit for bit where ONNX Runtime's integer products do
+not saturate (its AVX2 u8×s8 path adds pairs in 16 bits; VNNI and AMX do not). Activations
+uint8 or int8, per tensor; weights int8 or uint8, per tensor or per output channel; B int32
+with zero point 0 and scale x_scale·w_scale (as a QDQ file's bias is written).
+
+Where it comes from: a QOperator file's node, or `passes/fold_qdq.py` folding a QDQ file's
+DequantizeLinear → Conv → QuantizeLinear into one — the Q/DQ pair never runs as separate passes
+over the tensors (issue 53).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from woodpecker.errors import ModelError
+from woodpecker.ir.graph import Node
+from woodpecker.ops import window
+from woodpecker.ops.conv import bias_and_kernel, conv
+from woodpecker.ops.quant import QUANT_TYPES, check_scale
+from woodpecker.ops.registry import DataOf, dtype_of, numel, op, shape_of, where
+
+X, XS, XZ, W, WS, WZ, YS, YZ, B = range(9)
+
+
+def _infer(node: Node, data_of: DataOf):
+    x, w = shape_of(node, X), shape_of(node, W)
+    groups = int(node.attr("group", 1))
+    node.attrs["group"] = groups
+    if len(x) < 3 or len(w) != len(x) or x[1] != w[1] * groups or w[0] % groups:
+        raise ModelError(f"{where(node)}: input {x} and weight {w} do not fit group={groups}")
+    for i, what in ((X, "input"), (W, "weight"), (YZ, "output zero point")):
+        if dtype_of(node, i) not in QUANT_TYPES:
+            raise ModelError(f"{where(node)}: its {what} is {dtype_of(node, i)} (int8 or uint8)")
+    for si, zi, qi, what, n in ((XS, XZ, X, "input", 1), (WS, WZ, W, "weight", w[0]),
+                                (YS, YZ, YZ, "output", 1)):
+        for i, kind in ((si, "scale"), (zi, "zero point")):
+            s = shape_of(node, i)
+            if numel(s) not in (1, n) or len(s) > 1:
+                raise ModelError(f"{where(node)}: its {what} {kind} has shape {s}")
+        check_scale(node, data_of, si, f"{what} scale")
+        if dtype_of(node, zi) != dtype_of(node, qi):
+            raise ModelError(f"{where(node)}: its {what} zero point is {dtype_of(node, zi)}, "
+                             f"the {what} {dtype_of(node, qi)} (mixed int8/uint8)")
+    if node.input(B) is not None and dtype_of(node, B) != np.int32:
+        raise ModelError(f"{where(node)}: its bias is {dtype_of(node, B)} (int32)")
+    kernel = bias_and_kernel(_bias_view(node), w, w[0])
+    out = window.resolve(node, x[2:], kernel)
+    return [((x[0], w[0]) + out, dtype_of(node, YZ))]
+
+
+class _bias_view:
+    """The node as Conv's bias check reads it (inputs x, w, bias)."""
+
+    def __init__(self, node: Node) -> None:
+        self.op, self.name, self.attrs = node.op, node.name, node.attrs
+        self.inputs = [node.input(X), node.input(W), node.input(B)]
+
+    def attr(self, key, default=None):
+        return self.attrs.get(key, default)
+
+
+def _flops(node: Node) -> int:
+    return 2 * numel(node.outputs[0].shape) * numel(node.inputs[W].shape[1:])
+
+
+def requantize(acc: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
+    """int32 accumulators → the output type: float32 product, round half to even, + zp,
+    saturate (MLAS's order)."""
+    dt = zero_point.dtype
+    info = np.iinfo(dt)
+    y = np.rint(acc.astype(np.float32) * scale.astype(np.float32))
+    return np.clip(y + np.int32(zero_point), info.min, info.max).astype(dt)
+
+
+def _channel(v: np.ndarray, m: int, nd: int) -> np.ndarray:
+    return np.broadcast_to(np.ravel(v), (m,)).reshape((1, m) + (1,) * nd)
+
+
+@op("QLinearConv", _infer, _flops)
+def qlinear_conv(attrs, x, xs, xz, w, ws, wz, ys, yz, b=None):
+    m, nd = w.shape[0], x.ndim - 2
+    xi = x.astype(np.float64) - float(np.ravel(xz)[0])
+    wi = w.astype(np.float64) - np.broadcast_to(np.ravel(wz), (m,)).reshape(
+        (m,) + (1,) * (w.ndim - 1))
+    # integer sums below 2^53 are exact in float64; the result is what int32 accumulates
+    acc = np.rint(conv(attrs, xi, wi)).astype(np.int64)
+    if b is not None:
+        acc = acc + _channel(b.astype(np.int64), m, nd)
+    scale = (np.float32(np.ravel(xs)[0]) * np.ravel(ws).astype(np.float32)) \
+        / np.float32(np.ravel(ys)[0])
+    return requantize(acc.astype(np.int32), _channel(scale, m, nd), np.ravel(yz)[0])
