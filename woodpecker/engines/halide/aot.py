@@ -271,7 +271,8 @@ def compile_kernel(out, params, key: dict) -> Path:
 
 
 class AotKernel:
-    """A compiled kernel: `kernel(*arrays)` → a new output array of `out_shape` (float32).
+    """A compiled kernel: `kernel(*arrays)` → a new output array of `out_shape` (float32
+    unless `out_dtype` says otherwise).
 
     The `halide_buffer_t` of each argument is built once and reused while the array's shape
     and strides stay the same (only its data pointer is refreshed): building them in Python
@@ -284,9 +285,11 @@ class AotKernel:
     are per thread, so concurrent calls of one kernel stay safe."""
 
     def __init__(self, path: "str | os.PathLike", n_inputs: int, out_shape: tuple[int, ...],
-                 threads: int, runtime: "Path | None" = None, views=None) -> None:
+                 threads: int, runtime: "Path | None" = None, views=None,
+                 out_dtype=np.float32) -> None:
         """`views`: per input (then the output) None, or the shape Halide sees that array as
-        (a reshape of the C-contiguous array, so no copy)."""
+        (a reshape of the C-contiguous array, so no copy); `out_dtype`: the output's type
+        (int8 kernels write 8-bit outputs)."""
         set_threads(threads, runtime)
         try:
             lib = ctypes.CDLL(str(path))
@@ -297,6 +300,7 @@ class AotKernel:
         self._fn.argtypes = [ctypes.c_void_p] * (n_inputs + 1)
         self._fn.restype = ctypes.c_int
         self._lib, self.n_inputs, self.out_shape = lib, n_inputs, tuple(out_shape)
+        self.out_dtype = np.dtype(out_dtype)
         self.views = list(views) if views is not None else [None] * (n_inputs + 1)
         self._local = threading.local()
 
@@ -307,7 +311,7 @@ class AotKernel:
             raise EngineError(f"Halide kernel {self.path.name} takes {self.n_inputs} arrays, "
                               f"got {len(arrays)}")
         if out is None:
-            out = np.empty(self.out_shape, np.float32)
+            out = np.empty(self.out_shape, self.out_dtype)
         slots = getattr(self._local, "slots", None)
         if slots is None:
             slots = self._local.slots = [None] * (self.n_inputs + 1)

@@ -101,4 +101,5 @@ def compiled(template: str, task, config: dict, threads: int, out, params,
     shapes Halide sees the arguments as (see AotKernel)."""
     key = {"template": template, "config": config, "task": task.key, "source": source_digest()}
     path = compile_kernel(out, params, key)
-    return AotKernel(path, len(params), task.out_shape, threads, views=views)
+    return AotKernel(path, len(params), task.out_shape, threads, views=views,
+                     out_dtype=getattr(task, "out_dtype", "float32"))

@@ -1,0 +1,76 @@
+"""The int8 conv template (engines/halide/qconv_gemm.py) computes tasks/qconv.py's contract
+exactly — hypothesis over shapes, strides, pads, dilations, int8/uint8 in and out, and the
+template's knobs — and a QDQ file's folded QLinearConv, through `node_arguments`, gives ONNX
+Runtime's output bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.passes.test_fold_qdq import _model
+from woodpecker.engines.halide import qconv_gemm
+from woodpecker.frontend.onnx_import import import_onnx
+from woodpecker.passes import optimize
+from woodpecker.tasks.qconv import QConvTask
+
+
+def _run(task: QConvTask, config: dict, inputs: list[np.ndarray]) -> np.ndarray:
+    kernel = qconv_gemm.build(task, config, threads=2)
+    return kernel(inputs[0], qconv_gemm.weights(task, config, inputs[1]), *inputs[2:])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_kernel_equals_the_integer_reference(data):
+    k = data.draw(st.sampled_from([8, 16, 32, 48]))
+    kh = data.draw(st.sampled_from([1, 3]))
+    kw = data.draw(st.sampled_from([1, 3]))
+    task = QConvTask(
+        n=data.draw(st.integers(1, 2)), c=data.draw(st.integers(1, 20)),
+        h=data.draw(st.integers(kh, 9)), w=data.draw(st.integers(kw, 9)), k=k, kh=kh, kw=kw,
+        stride=(data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))),
+        pads=tuple(data.draw(st.integers(0, 1)) for _ in range(4)),
+        dilation=(1, data.draw(st.integers(1, 2))) if kw == 3 else (1, 1),
+        x_dtype=data.draw(st.sampled_from(["uint8", "int8"])),
+        y_dtype=data.draw(st.sampled_from(["uint8", "int8"])))
+    if task.out_w < 1:
+        return
+    config = data.draw(st.sampled_from(list(qconv_gemm.space(task).valid_configs())))
+    inputs = task.random_inputs(data.draw(st.integers(0, 1000)))
+    want = task.reference(inputs)
+    got = _run(task, config, inputs)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_outputs_spread_and_saturate():
+    """The random inputs exercise rounding and both saturation bounds."""
+    task = QConvTask(1, 32, 8, 8, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1))
+    y = task.reference(task.random_inputs(0))
+    assert y.min() == 0 and y.max() == 255 and len(np.unique(y)) > 100
+
+
+def test_a_folded_qdq_conv_runs_on_the_kernel_as_onnx_runtime_does():
+    rng = np.random.default_rng(3)
+    model = _model(rng, n=1, c=12, m=32, hw=9, k=3, groups=1, stride=1, pad=1, act=np.uint8,
+                   per_channel=True, bias=True)
+    graph = import_onnx(model)
+    optimize(graph)
+    node = next(n for n in graph.nodes if n.op == "QLinearConv")
+    task = QConvTask.from_node(node)
+    x = (rng.standard_normal((1, 12, 9, 9)) * 2).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    # the kernel reads the QuantizeLinear's output, NHWC
+    q = next(n for n in graph.nodes if n.op == "QuantizeLinear")
+    from woodpecker.ops import run_reference
+
+    xq = run_reference(q, [x, q.inputs[1].data, q.inputs[2].data])[0]
+    inputs = [np.ascontiguousarray(xq.transpose(0, 2, 3, 1)), *task.node_arguments(node)]
+    yq = _run(task, qconv_gemm.SEEDS[0], inputs).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(yq, task.reference(inputs).transpose(0, 3, 1, 2))
+    dq = next(n for n in graph.nodes if n.op == "DequantizeLinear")
+    y = run_reference(dq, [yq, dq.inputs[1].data, dq.inputs[2].data])[0]
+    np.testing.assert_array_equal(y, want)

@@ -1,0 +1,145 @@
+"""The qconv2d task: an integer 2-d convolution with fused requantisation (QLinearConv), NHWC.
+
+Contract: the kernel computes, for uint8 (or int8) activations x, int8 weights w (HWIO) and
+per output channel an int32 bias β and a float32 multiplier μ,
+
+    acc[n, y, x, k] = Σ u(x)[n, y·s + i − p, x·s + j − p, c] · w[i, j, c, k] + β[k]
+    out = saturate(round_half_even(float32(acc) · μ[k]) + y_zp)   (in the output type)
+
+where u(x) is x as uint8 (int8 activations are offset by 128) and the padding reads the input's
+zero point, offset alike. `node_arguments(node)` turns a QLinearConv's constants into those
+arguments — β = B − u(x_zp)·Σw per channel, μ = x_scale·w_scale/y_scale in float32 (ONNX
+Runtime's order) — so `reference(task.node_arguments(node))` equals ops/quant_conv.py's
+reference of the node bit for bit. u8×s8 products summed in int32 are what x86's VNNI
+instruction (`vpdpbusd`) computes: the offset and the zero-point correction move into β at
+build time, so the kernel's inner loop is the instruction alone.
+
+Variants: groups 1 (grouped and depthwise int8 convs are not built yet), symmetric weights
+(w_zero_point 0, as ONNX Runtime's and NNCF's quantizers write per-channel weights), per-tensor
+activation zero points. Not yet a registered task kind (tasks.task_kinds): its template is
+built and checked on its own (issue 53's first int8 kernel); tuning and selection take it
+once registered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from woodpecker.ir.graph import Node
+from woodpecker.ops.conv import conv
+from woodpecker.ops.quant_conv import WS, WZ, XS, XZ, YS, YZ, B, W, X, requantize
+from woodpecker.tasks import NHWC, Task
+
+
+@dataclass(frozen=True)
+class QConvTask(Task):
+    kind = "qconv2d"
+    layout = NHWC
+    ops = frozenset({"QLinearConv"})
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    pads: tuple[int, int, int, int]          # top, left, bottom, right
+    dilation: tuple[int, int]
+    x_dtype: str = "uint8"
+    y_dtype: str = "uint8"
+
+    @property
+    def out_h(self) -> int:
+        return (self.h + self.pads[0] + self.pads[2] - self.dilation[0] * (self.kh - 1) - 1) \
+            // self.stride[0] + 1
+
+    @property
+    def out_w(self) -> int:
+        return (self.w + self.pads[1] + self.pads[3] - self.dilation[1] * (self.kw - 1) - 1) \
+            // self.stride[1] + 1
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (self.n, self.out_h, self.out_w, self.k)
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        return np.dtype(self.y_dtype)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.n * self.k * self.out_h * self.out_w * self.c * self.kh * self.kw
+
+    @classmethod
+    def from_node(cls, node: Node) -> "QConvTask":
+        if node.op not in cls.ops or len(node.inputs[X].shape) != 4:
+            raise ValueError(f"{node.op} node {node.name!r} is not a 2-d convolution")
+        if node.attrs.get("group", 1) != 1:
+            raise ValueError(f"{node.name!r}: grouped int8 convs are not built yet")
+        consts = [node.inputs[i] for i in (XS, XZ, W, WS, WZ, YS, YZ)]
+        if any(v.data is None for v in consts) or \
+                (node.input(B) is not None and node.inputs[B].data is None):
+            raise ValueError(f"{node.name!r}: quantization parameters computed at run time")
+        if node.inputs[W].dtype != np.int8 or np.any(node.inputs[WZ].data != 0):
+            raise ValueError(f"{node.name!r}: weights not symmetric int8")
+        n, c, h, w = node.inputs[X].shape
+        k, _, kh, kw = node.inputs[W].shape
+        p, a = node.attrs["_pads"], node.attrs
+        return cls(n, c, h, w, k, kh, kw, tuple(a["strides"]), (p[0], p[1], p[2], p[3]),
+                   tuple(a["dilations"]), node.inputs[X].dtype.name,
+                   node.inputs[YZ].dtype.name)
+
+    def node_arguments(self, node: Node) -> list[np.ndarray]:
+        """w (HWIO int8), β (int32, K), μ (float32, K), the zero points (uint8 input's and
+        int32 output's, one element each): the kernel's constant arguments."""
+        d = {i: node.inputs[i].data for i in (XS, XZ, W, WS, YS, YZ)}
+        w = d[W]
+        x_zp = int(np.ravel(d[XZ])[0]) + (128 if self.x_dtype == "int8" else 0)
+        beta = -x_zp * w.astype(np.int64).sum(axis=(1, 2, 3))
+        if node.input(B) is not None:
+            beta = beta + node.inputs[B].data.astype(np.int64)
+        mu = (np.float32(np.ravel(d[XS])[0]) * np.broadcast_to(
+            np.ravel(d[WS]), (self.k,)).astype(np.float32)) / np.float32(np.ravel(d[YS])[0])
+        return [np.ascontiguousarray(w.transpose(2, 3, 1, 0)), beta.astype(np.int32),
+                mu.astype(np.float32), np.array([x_zp], np.uint8),
+                np.array([int(np.ravel(d[YZ])[0])], np.int32)]
+
+    def describe(self) -> str:
+        return (f"int8 conv {self.kh}x{self.kw}/{self.stride[0]} {self.c}->{self.k} @ "
+                f"{self.h}x{self.w} ({self.x_dtype} in, {self.y_dtype} out)")
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """x (NHWC), then `node_arguments`' five: weights in [-128, 127], β of a realistic
+        size, μ scaling the sums into the output's range."""
+        rng = np.random.default_rng(seed)
+        xi = np.iinfo(self.x_dtype)
+        x = rng.integers(xi.min, xi.max + 1, (self.n, self.h, self.w, self.c))
+        w = rng.integers(-128, 128, (self.kh, self.kw, self.c, self.k))
+        taps = self.kh * self.kw * self.c
+        beta = rng.integers(-(1 << 16), 1 << 16, self.k)
+        # sums of taps products of std ~74·74: outputs spread over the 8-bit range, some
+        # saturating
+        mu = rng.uniform(0.5, 2.0, self.k) / (90.0 * np.sqrt(taps))
+        yi = np.iinfo(self.y_dtype)
+        return [x.astype(self.x_dtype), w.astype(np.int8), beta.astype(np.int32),
+                mu.astype(np.float32), np.array([rng.integers(0, 256)], np.uint8),
+                np.array([rng.integers(yi.min, yi.max + 1)], np.int32)]
+
+    def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """The contract's formula in numpy (exact integer sums), NHWC."""
+        x, w, beta, mu, x_zp, y_zp = inputs
+        u = x.astype(np.int64) + (128 if self.x_dtype == "int8" else 0)
+        # padding reads the zero point: shift by it, pad with 0, and add its share back
+        attrs = {"_pads": list(self.pads), "strides": list(self.stride),
+                 "dilations": list(self.dilation), "group": 1}
+        shifted = (u - int(x_zp[0])).transpose(0, 3, 1, 2).astype(np.float64)
+        acc = conv(attrs, shifted, w.transpose(3, 2, 0, 1).astype(np.float64))
+        acc = np.rint(acc).astype(np.int64) + int(x_zp[0]) * w.astype(np.int64).sum(
+            axis=(0, 1, 2)).reshape(1, -1, 1, 1) + beta.astype(np.int64).reshape(1, -1, 1, 1)
+        y = requantize(acc.astype(np.int32), mu.reshape(1, -1, 1, 1),
+                       np.asarray(y_zp[0], self.y_dtype))
+        return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
