@@ -12,14 +12,17 @@ from hypothesis import strategies as st
 
 from tests.passes.test_fold_qdq import _model
 from woodpecker.engines.halide import qconv_gemm
+from woodpecker.engines.halide.templates import kernel_arguments
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.passes import optimize
 from woodpecker.tasks.qconv import QConvTask
 
 
 def _run(task: QConvTask, config: dict, inputs: list[np.ndarray]) -> np.ndarray:
+    """The kernel on the node's inputs, through the template's `arguments` as the engine
+    calls it."""
     kernel = qconv_gemm.build(task, config, threads=2)
-    return kernel(inputs[0], qconv_gemm.weights(task, config, inputs[1]), *inputs[2:])
+    return kernel(*kernel_arguments(qconv_gemm, task, config, inputs))
 
 
 @settings(max_examples=25, deadline=None)
@@ -35,7 +38,7 @@ def test_kernel_equals_the_integer_reference(data):
         pads=tuple(data.draw(st.integers(0, 1)) for _ in range(4)),
         dilation=(1, data.draw(st.integers(1, 2))) if kw == 3 else (1, 1),
         x_dtype=data.draw(st.sampled_from(["uint8", "int8"])),
-        y_dtype=data.draw(st.sampled_from(["uint8", "int8"])))
+        y_dtype=data.draw(st.sampled_from(["uint8", "int8"])), has_bias=data.draw(st.booleans()))
     if task.out_w < 1:
         return
     config = data.draw(st.sampled_from(list(qconv_gemm.space(task).valid_configs())))
@@ -54,6 +57,8 @@ def test_outputs_spread_and_saturate():
 
 
 def test_a_folded_qdq_conv_runs_on_the_kernel_as_onnx_runtime_does():
+    from woodpecker.ops import run_reference
+
     rng = np.random.default_rng(3)
     model = _model(rng, n=1, c=12, m=32, hw=9, k=3, groups=1, stride=1, pad=1, act=np.uint8,
                    per_channel=True, bias=True)
@@ -63,14 +68,12 @@ def test_a_folded_qdq_conv_runs_on_the_kernel_as_onnx_runtime_does():
     task = QConvTask.from_node(node)
     x = (rng.standard_normal((1, 12, 9, 9)) * 2).astype(np.float32)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    # the kernel reads the QuantizeLinear's output, NHWC
     q = next(n for n in graph.nodes if n.op == "QuantizeLinear")
-    from woodpecker.ops import run_reference
-
     xq = run_reference(q, [x, q.inputs[1].data, q.inputs[2].data])[0]
-    inputs = [np.ascontiguousarray(xq.transpose(0, 2, 3, 1)), *task.node_arguments(node)]
-    yq = _run(task, qconv_gemm.SEEDS[0], inputs).transpose(0, 3, 1, 2)
-    np.testing.assert_array_equal(yq, task.reference(inputs).transpose(0, 3, 1, 2))
+    inputs = [np.ascontiguousarray(xq.transpose(0, 2, 3, 1))] + \
+        [task.constant(node, i) for i in range(1, len(node.inputs))]
+    yq = _run(task, qconv_gemm.SEEDS[0], inputs)
+    np.testing.assert_array_equal(yq, task.reference(inputs))
     dq = next(n for n in graph.nodes if n.op == "DequantizeLinear")
-    y = run_reference(dq, [yq, dq.inputs[1].data, dq.inputs[2].data])[0]
+    y = run_reference(dq, [yq.transpose(0, 3, 1, 2), dq.inputs[1].data, dq.inputs[2].data])[0]
     np.testing.assert_array_equal(y, want)

@@ -7,12 +7,13 @@ per output channel an int32 bias β and a float32 multiplier μ,
     out = saturate(round_half_even(float32(acc) · μ[k]) + y_zp)   (in the output type)
 
 where u(x) is x as uint8 (int8 activations are offset by 128) and the padding reads the input's
-zero point, offset alike. `node_arguments(node)` turns a QLinearConv's constants into those
-arguments — β = B − u(x_zp)·Σw per channel, μ = x_scale·w_scale/y_scale in float32 (ONNX
-Runtime's order) — so `reference(task.node_arguments(node))` equals ops/quant_conv.py's
-reference of the node bit for bit. u8×s8 products summed in int32 are what x86's VNNI
-instruction (`vpdpbusd`) computes: the offset and the zero-point correction move into β at
-build time, so the kernel's inner loop is the instruction alone.
+zero point, offset alike. The task's arguments are the node's inputs (`random_inputs`,
+`constant`, `reference`: ops/quant_conv.py's QLinearConv); `kernel_arguments` turns them into
+the kernel's — β = B − u(x_zp)·Σw per channel, μ = x_scale·w_scale/y_scale in float32 (ONNX
+Runtime's order) — so the kernel's output equals the op's reference bit for bit. u8×s8
+products summed in int32 are what x86's VNNI instruction (`vpdpbusd`) computes: the offset and
+the zero-point correction move into β at build time, so the kernel's inner loop is the
+instruction alone.
 
 Variants: groups 1 (grouped and depthwise int8 convs are not built yet), symmetric weights
 (w_zero_point 0, as ONNX Runtime's and NNCF's quantizers write per-channel weights), per-tensor
@@ -28,8 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from woodpecker.ir.graph import Node
-from woodpecker.ops.conv import conv
-from woodpecker.ops.quant_conv import WS, WZ, XS, XZ, YS, YZ, B, W, X, requantize
+from woodpecker.ops.quant_conv import WS, WZ, XS, XZ, YS, YZ, B, W, X, qlinear_conv
 from woodpecker.tasks import NHWC, Task
 
 
@@ -51,6 +51,7 @@ class QConvTask(Task):
     dilation: tuple[int, int]
     x_dtype: str = "uint8"
     y_dtype: str = "uint8"
+    has_bias: bool = True
 
     @property
     def out_h(self) -> int:
@@ -91,55 +92,59 @@ class QConvTask(Task):
         p, a = node.attrs["_pads"], node.attrs
         return cls(n, c, h, w, k, kh, kw, tuple(a["strides"]), (p[0], p[1], p[2], p[3]),
                    tuple(a["dilations"]), node.inputs[X].dtype.name,
-                   node.inputs[YZ].dtype.name)
+                   node.inputs[YZ].dtype.name, node.input(B) is not None)
 
-    def node_arguments(self, node: Node) -> list[np.ndarray]:
-        """w (HWIO int8), β (int32, K), μ (float32, K), the zero points (uint8 input's and
-        int32 output's, one element each): the kernel's constant arguments."""
-        d = {i: node.inputs[i].data for i in (XS, XZ, W, WS, YS, YZ)}
-        w = d[W]
-        x_zp = int(np.ravel(d[XZ])[0]) + (128 if self.x_dtype == "int8" else 0)
-        beta = -x_zp * w.astype(np.int64).sum(axis=(1, 2, 3))
-        if node.input(B) is not None:
-            beta = beta + node.inputs[B].data.astype(np.int64)
-        mu = (np.float32(np.ravel(d[XS])[0]) * np.broadcast_to(
-            np.ravel(d[WS]), (self.k,)).astype(np.float32)) / np.float32(np.ravel(d[YS])[0])
-        return [np.ascontiguousarray(w.transpose(2, 3, 1, 0)), beta.astype(np.int32),
-                mu.astype(np.float32), np.array([x_zp], np.uint8),
-                np.array([int(np.ravel(d[YZ])[0])], np.int32)]
+    def constant(self, node: Node, i: int) -> np.ndarray:
+        """Node input `i`'s constant as the task's arguments hold it: OIHW weights as HWIO,
+        every other as it is."""
+        a = node.inputs[i].data
+        return np.ascontiguousarray(a.transpose(2, 3, 1, 0)) if i == W else a
+
+    def kernel_arguments(self, inputs: list) -> list:
+        """The node's inputs in the task's order (x NHWC — None where it arrives at run time —,
+        x_scale, x_zero_point, w HWIO, w_scale, w_zero_point, y_scale, y_zero_point, B if
+        any) → the kernel's: x, w, β (int32, K), μ (float32, K), u(x_zp) (uint8, one),
+        y_zp (int32, one)."""
+        x, xs, xz, w, ws, _, ys, yz = inputs[:8]
+        x_zp = int(np.ravel(xz)[0]) + (128 if self.x_dtype == "int8" else 0)
+        beta = -x_zp * w.astype(np.int64).sum(axis=(0, 1, 2))
+        if self.has_bias:
+            beta = beta + inputs[B].astype(np.int64)
+        mu = (np.float32(np.ravel(xs)[0]) * np.broadcast_to(
+            np.ravel(ws), (self.k,)).astype(np.float32)) / np.float32(np.ravel(ys)[0])
+        return [x, w, beta.astype(np.int32), mu.astype(np.float32),
+                np.array([x_zp], np.uint8), np.array([int(np.ravel(yz)[0])], np.int32)]
 
     def describe(self) -> str:
         return (f"int8 conv {self.kh}x{self.kw}/{self.stride[0]} {self.c}->{self.k} @ "
                 f"{self.h}x{self.w} ({self.x_dtype} in, {self.y_dtype} out)")
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """x (NHWC), then `node_arguments`' five: weights in [-128, 127], β of a realistic
-        size, μ scaling the sums into the output's range."""
+        """The node's inputs (x NHWC, weights HWIO): 8-bit values over their whole range,
+        per-channel weight scales, and an output scale that spreads the results over the
+        8-bit range with some saturating."""
         rng = np.random.default_rng(seed)
-        xi = np.iinfo(self.x_dtype)
+        xi, yi = np.iinfo(self.x_dtype), np.iinfo(self.y_dtype)
         x = rng.integers(xi.min, xi.max + 1, (self.n, self.h, self.w, self.c))
         w = rng.integers(-128, 128, (self.kh, self.kw, self.c, self.k))
         taps = self.kh * self.kw * self.c
-        beta = rng.integers(-(1 << 16), 1 << 16, self.k)
-        # sums of taps products of std ~74·74: outputs spread over the 8-bit range, some
-        # saturating
-        mu = rng.uniform(0.5, 2.0, self.k) / (90.0 * np.sqrt(taps))
-        yi = np.iinfo(self.y_dtype)
-        return [x.astype(self.x_dtype), w.astype(np.int8), beta.astype(np.int32),
-                mu.astype(np.float32), np.array([rng.integers(0, 256)], np.uint8),
-                np.array([rng.integers(yi.min, yi.max + 1)], np.int32)]
+        xs = np.float32(rng.uniform(0.005, 0.05))
+        ws = rng.uniform(0.002, 0.02, self.k).astype(np.float32)
+        # sums of taps products of std ~74·74 land about 60 steps from the zero point
+        ys = np.float32(float(xs) * float(ws.mean()) * 90.0 * np.sqrt(taps))
+        arrays = [x.astype(self.x_dtype), xs,
+                  np.asarray(rng.integers(xi.min, xi.max + 1), self.x_dtype),
+                  w.astype(np.int8), ws, np.zeros(self.k, np.int8), ys,
+                  np.asarray(rng.integers(yi.min, yi.max + 1), self.y_dtype)]
+        if self.has_bias:
+            arrays.append(rng.integers(-(1 << 16), 1 << 16, self.k).astype(np.int32))
+        return arrays
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
-        """The contract's formula in numpy (exact integer sums), NHWC."""
-        x, w, beta, mu, x_zp, y_zp = inputs
-        u = x.astype(np.int64) + (128 if self.x_dtype == "int8" else 0)
-        # padding reads the zero point: shift by it, pad with 0, and add its share back
+        """ops/quant_conv.py's QLinearConv on the node's inputs, NHWC."""
         attrs = {"_pads": list(self.pads), "strides": list(self.stride),
                  "dilations": list(self.dilation), "group": 1}
-        shifted = (u - int(x_zp[0])).transpose(0, 3, 1, 2).astype(np.float64)
-        acc = conv(attrs, shifted, w.transpose(3, 2, 0, 1).astype(np.float64))
-        acc = np.rint(acc).astype(np.int64) + int(x_zp[0]) * w.astype(np.int64).sum(
-            axis=(0, 1, 2)).reshape(1, -1, 1, 1) + beta.astype(np.int64).reshape(1, -1, 1, 1)
-        y = requantize(acc.astype(np.int32), mu.reshape(1, -1, 1, 1),
-                       np.asarray(y_zp[0], self.y_dtype))
-        return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
+        args = list(inputs)
+        args[X] = inputs[X].transpose(0, 3, 1, 2)
+        args[W] = inputs[W].transpose(3, 2, 0, 1)
+        return np.ascontiguousarray(qlinear_conv(attrs, *args).transpose(0, 2, 3, 1))

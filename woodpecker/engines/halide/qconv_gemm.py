@@ -61,6 +61,18 @@ def _groups(task: QConvTask) -> int:
     return -(-task.c // GROUP)
 
 
+def arguments(task: QConvTask, config: dict, inputs: list) -> list:
+    """The node's inputs (the task's order) → the kernel's: x, the packed weights, β, μ and
+    the zero points (`QConvTask.kernel_arguments`), computed once per kernel."""
+    args = task.kernel_arguments(inputs)
+    return [args[0], weights(task, config, args[1]), *args[2:]]
+
+
+def views(task: QConvTask) -> list:
+    """The output, NHWC, seen as (N, OH·OW, K); the arguments as they are."""
+    return [None] * 6 + [(task.n, task.out_h * task.out_w, task.k)]
+
+
 def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:
     """HWIO int8 weights → (⌈K/T⌉, kh·kw·Q, T, 4), channels zero-padded to 4·Q."""
     t, q = config["vec"] * config["co_block"], _groups(task)
@@ -118,7 +130,5 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     acc.bound(lane, 0, t).vectorize(lane, vec).unroll(lane).unroll(p)
     acc.update().reorder(r[0], lane, p, r[1], r[2], r[3]).atomic() \
         .vectorize(r[0]).vectorize(lane, vec).unroll(lane).unroll(p)
-    params = [x, w, beta, mu, x_zp, y_zp]
-    flat = (task.n, task.out_h * task.out_w, task.k)
-    return compiled(__name__, task, config, threads, out, params,
-                    [None] * len(params) + [flat])
+    return compiled(__name__, task, config, threads, out, [x, w, beta, mu, x_zp, y_zp],
+                    views(task))
