@@ -77,3 +77,29 @@ def test_a_folded_qdq_conv_runs_on_the_kernel_as_onnx_runtime_does():
     dq = next(n for n in graph.nodes if n.op == "DequantizeLinear")
     y = run_reference(dq, [yq.transpose(0, 3, 1, 2), dq.inputs[1].data, dq.inputs[2].data])[0]
     np.testing.assert_array_equal(y, want)
+
+
+def test_a_quantized_model_compiles_onto_the_int8_kernels(tmp_path):
+    """A QDQ classifier, tuned briefly, on generated kernels and numpy alone (so the test does
+    not rest on a speed): its convs fold and run on qconv_gemm's kernels, and the plan's output
+    equals ONNX Runtime's on the same file bit for bit."""
+    import collections
+
+    import woodpecker
+    from woodpecker.options import TuneOptions
+    from woodpecker.zoo.digits import digits_classifier
+
+    d = digits_classifier(seed=2)
+    path = tmp_path / "q.onnx"
+    woodpecker.quantize(d.onnx, path, calibrate=d.train_images[:64])
+    x = d.test_images[:8]
+    model = woodpecker.compile(str(path), input_shapes={"image": x.shape},
+                               engines=("halide", "numpy"),
+                               tune=TuneOptions(budget="30s", max_trials=2),
+                               tuning_log=str(tmp_path / "log.jsonl"))
+    engines = collections.Counter(model.plan.choices[n.name].engine
+                                  for n in model.plan.graph.nodes if n.op == "QLinearConv")
+    assert engines == {"halide": 2}
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"image": x})[0]
+    np.testing.assert_array_equal(model.run({"image": x})["logits"], want)

@@ -132,12 +132,18 @@ class Engine:
         library itself (`accepts` may build the node)."""
         if node.op not in self.ops:
             return False
+        dtypes = self.dtypes_for(node)
         for v in list(node.inputs) + list(node.outputs):
-            if v is not None and (v.dtype is None or v.dtype.name not in self.dtypes):
+            if v is not None and (v.dtype is None or v.dtype.name not in dtypes):
                 return False
             if v is not None and v.layout not in self.layouts:
                 return False
         return True
+
+    def dtypes_for(self, node: Node) -> frozenset[str]:
+        """The element types the engine runs `node`'s op in (`dtypes` unless an engine runs
+        some ops in others: the Halide engine's integer convolutions)."""
+        return self.dtypes
 
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
         """Variant-level capability beyond op and dtype (pads, attributes, library support)."""
@@ -148,8 +154,9 @@ class Engine:
         reads when no engine runs a node. Engines that ask a library override `why_not`."""
         if node.op not in self.ops:
             return f"no kernel for {node.op}"
+        dtypes = self.dtypes_for(node)
         for v in list(node.inputs) + list(node.outputs):
-            if v is not None and (v.dtype is None or v.dtype.name not in self.dtypes):
+            if v is not None and (v.dtype is None or v.dtype.name not in dtypes):
                 return f"no kernel for element type {v.dtype}"
             if v is not None and v.layout not in self.layouts:
                 return f"no kernel for layout {v.layout!r}"

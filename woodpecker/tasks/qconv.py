@@ -17,9 +17,7 @@ instruction alone.
 
 Variants: groups 1 (grouped and depthwise int8 convs are not built yet), symmetric weights
 (w_zero_point 0, as ONNX Runtime's and NNCF's quantizers write per-channel weights), per-tensor
-activation zero points. Not yet a registered task kind (tasks.task_kinds): its template is
-built and checked on its own (issue 53's first int8 kernel); tuning and selection take it
-once registered.
+activation zero points; a QLinearConv outside these stays on its library.
 """
 
 from __future__ import annotations

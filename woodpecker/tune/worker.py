@@ -33,7 +33,9 @@ from woodpecker.tune.rotation import rotating_call
 
 
 def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
-    """The largest error relative to the reference's largest magnitude (what TOLERANCE bounds)."""
+    """The largest error relative to the reference's largest magnitude (what TOLERANCE bounds;
+    in float64, so 8-bit outputs do not wrap around: one step off is 1/255 or more, refused)."""
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     return float(np.max(np.abs(got - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
 
 

@@ -1,6 +1,6 @@
 """The Halide engine: runs the nodes that system-level selection gave a tuned kernel
-(WPK §2.5) — convolutions, dense products, pools, softmax, layer and RMS normalisation and fused
-element-wise groups.
+(WPK §2.5) — convolutions (float32, and int8 QLinearConv), dense products, pools, softmax,
+layer and RMS normalisation and fused element-wise groups.
 
 A node it runs has a `Choice.kernel` (engines/choice.py): the task, the template and tuned
 config, and the file name of the compiled kernel — in the kernel cache while compiling, in the
@@ -36,8 +36,16 @@ class HalideEngine(Engine):
     layouts = frozenset({"", NHWC})
     caps = Capabilities(generated=True)
 
+    # integer convolutions (tasks/qconv.py): 8-bit activations and weights, int32 biases,
+    # float32 scales
+    INTEGER_OPS = frozenset({"QLinearConv"})
+    INTEGER_DTYPES = frozenset({"uint8", "int8", "int32", "float32"})
+
     def available(self) -> bool:
         return importlib.util.find_spec("halide") is not None
+
+    def dtypes_for(self, node: Node) -> frozenset[str]:
+        return self.INTEGER_DTYPES if node.op in self.INTEGER_OPS else self.dtypes
 
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
         """A task kind computes the node (whether a tuned kernel exists is selection's call)."""
@@ -62,7 +70,7 @@ class HalideEngine(Engine):
         else:
             path, runtime = cached_kernel(kernel.file), None
         run = AotKernel(path, len(args), task.out_shape, ctx.threads, runtime,
-                        template.views(task))
+                        template.views(task), getattr(task, "out_dtype", np.float32))
         shape = tuple(node.outputs[0].shape)
 
         def arguments(arrays) -> list:

@@ -18,8 +18,7 @@ weights gathered byte group by byte group — against 0.26, 396 GOP/s, declared;
 tiles 0.15 ms, 696 GOP/s, where the fp32 templates reach 100-130 GFLOP/s).
 
 Knobs: `vec` (16), `co_block` vectors and `x_block` pixels per register tile, `parallel`
-(`p`: pixel tiles in parallel, `co`: channel tiles). Not yet a registered template (see
-tasks/qconv.py).
+(`p`: pixel tiles in parallel, `co`: channel tiles).
 """
 
 from __future__ import annotations
