@@ -25,7 +25,7 @@ def _run(task: QConvTask, config: dict, inputs: list[np.ndarray]) -> np.ndarray:
     return kernel(*kernel_arguments(qconv_gemm, task, config, inputs))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(st.data())
 def test_kernel_equals_the_integer_reference(data):
     k = data.draw(st.sampled_from([8, 16, 32, 48]))
@@ -89,7 +89,7 @@ def test_a_quantized_model_compiles_onto_the_int8_kernels(tmp_path):
     from woodpecker.options import TuneOptions
     from woodpecker.zoo.digits import digits_classifier
 
-    d = digits_classifier(seed=2)
+    d = digits_classifier(seed=0)
     path = tmp_path / "q.onnx"
     woodpecker.quantize(d.onnx, path, calibrate=d.train_images[:64])
     x = d.test_images[:8]

@@ -251,14 +251,27 @@ def test_a_mean_over_another_axis_or_a_shared_square_is_no_rmsnorm():
 
 
 # passes that conv_bn_relu_residual lacks work for
+def _qdq_conv():
+    """A QDQ conv of `x` (1, 8, 6, 6): DequantizeLinear → Conv → QuantizeLinear."""
+    import onnx
+
+    from tests.passes.test_fold_qdq import _model
+
+    return onnx.load_from_string(_model(np.random.default_rng(5), n=1, c=8, m=8, hw=6, k=3,
+                                        groups=1, stride=1, pad=1, act=np.uint8,
+                                        per_channel=True, bias=True))
+
+
 MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv,
           "simplify_reshapes": _renamed_axes, "expose_epilogues": _scaled_attention,
           "split_copied_concats": _shared_concats, "fuse_separable": _separable,
-          "fuse_gelu": _conv_gelu, "fuse_rmsnorm": _rmsnorm}
+          "fuse_gelu": _conv_gelu, "fuse_rmsnorm": _rmsnorm, "fold_qdq": _qdq_conv}
 
 
 @pytest.mark.parametrize("name", DEFAULT)
 def test_each_pass_keeps_outputs(name):
+    """Each pass on a model it rewrites: the outputs those of the graph without it and ONNX
+    Runtime's (fold_qdq: ONNX Runtime computes the folded QLinearConv itself)."""
     model = MODELS.get(name, conv_bn_relu_residual)()
     base = _compile(model, ())
     after = _compile(model, (name,))

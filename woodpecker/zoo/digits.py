@@ -16,6 +16,7 @@ and no exporter version in the way).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,7 +104,9 @@ def _graph(w: dict[str, np.ndarray]) -> bytes:
     return model.SerializeToString()
 
 
+@functools.lru_cache(maxsize=2)
 def digits_classifier(seed: int = 0) -> DigitsModel:
-    """The trained classifier and its data split (see the module's contract)."""
+    """The trained classifier and its data split (see the module's contract); trained once
+    per process and seed (its arrays are shared: do not write to them)."""
     xtr, ytr, xte, yte = _data(seed)
     return DigitsModel(_graph(_train(xtr, ytr, seed)), xtr, ytr, xte, yte)
