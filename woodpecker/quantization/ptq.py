@@ -228,6 +228,19 @@ def _dynamic(src: Path, dst: Path, options: QuantizeOptions) -> None:
                      nodes_to_exclude=list(options.keep_fp32))
 
 
+@contextlib.contextmanager
+def _quiet_root_log():
+    """ONNX Runtime's quantizer warns through the root logger (pre-processing advice, each
+    tensor it leaves alone): silenced while it runs, the user's level restored after."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
 def _named(proto):
     """The model with every node named, uniquely (the quantizer excludes nodes by name; the
     file's names are kept where they are unique)."""
@@ -266,8 +279,7 @@ def quantize(model: "str | os.PathLike | bytes", output: "str | os.PathLike",
     cal = feeds(calibrate, specs) if calibrate is not None else []
     ev = feeds(evaluate, specs) if evaluate is not None else cal
     notes: list[str] = []
-    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))
-    with tempfile.TemporaryDirectory(prefix="woodpecker-quantize-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="woodpecker-quantize-") as tmp, _quiet_root_log():
         src, pre, dst = Path(tmp, "float.onnx"), Path(tmp, "pre.onnx"), Path(tmp, "q.onnx")
         onnx.save(proto, src)
         if options.preprocess:
