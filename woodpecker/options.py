@@ -213,7 +213,9 @@ class QuantizeOptions:
     calibration data, leaves its output below this signal-to-noise ratio stays in fp32 (0:
     keep every layer quantized); `keep_fp32`: node names the user keeps in fp32;
     `preprocess`: ONNX Runtime's pre-processing (shape inference, graph optimisation: BatchNorm
-    folded into its conv) first."""
+    folded into its conv) first; `reduce_range`: weights in 7 bits, so that no pair of u8×s8
+    products overflows 16 bits (AVX2's `vpmaddubsw`, which ONNX Runtime uses without VNNI,
+    saturates there; its docs advise this)."""
 
     dynamic: bool = False
     method: Calibration = Calibration(config.QUANT_CALIBRATION)
@@ -223,6 +225,7 @@ class QuantizeOptions:
     min_layer_sqnr_db: float = config.QUANT_MIN_LAYER_SQNR_DB
     keep_fp32: tuple[str, ...] = ()
     preprocess: bool = True
+    reduce_range: bool = False
 
     def __post_init__(self) -> None:
         try:

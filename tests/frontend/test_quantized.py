@@ -117,7 +117,9 @@ def test_a_quantized_classifier_imports_without_opaque_nodes(tmp_path):
 
     d = digits_classifier(seed=0)
     out = tmp_path / "q.onnx"
-    woodpecker.quantize(d.onnx, out, calibrate=d.train_images[:128])
+    # 7-bit weights: ONNX Runtime's AVX2 path (no VNNI) saturates pairs of full-range products
+    woodpecker.quantize(d.onnx, out, calibrate=d.train_images[:128],
+                        options=woodpecker.QuantizeOptions(reduce_range=True))
     x = d.test_images[:8]
     graph = import_onnx(str(out), {"image": x.shape})
     assert "Opaque" not in {n.op for n in graph.nodes}

@@ -18,7 +18,7 @@ def cmd_quantize(args) -> None:
         per_channel=not args.per_tensor, activations=args.activations,
         min_layer_sqnr_db=args.min_layer_sqnr,
         keep_fp32=tuple(n for n in (args.keep_fp32 or "").split(",") if n),
-        preprocess=not args.no_preprocess)
+        preprocess=not args.no_preprocess, reduce_range=args.reduce_range)
     report = quantize(args.model, args.output, calibrate=args.calibrate, options=options,
                       evaluate=args.evaluate)
     for line in report.said():
@@ -46,6 +46,8 @@ def add_parser(sub) -> None:
     q.add_argument("--per-tensor", action="store_true",
                    help="one scale per weight tensor instead of per output channel")
     q.add_argument("--activations", choices=["uint8", "int8"], default="uint8")
+    q.add_argument("--reduce-range", action="store_true",
+                   help="7-bit weights: no 16-bit overflow on CPUs without VNNI (AVX2)")
     q.add_argument("--min-layer-sqnr", type=float, default=config.QUANT_MIN_LAYER_SQNR_DB,
                    metavar="DB", help="layers whose own quantization noise leaves a lower "
                                       "signal-to-noise ratio stay in fp32 (0: none)")

@@ -156,6 +156,7 @@ def _static(src: Path, dst: Path, cache: Path, options: QuantizeOptions,
     with contextlib.redirect_stdout(io.StringIO()):
         quantize_static(
             src, dst, None, quant_format=QuantFormat.QDQ, per_channel=options.per_channel,
+            reduce_range=options.reduce_range,
             activation_type=QuantType.QUInt8 if options.activations == "uint8"
             else QuantType.QInt8,
             weight_type=QuantType.QInt8, nodes_to_exclude=exclude,
@@ -224,7 +225,8 @@ def _dynamic(src: Path, dst: Path, options: QuantizeOptions) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(src, dst, op_types_to_quantize=["MatMul", "Gemm"],
-                     per_channel=options.per_channel, weight_type=QuantType.QInt8,
+                     per_channel=options.per_channel, reduce_range=options.reduce_range,
+                     weight_type=QuantType.QInt8,
                      nodes_to_exclude=list(options.keep_fp32))
 
 
