@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.passes.test_fold_qdq import run_graph
 from woodpecker.errors import ModelError
 from woodpecker.frontend.onnx_import import import_onnx
-from woodpecker.ops import run_reference
 
 T = {np.int8: TensorProto.INT8, np.uint8: TensorProto.UINT8, np.int32: TensorProto.INT32}
 
@@ -34,16 +34,6 @@ def _qdq_model(shape, scale, zp, axis, dq_dtype=None) -> bytes:
                           [helper.make_tensor_value_info("q", T[zp.dtype.type], list(shape)),
                            helper.make_tensor_value_info("y", 1, list(shape))], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
-
-
-def _run_ir(graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    vals = dict(feeds)
-    for n in graph.nodes:
-        ins = [None if v is None else (v.data if v.data is not None else vals[v.name])
-               for v in n.inputs]
-        for v, o in zip(n.outputs, run_reference(n, ins)):
-            vals[v.name] = o
-    return {v.name: vals[v.name] for v in graph.outputs}
 
 
 @settings(max_examples=40, deadline=None)
@@ -68,7 +58,7 @@ def test_references_match_onnx_runtime_exactly(data):
     model = _qdq_model(shape, scale, zp, axis)
     graph = import_onnx(model)
     assert {n.op for n in graph.nodes} == {"QuantizeLinear", "DequantizeLinear"}
-    got = _run_ir(graph, {"x": x})
+    got = run_graph(graph, {"x": x})
     want = dict(zip(["q", "y"], ort.InferenceSession(model, providers=[
         "CPUExecutionProvider"]).run(["q", "y"], {"x": x})))
     assert got["q"].dtype == want["q"].dtype
@@ -126,5 +116,5 @@ def test_a_quantized_classifier_imports_without_opaque_nodes(tmp_path):
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op for n in graph.nodes}
     want = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
         None, {"image": x})[0]
-    np.testing.assert_allclose(_run_ir(graph, {"image": x})["logits"], want, rtol=1e-5,
+    np.testing.assert_allclose(run_graph(graph, {"image": x})["logits"], want, rtol=1e-5,
                                atol=1e-5)

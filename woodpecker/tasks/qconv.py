@@ -29,6 +29,7 @@ import numpy as np
 from woodpecker.ir.graph import Node
 from woodpecker.ops.quant_conv import WS, WZ, XS, XZ, YS, YZ, B, W, X, qlinear_conv
 from woodpecker.tasks import NHWC, Task
+from woodpecker.tasks.conv import ConvTask
 
 
 @dataclass(frozen=True)
@@ -51,15 +52,8 @@ class QConvTask(Task):
     y_dtype: str = "uint8"
     has_bias: bool = True
 
-    @property
-    def out_h(self) -> int:
-        return (self.h + self.pads[0] + self.pads[2] - self.dilation[0] * (self.kh - 1) - 1) \
-            // self.stride[0] + 1
-
-    @property
-    def out_w(self) -> int:
-        return (self.w + self.pads[1] + self.pads[3] - self.dilation[1] * (self.kw - 1) - 1) \
-            // self.stride[1] + 1
+    out_h = ConvTask.out_h          # the same geometry, the same output size
+    out_w = ConvTask.out_w
 
     @property
     def out_shape(self) -> tuple[int, ...]:
