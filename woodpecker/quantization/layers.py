@@ -114,6 +114,8 @@ def layer_errors(float_model, qdq_model, feeds: list[dict[str, np.ndarray]]) -> 
     """Each layer's errors on `feeds` (see the module's contract)."""
     inits = {t.name for t in float_model.graph.initializer}
     producer = {o: n for n in float_model.graph.node for o in n.output}
+    position = {n.name: i for i, n in enumerate(float_model.graph.node)}
+    kinds = {n.name: n.op_type for n in float_model.graph.node}
     float_values = [o for n in float_model.graph.node for o in n.output if o]
     inputs = [i.name for i in float_model.graph.input if i.name not in inits]
     seen = _visible(qdq_model)
@@ -132,12 +134,12 @@ def layer_errors(float_model, qdq_model, feeds: list[dict[str, np.ndarray]]) -> 
     for v in float_values:
         if v not in db:
             continue
-        nodes, ins, stack = [], [], [producer[v]]
+        nodes, ins, stack = set(), [], [producer[v]]
         while stack:
             n = stack.pop()
             if n.name in nodes:
                 continue
-            nodes.append(n.name)
+            nodes.add(n.name)
             for i in n.input:
                 if not i or i in inits:
                     continue
@@ -146,18 +148,26 @@ def layer_errors(float_model, qdq_model, feeds: list[dict[str, np.ndarray]]) -> 
                 else:
                     stack.append(producer[i])
         in_db = min((db.get(i, CAP_DB) for i in ins), default=CAP_DB)
-        ops = tuple(n.op_type for n in float_model.graph.node if n.name in nodes)
-        order = tuple(n.name for n in float_model.graph.node if n.name in nodes)
+        made = sorted(nodes, key=position.__getitem__)      # in the graph's order
+        ops = tuple(kinds[name] for name in made)
+        order = tuple(made)
         layers.append(LayerError(v, order, ops, round(db[v], 2), round(in_db, 2),
                                  round(own_sqnr_db(db[v], in_db), 2)))
     return layers
 
 
-def output_errors(float_model, quantized_model, feeds) -> list[OutputError]:
+def float_outputs(float_model, feeds) -> dict[str, list[np.ndarray]]:
+    """The float model's outputs on `feeds` (what `output_errors` compares with), to compute
+    once where several quantized models are compared on the same feeds."""
+    return _collect(float_model, [o.name for o in float_model.graph.output], feeds)
+
+
+def output_errors(float_model, quantized_model, feeds,
+                  reference: dict[str, list[np.ndarray]] | None = None) -> list[OutputError]:
     """The SQNR of each model output and, where its last axis holds class scores, top-1
-    agreement (see the module's contract)."""
+    agreement (see the module's contract); `reference`: `float_outputs` on the same feeds."""
     names = [o.name for o in float_model.graph.output]
-    ref = _collect(float_model, names, feeds)
+    ref = reference if reference is not None else float_outputs(float_model, feeds)
     got = _collect(quantized_model, names, feeds)
     out = []
     for n in names:

@@ -43,7 +43,13 @@ from woodpecker.errors import InputError, first_line
 from woodpecker.files import install
 from woodpecker.options import Calibration, QuantizeOptions
 from woodpecker.quantization.data import InputSpec, feeds
-from woodpecker.quantization.layers import LayerError, OutputError, layer_errors, output_errors
+from woodpecker.quantization.layers import (
+    LayerError,
+    OutputError,
+    float_outputs,
+    layer_errors,
+    output_errors,
+)
 
 
 @dataclass(frozen=True)
@@ -163,10 +169,10 @@ def _static(src: Path, dst: Path, cache: Path, options: QuantizeOptions,
             calibrate_method=_method(options), calibration_cache_path=cache)
 
 
-def _worst_output_db(float_model, dst: Path, items) -> float:
+def _worst_output_db(float_model, dst: Path, items, reference) -> float:
     import onnx
 
-    outs = [o.sqnr_db for o in output_errors(float_model, onnx.load(dst), items)]
+    outs = [o.sqnr_db for o in output_errors(float_model, onnx.load(dst), items, reference)]
     return min(outs, default=0.0)
 
 
@@ -204,14 +210,15 @@ def _static_with_fallback(src: Path, dst: Path, cal, options: QuantizeOptions):
     trials: list[Fallback] = []
     if not low:
         return layers, trials, kept
-    best = _worst_output_db(fm, dst, items)
+    reference = float_outputs(fm, items)      # once for every trial
+    best = _worst_output_db(fm, dst, items, reference)
     trial = dst.with_name("trial.onnx")
     for layer in low:
         names = [n for n in _fp32_set(layer, fm) if n not in kept]
         if not names:
             continue
         _static(src, trial, cache, options, kept + names)
-        got = _worst_output_db(fm, trial, items)
+        got = _worst_output_db(fm, trial, items, reference)
         keep = got >= best + config.QUANT_FALLBACK_GAIN_DB
         trials.append(Fallback(tuple(names), layer.own_sqnr_db, best, got, keep))
         if keep:
