@@ -1,50 +1,61 @@
-"""The int8 conv template (engines/halide/qconv_gemm.py) computes tasks/qconv.py's contract
-exactly — hypothesis over shapes, strides, pads, dilations, int8/uint8 in and out, and the
-template's knobs — and a QDQ file's folded QLinearConv, through `node_arguments`, gives ONNX
+"""The int8 conv templates (engines/halide/qconv_gemm.py: VNNI; qconv_amx.py: AMX tiles, where
+the host has them) compute tasks/qconv.py's contract exactly — hypothesis over shapes, strides,
+pads, dilations, int8/uint8 in and out, and each template's knobs — and a QDQ file's folded QLinearConv, through `node_arguments`, gives ONNX
 Runtime's output bit for bit."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.passes.test_fold_qdq import _model
-from woodpecker.engines.halide import qconv_gemm
+from woodpecker.engines.halide import qconv_amx, qconv_gemm
+from woodpecker.engines.halide.host import host_has_amx
 from woodpecker.engines.halide.templates import kernel_arguments
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.passes import optimize
 from woodpecker.tasks.qconv import QConvTask
 
 
-def _run(task: QConvTask, config: dict, inputs: list[np.ndarray]) -> np.ndarray:
+def _run(task: QConvTask, config: dict, inputs: list[np.ndarray],
+         template=qconv_gemm) -> np.ndarray:
     """The kernel on the node's inputs, through the template's `arguments` as the engine
     calls it."""
-    kernel = qconv_gemm.build(task, config, threads=2)
-    return kernel(*kernel_arguments(qconv_gemm, task, config, inputs))
+    kernel = template.build(task, config, threads=2)
+    return kernel(*kernel_arguments(template, task, config, inputs))
 
 
+TEMPLATES = [qconv_gemm, pytest.param(qconv_amx, marks=pytest.mark.skipif(
+    not host_has_amx(), reason="no AMX on this host"))]
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=["vnni", "amx"])
 @settings(max_examples=15, deadline=None)
-@given(st.data())
-def test_kernel_equals_the_integer_reference(data):
-    k = data.draw(st.sampled_from([8, 16, 32, 48]))
+@given(data=st.data())
+def test_kernel_equals_the_integer_reference(template, data):
+    amx = template is qconv_amx
+    k = data.draw(st.sampled_from([16, 32, 48] if amx else [8, 16, 32, 48]))
     kh = data.draw(st.sampled_from([1, 3]))
     kw = data.draw(st.sampled_from([1, 3]))
     task = QConvTask(
         n=data.draw(st.integers(1, 2)), c=data.draw(st.integers(1, 20)),
-        h=data.draw(st.integers(kh, 9)), w=data.draw(st.integers(kw, 9)), k=k, kh=kh, kw=kw,
-        stride=(data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))),
+        h=data.draw(st.integers(kh, 9)), w=data.draw(st.integers(kw, 20 if amx else 9)), k=k,
+        kh=kh, kw=kw, stride=(s := data.draw(st.integers(1, 2)),
+                              s if amx else data.draw(st.integers(1, 2))),
         pads=tuple(data.draw(st.integers(0, 1)) for _ in range(4)),
         dilation=(1, data.draw(st.integers(1, 2))) if kw == 3 else (1, 1),
         x_dtype=data.draw(st.sampled_from(["uint8", "int8"])),
         y_dtype=data.draw(st.sampled_from(["uint8", "int8"])), has_bias=data.draw(st.booleans()))
-    if task.out_w < 1:
+    configs = list(template.space(task).valid_configs()) if task.out_w >= 1 else []
+    if not configs:
         return
-    config = data.draw(st.sampled_from(list(qconv_gemm.space(task).valid_configs())))
+    config = data.draw(st.sampled_from(configs))
     inputs = task.random_inputs(data.draw(st.integers(0, 1000)))
     want = task.reference(inputs)
-    got = _run(task, config, inputs)
+    got = _run(task, config, inputs, template)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from woodpecker.cache import cache_dir
 from woodpecker.config import HALIDE_SPIN_US
+from woodpecker.engines.halide.host import request_amx
 from woodpecker.errors import EngineError, KernelFailure
 
 FUNCTION = "wp_kernel"
@@ -290,6 +291,7 @@ class AotKernel:
         """`views`: per input (then the output) None, or the shape Halide sees that array as
         (a reshape of the C-contiguous array, so no copy); `out_dtype`: the output's type
         (int8 kernels write 8-bit outputs)."""
+        request_amx()             # before any kernel runs: an AMX one needs the tile state
         set_threads(threads, runtime)
         try:
             lib = ctypes.CDLL(str(path))
