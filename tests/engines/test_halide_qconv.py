@@ -1,7 +1,7 @@
 """The int8 conv templates (engines/halide/qconv_gemm.py: VNNI; qconv_amx.py: AMX tiles, where
 the host has them) compute tasks/qconv.py's contract exactly — hypothesis over shapes, strides,
-pads, dilations, int8/uint8 in and out, and each template's knobs — and a QDQ file's folded QLinearConv, through `node_arguments`, gives ONNX
-Runtime's output bit for bit."""
+pads, dilations, int8/uint8 in and out, and each template's knobs — and a QDQ file's folded
+QLinearConv, through `node_arguments`, gives ONNX Runtime's output bit for bit."""
 
 from __future__ import annotations
 
