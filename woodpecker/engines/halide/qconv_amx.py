@@ -19,6 +19,9 @@ input's pixel stride must differ from K (else the load simplifies to one dense r
 matcher does not take: a 4-byte skew is added) and the accumulator's copy must not be dense
 (`bound_storage` 20 lanes).
 
+The input is copied (knob `input`: `copy`) unless a row walk can read it in place (`direct`:
+uint8, no padding, channels a whole number of steps — 1×1 convs mostly).
+
 Two walks over the output pixels (knob `walk`): `rows` — tiles of 16 pixels along an output row,
 shifted inwards at its end (needs 16 pixels a row); `flat` — the padded image as one row of
 Wp-wide lines, the output at p = oy·Wp + ox with ox < Wp, so every tile has 16 pixels whatever
@@ -49,8 +52,10 @@ GROUP = 4           # bytes one int32 lane sums
 MAX_STEPS = 16      # rows of a weight tile: 16 × 4 = 64 input channels per tdpbusd
 AMX_TILE = 8        # Halide's MemoryType::AMXTile (not exported to Python)
 
-SEEDS = ({"walk": "rows", "channels": "inner"}, {"walk": "flat", "channels": "outer"},
-         {"walk": "rows", "channels": "outer"})
+SEEDS = ({"walk": "rows", "channels": "inner", "input": "copy"},
+         {"walk": "flat", "channels": "outer", "input": "copy"},
+         {"walk": "rows", "channels": "outer", "input": "copy"},
+         {"walk": "rows", "channels": "outer", "input": "direct"})
 
 
 def supports(task) -> bool:
@@ -71,12 +76,19 @@ def _geometry(task: QConvTask) -> tuple[int, int, int, int, int]:
     return GROUP * kq, chunks, cp, wp, stride
 
 
+def _in_place(task: QConvTask) -> bool:
+    """The input itself is what the tiles read: uint8, no padding, channels a whole number of
+    steps (and its pixel stride, a run-time value, never simplifies to a dense load)."""
+    return task.x_dtype == "uint8" and not any(task.pads) and _geometry(task)[2] == task.c
+
+
 def _flat_pixels(task: QConvTask) -> int:
     return (task.out_h - 1) * _geometry(task)[3] + task.out_w
 
 
 def space(task: QConvTask, vector_registers: int = 32) -> KnobSpace:
-    knobs = [Knob("walk", ("rows", "flat")), Knob("channels", ("inner", "outer"))]
+    knobs = [Knob("walk", ("rows", "flat")), Knob("channels", ("inner", "outer")),
+             Knob("input", ("copy", "direct"))]
     constraints = [
         Constraint("a row of 16 pixels per tile",
                    lambda c: c["walk"] != "rows" or task.out_w >= TILE),
@@ -84,6 +96,9 @@ def space(task: QConvTask, vector_registers: int = 32) -> KnobSpace:
                    lambda c: c["walk"] != "flat" or _flat_pixels(task) >= TILE),
         Constraint("the flat walk computes a channel tile over every pixel",
                    lambda c: c["walk"] != "flat" or c["channels"] == "outer"),
+        Constraint("the input read in place: a row walk over uint8 input without padding "
+                   "whose channels fill the steps",
+                   lambda c: c["input"] == "copy" or (c["walk"] == "rows" and _in_place(task))),
     ]
     return KnobSpace(knobs, constraints, SEEDS)
 
@@ -148,7 +163,7 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     weight = w[r[0] % GROUP, column, r[0] / GROUP]
     acc = hl.Func("acc")
     xp = hl.Func("xp")
-    flat = config["walk"] == "flat"
+    flat, direct = config["walk"] == "flat", config.get("input") == "direct"
     if flat:
         xp[c, f, n] = padded_at(c, f % wp, f / wp, n)
         acc[lane, p, n, tile] = hl.i32(0)
@@ -156,9 +171,10 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
         pixel = (lane, p)
     else:
         xp[c, px, py, n] = padded_at(c, px, py, n)
+        source = x if direct else xp
         acc[lane, ox, oy, n, tile] = hl.i32(0)
         acc[lane, ox, oy, n, tile] += hl.i32(
-            xp[ch, ox * sx + r[2] * dx, oy * sy + r[3] * dy, n]) * weight
+            source[ch, ox * sx + r[2] * dx, oy * sy + r[3] * dy, n]) * weight
         pixel = (lane, ox)
     accm = acc.in_()
     total = (accm[co % TILE, oy * wp + ox, n, co // TILE] if flat else
@@ -172,7 +188,8 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     oco, oci = hl.Var("oco"), hl.Var("oci")
     out.output_buffer().dim(0).set_min(0)
     out.split(co, oco, oci, TILE, hl.TailStrategy.RoundUp).vectorize(oci)
-    xp.bound(c, 0, cstride).vectorize(c, min(cstride, 16))
+    if not direct:
+        xp.bound(c, 0, cstride).vectorize(c, min(cstride, 16))
     li, pi = hl.Var("li"), hl.Var("pi")
     accm.bound(lane, 0, TILE).bound_storage(lane, TILE + GROUP)
     accm.tile(*pixel, li, pi, TILE, TILE, hl.TailStrategy.ShiftInwards) \
@@ -185,7 +202,8 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
         acc.compute_at(accm, p)
     else:
         xo, xi = hl.Var("xo"), hl.Var("xi")
-        xp.compute_root().parallel(py)
+        if not direct:
+            xp.compute_root().parallel(py)
         out.split(ox, xo, xi, TILE, hl.TailStrategy.ShiftInwards)
         order = (oci, xi, oco, xo) if config["channels"] == "inner" else (oci, xi, xo, oco)
         out.reorder(*order, oy, n).parallel(oy)
