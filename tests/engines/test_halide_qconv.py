@@ -116,3 +116,17 @@ def test_a_quantized_model_compiles_onto_the_int8_kernels(tmp_path):
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"image": x})[0]
     np.testing.assert_array_equal(model.run({"image": x})["logits"], want)
+
+
+@pytest.mark.skipif(not host_has_amx(), reason="no AMX on this host")
+def test_the_tuner_measures_amx_candidates():
+    """The tuner's worker times a kernel on copies of its arguments (weights cold): every AMX
+    config must survive that (a strided weight view did not: a copy loses its strides)."""
+    from woodpecker.tune.worker import measure_one
+
+    task = QConvTask(1, 20, 9, 18, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1))
+    for config in qconv_amx.space(task).valid_configs():
+        reply = measure_one({"kind": task.kind, "task": task.to_json(), "template": "qconv_amx",
+                             "config": config, "repeats": 2}, 2, {})
+        assert reply["ok"], (config, reply)
+        assert reply["rel_err"] == 0.0

@@ -14,10 +14,12 @@ the pattern only in a narrow form, each point measured here: the tile must be sq
 × 16 channels: its check compares the pixel count of the input tile with the channel count of
 the weight tile); the weights must be indexed as (k mod 4, lane + offset, k / 4) — an offset on
 the `k / 4` axis is never matched (its pattern holds a scalar where the index has a vector) —,
-so they are handed over as a strided view whose lane axis carries every other offset; the
-input's pixel stride must differ from K (else the load simplifies to one dense ramp the
-matcher does not take: a 4-byte skew is added) and the accumulator's copy must not be dense
-(`bound_storage` 20 lanes).
+so they are packed with the step index k / 4 outermost and every other offset (channel tile,
+tap, chunk) carried on the lane axis (`weights`; a view with overlapping strides did the same
+without the copy, but the tuner copies arguments to time them cold, and a copy loses such
+strides); the input's pixel stride must differ from K (else the load simplifies to one dense
+ramp the matcher does not take: a 4-byte skew is added) and the accumulator's copy must not be
+dense (`bound_storage` 20 lanes).
 
 The input is copied (knob `input`: `copy`) unless a row walk can read it in place (`direct`:
 uint8, no padding, channels a whole number of steps — 1×1 convs mostly).
@@ -115,35 +117,33 @@ def views(task: QConvTask) -> list:
 
 
 def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:
-    """HWIO int8 → packed (⌈K/16⌉, kh·kw·Q, 16, 4) (channels zero-padded to the steps), handed
-    over as the strided view (steps, columns, 4) with strides (64, 4, 1): a weight tile is
-    then (k mod 4, lane + 16·row, k / 4) for the tile's first packed row `row`."""
-    kk, _, cp, _, _ = _geometry(task)
+    """HWIO int8 → (steps, groups · 16, 4) int8, channels zero-padded to whole steps: for
+    group g = (channel tile · kh·kw + tap) · chunks + chunk, element [k / 4, 16·g + lane,
+    k mod 4] is the weight of input channel chunk·K + k to output channel tile·16 + lane at
+    that tap. A weight tile is then (k mod 4, lane + 16·g, k / 4), rows 16·groups·4 bytes
+    apart — the only form of offset Halide 21's matcher takes (module docstring)."""
+    kk, chunks, cp, _, _ = _geometry(task)
     kh, kw, c, k = w.shape
     padded = np.zeros((kh, kw, cp, k), np.int8)
     padded[:, :, :c] = w
-    flat = np.ascontiguousarray(padded.reshape(kh * kw, cp // GROUP, GROUP, k // TILE, TILE)
-                                .transpose(3, 0, 1, 4, 2)).reshape(-1)
     steps = kk // GROUP
-    columns = (flat.size - TILE * GROUP * steps) // GROUP + TILE
-    return np.lib.stride_tricks.as_strided(flat, (steps, columns, GROUP),
-                                           (TILE * GROUP, GROUP, 1), writeable=False)
+    blocks = padded.reshape(kh * kw, chunks, steps, GROUP, k // TILE, TILE)
+    return np.ascontiguousarray(blocks.transpose(2, 4, 0, 1, 5, 3)).reshape(steps, -1, GROUP)
 
 
 def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     kk, chunks, cp, wp, cstride = _geometry(task)
-    rows_per_tile = task.kh * task.kw * (cp // GROUP)
     (sy, sx), (dy, dx), (pt, pl) = task.stride, task.dilation, task.pads[:2]
     x = hl.ImageParam(hl.UInt(8) if task.x_dtype == "uint8" else hl.Int(8), 4, "x")
-    w = hl.ImageParam(hl.Int(8), 3, "w")       # [k mod 4, lane + 16·row, k / 4]
+    w = hl.ImageParam(hl.Int(8), 3, "w")       # [k mod 4, lane + 16·group, k / 4]
     beta = hl.ImageParam(hl.Int(32), 1, "beta")
     mu = hl.ImageParam(hl.Float(32), 1, "mu")
     x_zp = hl.ImageParam(hl.UInt(8), 1, "x_zp")
     y_zp = hl.ImageParam(hl.Int(32), 1, "y_zp")
     w.dim(0).set_min(0).set_stride(1).set_extent(GROUP)
     w.dim(1).set_min(0).set_stride(GROUP)
-    w.dim(2).set_min(0).set_stride(TILE * GROUP).set_extent(kk // GROUP)
+    w.dim(2).set_min(0).set_extent(kk // GROUP)
     c, px, py, n, f = (hl.Var(v) for v in ("c", "px", "py", "n", "f"))
     u = hl.Func("u")             # the input as uint8 (int8 offset by 128)
     u[c, px, py, n] = x[c, px, py, n] if task.x_dtype == "uint8" else \
@@ -158,8 +158,7 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     lane, p, oy, tile, co, ox = (hl.Var(v) for v in ("lane", "p", "oy", "tile", "co", "ox"))
     r = hl.RDom([(0, kk), (0, chunks), (0, task.kw), (0, task.kh)], "r")
     ch = r[1] * kk + r[0]
-    column = lane + TILE * (tile * rows_per_tile + (r[3] * task.kw + r[2]) * (cp // GROUP)
-                            + r[1] * (kk // GROUP))
+    column = lane + TILE * ((tile * task.kh * task.kw + r[3] * task.kw + r[2]) * chunks + r[1])
     weight = w[r[0] % GROUP, column, r[0] / GROUP]
     acc = hl.Func("acc")
     xp = hl.Func("xp")
