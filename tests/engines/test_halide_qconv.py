@@ -1,7 +1,8 @@
 """The int8 conv templates (engines/halide/qconv_gemm.py: VNNI; qconv_amx.py: AMX tiles, where
-the host has them) compute tasks/qconv.py's contract exactly — hypothesis over shapes, strides,
-pads, dilations, int8/uint8 in and out, and each template's knobs — and a QDQ file's folded
-QLinearConv, through `node_arguments`, gives ONNX Runtime's output bit for bit."""
+the host has them; qconv_depthwise.py) compute tasks/qconv.py's contract exactly — hypothesis
+over shapes, strides, pads, dilations, int8/uint8 in and out, and each template's knobs — and a
+QDQ file's folded QLinearConv, through `node_arguments`, gives ONNX Runtime's output bit for
+bit."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.passes.test_fold_qdq import _model
-from woodpecker.engines.halide import qconv_amx, qconv_gemm
+from woodpecker.engines.halide import qconv_amx, qconv_depthwise, qconv_gemm
 from woodpecker.engines.halide.host import host_has_amx
 from woodpecker.engines.halide.templates import kernel_arguments
 from woodpecker.frontend.onnx_import import import_onnx
@@ -28,27 +29,28 @@ def _run(task: QConvTask, config: dict, inputs: list[np.ndarray],
     return kernel(*kernel_arguments(template, task, config, inputs))
 
 
-TEMPLATES = [qconv_gemm, pytest.param(qconv_amx, marks=pytest.mark.skipif(
+TEMPLATES = [qconv_gemm, qconv_depthwise, pytest.param(qconv_amx, marks=pytest.mark.skipif(
     not host_has_amx(), reason="no AMX on this host"))]
 
 
-@pytest.mark.parametrize("template", TEMPLATES, ids=["vnni", "amx"])
+@pytest.mark.parametrize("template", TEMPLATES, ids=["vnni", "depthwise", "amx"])
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
 def test_kernel_equals_the_integer_reference(template, data):
-    amx = template is qconv_amx
+    amx, depthwise = template is qconv_amx, template is qconv_depthwise
     k = data.draw(st.sampled_from([16, 32, 48] if amx else [8, 16, 32, 48]))
     kh = data.draw(st.sampled_from([1, 3]))
     kw = data.draw(st.sampled_from([1, 3]))
     task = QConvTask(
-        n=data.draw(st.integers(1, 2)), c=data.draw(st.integers(1, 20)),
+        n=data.draw(st.integers(1, 2)), c=k if depthwise else data.draw(st.integers(1, 20)),
         h=data.draw(st.integers(kh, 9)), w=data.draw(st.integers(kw, 20 if amx else 9)), k=k,
         kh=kh, kw=kw, stride=(s := data.draw(st.integers(1, 2)),
                               s if amx else data.draw(st.integers(1, 2))),
         pads=tuple(data.draw(st.integers(0, 1)) for _ in range(4)),
         dilation=(1, data.draw(st.integers(1, 2))) if kw == 3 else (1, 1),
         x_dtype=data.draw(st.sampled_from(["uint8", "int8"])),
-        y_dtype=data.draw(st.sampled_from(["uint8", "int8"])), has_bias=data.draw(st.booleans()))
+        y_dtype=data.draw(st.sampled_from(["uint8", "int8"])), has_bias=data.draw(st.booleans()),
+        groups=k if depthwise else 1)
     configs = list(template.space(task).valid_configs()) if task.out_w >= 1 else []
     if not configs:
         return
@@ -67,26 +69,32 @@ def test_outputs_spread_and_saturate():
     assert y.min() == 0 and y.max() == 255 and len(np.unique(y)) > 100
 
 
-def test_a_folded_qdq_conv_runs_on_the_kernel_as_onnx_runtime_does():
+@pytest.mark.parametrize("template,c,m,groups", [(qconv_gemm, 12, 32, 1),
+                                                  (qconv_depthwise, 24, 24, 24)],
+                         ids=["conv", "depthwise"])
+def test_a_folded_qdq_conv_runs_on_the_kernel_as_onnx_runtime_does(template, c, m, groups):
     from woodpecker.ops import run_reference
 
     rng = np.random.default_rng(3)
-    model = _model(rng, n=1, c=12, m=32, hw=9, k=3, groups=1, stride=1, pad=1, act=np.uint8,
+    model = _model(rng, n=1, c=c, m=m, hw=9, k=3, groups=groups, stride=1, pad=1, act=np.uint8,
                    per_channel=True, bias=True)
     graph = import_onnx(model)
     optimize(graph)
     node = next(n for n in graph.nodes if n.op == "QLinearConv")
     task = QConvTask.from_node(node)
-    x = (rng.standard_normal((1, 12, 9, 9)) * 2).astype(np.float32)
+    assert template.supports(task)
+    x = (rng.standard_normal((1, c, 9, 9)) * 2).astype(np.float32)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    q = next(n for n in graph.nodes if n.op == "QuantizeLinear")
-    xq = run_reference(q, [x, q.inputs[1].data, q.inputs[2].data])[0]
+    # the input's QuantizeLinear and the output's DequantizeLinear: element-wise groups of one
+    q, dq = (n for n in graph.nodes if n.op == "FusedElementwise")
+    assert [s["op"] for s in q.attrs["program"] + dq.attrs["program"]] == \
+        ["QuantizeLinear", "DequantizeLinear"]
+    xq = run_reference(q, [x, q.inputs[1].data])[0]
     inputs = [np.ascontiguousarray(xq.transpose(0, 2, 3, 1))] + \
         [task.constant(node, i) for i in range(1, len(node.inputs))]
-    yq = _run(task, qconv_gemm.SEEDS[0], inputs)
+    yq = _run(task, template.space(task).seeds[0], inputs, template)
     np.testing.assert_array_equal(yq, task.reference(inputs))
-    dq = next(n for n in graph.nodes if n.op == "DequantizeLinear")
-    y = run_reference(dq, [yq.transpose(0, 3, 1, 2), dq.inputs[1].data, dq.inputs[2].data])[0]
+    y = run_reference(dq, [yq.transpose(0, 3, 1, 2), dq.inputs[1].data])[0]
     np.testing.assert_array_equal(y, want)
 
 

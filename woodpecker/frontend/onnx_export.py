@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 import woodpecker.ops  # noqa: F401 - registers every op, the composite ones' parts included
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ir.types import to_onnx_type
-from woodpecker.ops.fused import BASE_INPUTS, runtime_count, split_operands
+from woodpecker.ops.fused import BASE_INPUTS, QDQ_STEPS, runtime_count, split_operands
 from woodpecker.ops.opaque import OP as OPAQUE
 from woodpecker.ops.opaque import carried_graph, opsets
 from woodpecker.ops.registry import PARTS
@@ -211,9 +211,12 @@ def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, 
     inits: list[onnx.TensorProto] = []
 
     channels = y.shape[1]
+    # constants are float32 where the program's result is 8-bit (its QuantizeLinear's)
+    float_type = np.float32 if y.dtype.kind in "iu" else y.dtype
 
-    def initializer(data) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(data, dtype=y.dtype), fresh(name + ".c")))
+    def initializer(data, dtype=None) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(data, dtype=dtype or float_type),
+                                             fresh(name + ".c")))
         return inits[-1].name
 
     def constant(kind: str, i: int, per_channel: bool = False) -> str:
@@ -249,9 +252,13 @@ def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, 
                 kind, i = a
                 args.append(inputs[i] if kind == "in" else outs[i]
                             if kind == "step" else constant(kind, i))
+        attrs = step.get("attrs", {})
+        if step["op"] in QDQ_STEPS:     # the zero point in its 8-bit type; no attributes
+            args[2] = initializer(consts[step["args"][2][1]], np.dtype(attrs["dtype"]))
+            attrs = {}
         outs.append(out if k == len(program) - 1 else fresh(name))
         protos.append(helper.make_node(step["op"], args, [outs[-1]], name=fresh(name),
-                                       **_attrs(step["op"], step.get("attrs", {}), opset)))
+                                       **_attrs(step["op"], attrs, opset)))
     return protos, inits
 
 

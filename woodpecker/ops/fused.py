@@ -101,10 +101,32 @@ def runtime_count(program: list[dict]) -> int:
                    default=-1)
 
 
+# Per-tensor QuantizeLinear / DequantizeLinear steps (passes/fuse_elementwise.py): their
+# scale and zero point are program constants (float32 like every constant) and the step's
+# `dtype` attribute names the 8-bit type (Q's output, DQ's input).
+QDQ_STEPS = ("QuantizeLinear", "DequantizeLinear")
+
+
 def reference_step(step: dict):
-    """A program step computed by its op's numpy reference."""
+    """A program step computed by its op's numpy reference (a Q/DQ step's zero point back in
+    its 8-bit type)."""
     attrs = step.get("attrs", {})
-    return lambda *args: OPS[step["op"]].reference(attrs, *args)
+    ref = OPS[step["op"]].reference
+    if step["op"] in QDQ_STEPS:
+        dtype = np.dtype(attrs["dtype"])
+        return lambda x, scale, zp: ref({}, x, np.float32(scale), np.asarray(zp).astype(dtype))
+    return lambda *args: ref(attrs, *args)
+
+
+def program_dtype(program: list[dict], first_input: np.dtype) -> np.dtype:
+    """The type a program's result has: a last QuantizeLinear's 8-bit type; float32 where a
+    DequantizeLinear reads 8-bit inputs; else the inputs' own."""
+    last = program[-1]
+    if last["op"] == "QuantizeLinear":
+        return np.dtype(last["attrs"]["dtype"])
+    if any(s["op"] in QDQ_STEPS for s in program):
+        return np.dtype(np.float32)
+    return np.dtype(first_input)
 
 
 def built_steps(program: list[dict], make):
@@ -138,7 +160,7 @@ def run_program(program: list[dict], inputs: list, consts, channel_shape: tuple[
 
 def _elementwise_infer(node: Node, data_of: DataOf):
     x = node.inputs[0]
-    return [(tuple(x.shape), x.dtype)]
+    return [(tuple(x.shape), program_dtype(node.attrs["program"], x.dtype))]
 
 
 def _elementwise_flops(node: Node) -> int:
@@ -148,10 +170,13 @@ def _elementwise_flops(node: Node) -> int:
 @op("FusedElementwise", _elementwise_infer, _elementwise_flops)
 def _fused_elementwise(attrs, *inputs):
     n = runtime_count(attrs["program"])
-    consts = inputs[n].astype(inputs[0].dtype) if len(inputs) > n else np.zeros(0)
+    program = attrs["program"]
+    out = program_dtype(program, inputs[0].dtype)
+    constant_type = np.float32 if out.kind in "iu" or inputs[0].dtype.kind in "iu" \
+        else inputs[0].dtype
+    consts = inputs[n].astype(constant_type) if len(inputs) > n else np.zeros(0)
     channels = (1, inputs[0].shape[1], 1, 1)
-    return np.asarray(run_program(attrs["program"], list(inputs[:n]), consts, channels),
-                      dtype=inputs[0].dtype)
+    return np.asarray(run_program(program, list(inputs[:n]), consts, channels), dtype=out)
 
 
 def channelwise_elementwise(node: Node) -> bool:

@@ -15,7 +15,10 @@ broadcasting) and whose constants are scalars or one value per channel join: the
 then one loop over the output, and the generated kernel takes the channels-innermost layout of
 the convolutions around it. An inference BatchNormalization that folded into no conv (DARTS
 normalises its pooling branches) joins as x · a + b per channel, a = scale / sqrt(var + ε),
-b = bias − mean · a. A single eligible node becomes a group of one.
+b = bias − mean · a. A single eligible node becomes a group of one. Per-tensor QuantizeLinear
+and DequantizeLinear join as steps too (issue 53: a quantized model's Q/DQ pairs around its
+additions folded, never run as passes of their own): the group's inputs and output may then be
+8-bit.
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ import numpy as np
 
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.pattern import sole_reader
-from woodpecker.ops.fused import ELEMENTWISE
+from woodpecker.ops.fused import ELEMENTWISE, QDQ_STEPS
 
 
 def eligible(node: Node) -> bool:
     """An element-wise node over one 4-d float32 shape, its constants scalars or per channel
-    (a BatchNormalization: its four parameters constant)."""
+    (a BatchNormalization: its four parameters constant); or a per-tensor QuantizeLinear /
+    DequantizeLinear between float32 and 8 bits (`_qdq_eligible`)."""
+    if node.op in QDQ_STEPS:
+        return _qdq_eligible(node)
     if node.op not in ELEMENTWISE + ("BatchNormalization",) or len(node.outputs) != 1:
         return False
     y = node.outputs[0]
@@ -46,6 +52,21 @@ def eligible(node: Node) -> bool:
         elif tuple(v.shape) != tuple(y.shape) or v.dtype != y.dtype:
             return False
     return True
+
+
+def _qdq_eligible(node: Node) -> bool:
+    """A 4-d QuantizeLinear (float32 → int8/uint8) or DequantizeLinear (int8/uint8 → float32)
+    with a constant scalar scale and zero point: one more step of the group, so a quantized
+    model's DequantizeLinear → Add → Relu → QuantizeLinear is one pass over 8-bit tensors."""
+    x, y = node.inputs[0], node.outputs[0]
+    params = node.inputs[1:3]
+    if len(node.inputs) != 3 or any(v is None or not v.is_const or v.data.size != 1
+                                    for v in params):
+        return False
+    eight = (np.dtype(np.uint8), np.dtype(np.int8))
+    a, b = (x.dtype, y.dtype) if node.op == "DequantizeLinear" else (y.dtype, x.dtype)
+    return (a in eight and b == np.float32 and params[1].dtype == a and x.shape is not None
+            and len(x.shape) == 4 and tuple(x.shape) == tuple(y.shape))
 
 
 def _per_channel(v: Value, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -106,6 +127,8 @@ def element_program(nodes: list[Node]) -> tuple[list[dict], list[Value], list[fl
                             "attrs": {}})
         else:
             attrs = {k: a for k, a in n.attrs.items() if not k.startswith("_")}
+            if n.op in QDQ_STEPS:      # the 8-bit type: its zero point's
+                attrs = {"dtype": n.inputs[2].dtype.name}
             program.append({"op": n.op, "args": [ref(v, shape) for v in n.inputs],
                             "attrs": attrs})
         step_of[id(n.outputs[0])] = len(program) - 1

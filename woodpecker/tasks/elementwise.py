@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from woodpecker.ir.graph import Node
-from woodpecker.ops.fused import run_program, runtime_count
+from woodpecker.ops.fused import QDQ_STEPS, run_program, runtime_count
 from woodpecker.tasks import NHWC, Task, program_dicts, program_steps
 
 
@@ -33,6 +33,9 @@ class ElementwiseTask(Task):
     consts: int
     program: tuple
     dtype: str = "float32"
+    in_dtypes: tuple = ()        # the run-time inputs' types where one is not float32
+
+    LATER_FIELDS = ("in_dtypes",)
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -51,7 +54,16 @@ class ElementwiseTask(Task):
         n, c, h, w = y.shape
         k = runtime_count(program)
         consts = node.inputs[k].data.size if len(node.inputs) > k else 0
-        return cls(n, h, w, c, k, consts, program_steps(program), y.dtype.name)
+        types = tuple(v.dtype.name for v in node.inputs[:k])
+        return cls(n, h, w, c, k, consts, program_steps(program), y.dtype.name,
+                   () if set(types) <= {"float32"} else types)
+
+    def input_dtype(self, i: int) -> str:
+        return self.in_dtypes[i] if self.in_dtypes else "float32"
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
 
     def describe(self) -> str:
         ops = "+".join(op for op, _, _ in self.program)
@@ -61,15 +73,31 @@ class ElementwiseTask(Task):
         return np.ascontiguousarray(node.inputs[i].data, np.float32).reshape(-1)
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """The run-time inputs (NHWC), then the constants, drawn from [0.5, 1.5) so that a
-        divisor is never near zero."""
+        """The run-time inputs (NHWC; 8-bit ones over their whole range), then the constants,
+        drawn from [0.5, 1.5) so that a divisor is never near zero — a Q/DQ step's zero point
+        an integer of its type and its scale one that spreads the values over the 8 bits (an
+        output's saturating at both ends now and then)."""
         rng = np.random.default_rng(seed)
-        xs = [rng.standard_normal(self.out_shape).astype(np.float32)
-              for _ in range(self.inputs)]
-        consts = [rng.uniform(0.5, 1.5, self.consts).astype(np.float32)] if self.consts else []
-        return xs + consts
+        xs = []
+        for i in range(self.inputs):
+            t = np.dtype(self.input_dtype(i))
+            xs.append(rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1, self.out_shape)
+                      .astype(t) if t.kind in "iu" else
+                      rng.standard_normal(self.out_shape).astype(np.float32))
+        if not self.consts:
+            return xs
+        consts = rng.uniform(0.5, 1.5, self.consts).astype(np.float32)
+        for op, args, attrs in self.program:
+            if op in QDQ_STEPS:
+                info = np.iinfo(dict(attrs)["dtype"])
+                dq = op == "DequantizeLinear"
+                consts[args[1][1]] = rng.uniform(0.01, 0.04) if dq else rng.uniform(0.02, 0.05)
+                span = info.max - info.min      # a quantized output's zero point mid-range
+                consts[args[2][1]] = rng.integers(info.min, info.max + 1) if dq else \
+                    rng.integers(info.min + span // 4, info.max - span // 4)
+        return xs + [consts]
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
         consts = inputs[self.inputs] if self.consts else np.zeros(0, np.float32)
         return np.asarray(run_program(program_dicts(self.program), inputs[:self.inputs], consts,
-                                      (self.c,)), np.float32)
+                                      (self.c,)), self.dtype)

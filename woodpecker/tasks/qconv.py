@@ -15,9 +15,10 @@ products summed in int32 are what x86's VNNI instruction (`vpdpbusd`) computes: 
 the zero-point correction move into β at build time, so the kernel's inner loop is the
 instruction alone.
 
-Variants: groups 1 (grouped and depthwise int8 convs are not built yet), symmetric weights
-(w_zero_point 0, as ONNX Runtime's and NNCF's quantizers write per-channel weights), per-tensor
-activation zero points; a QLinearConv outside these stays on its library.
+Variants: groups 1 or depthwise (groups = input channels = output channels; other grouped
+int8 convs are not built), symmetric weights (w_zero_point 0, as ONNX Runtime's and NNCF's
+quantizers write per-channel weights), per-tensor activation zero points; a QLinearConv outside
+these stays on its library.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ class QConvTask(Task):
     x_dtype: str = "uint8"
     y_dtype: str = "uint8"
     has_bias: bool = True
+    groups: int = 1
 
+    LATER_FIELDS = ("groups",)
     out_h = ConvTask.out_h          # the same geometry, the same output size
     out_w = ConvTask.out_w
 
@@ -65,26 +68,29 @@ class QConvTask(Task):
 
     @property
     def flops(self) -> int:
-        return 2 * self.n * self.k * self.out_h * self.out_w * self.c * self.kh * self.kw
+        return 2 * self.n * self.k * self.out_h * self.out_w * (self.c // self.groups) \
+            * self.kh * self.kw
 
     @classmethod
     def from_node(cls, node: Node) -> "QConvTask":
         if node.op not in cls.ops or len(node.inputs[X].shape) != 4:
             raise ValueError(f"{node.op} node {node.name!r} is not a 2-d convolution")
-        if node.attrs.get("group", 1) != 1:
-            raise ValueError(f"{node.name!r}: grouped int8 convs are not built yet")
+        groups = node.attrs.get("group", 1)
+        n, c, h, w = node.inputs[X].shape
+        k, _, kh, kw = node.inputs[W].shape
+        if groups != 1 and not groups == c == k:
+            raise ValueError(f"{node.name!r}: grouped int8 convs (other than depthwise) are "
+                             "not built")
         consts = [node.inputs[i] for i in (XS, XZ, W, WS, WZ, YS, YZ)]
         if any(v.data is None for v in consts) or \
                 (node.input(B) is not None and node.inputs[B].data is None):
             raise ValueError(f"{node.name!r}: quantization parameters computed at run time")
         if node.inputs[W].dtype != np.int8 or np.any(node.inputs[WZ].data != 0):
             raise ValueError(f"{node.name!r}: weights not symmetric int8")
-        n, c, h, w = node.inputs[X].shape
-        k, _, kh, kw = node.inputs[W].shape
         p, a = node.attrs["_pads"], node.attrs
         return cls(n, c, h, w, k, kh, kw, tuple(a["strides"]), (p[0], p[1], p[2], p[3]),
                    tuple(a["dilations"]), node.inputs[X].dtype.name,
-                   node.inputs[YZ].dtype.name, node.input(B) is not None)
+                   node.inputs[YZ].dtype.name, node.input(B) is not None, groups)
 
     def constant(self, node: Node, i: int) -> np.ndarray:
         """Node input `i`'s constant as the task's arguments hold it: OIHW weights as HWIO,
@@ -108,7 +114,8 @@ class QConvTask(Task):
                 np.array([x_zp], np.uint8), np.array([int(np.ravel(yz)[0])], np.int32)]
 
     def describe(self) -> str:
-        return (f"int8 conv {self.kh}x{self.kw}/{self.stride[0]} {self.c}->{self.k} @ "
+        kind = "conv" if self.groups == 1 else "dwconv"
+        return (f"int8 {kind} {self.kh}x{self.kw}/{self.stride[0]} {self.c}->{self.k} @ "
                 f"{self.h}x{self.w} ({self.x_dtype} in, {self.y_dtype} out)")
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
@@ -118,8 +125,8 @@ class QConvTask(Task):
         rng = np.random.default_rng(seed)
         xi, yi = np.iinfo(self.x_dtype), np.iinfo(self.y_dtype)
         x = rng.integers(xi.min, xi.max + 1, (self.n, self.h, self.w, self.c))
-        w = rng.integers(-128, 128, (self.kh, self.kw, self.c, self.k))
-        taps = self.kh * self.kw * self.c
+        w = rng.integers(-128, 128, (self.kh, self.kw, self.c // self.groups, self.k))
+        taps = self.kh * self.kw * self.c // self.groups
         xs = np.float32(rng.uniform(0.005, 0.05))
         ws = rng.uniform(0.002, 0.02, self.k).astype(np.float32)
         # sums of taps products of std ~74·74 land about 60 steps from the zero point
@@ -135,7 +142,7 @@ class QConvTask(Task):
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
         """ops/quant_conv.py's QLinearConv on the node's inputs, NHWC."""
         attrs = {"_pads": list(self.pads), "strides": list(self.stride),
-                 "dilations": list(self.dilation), "group": 1}
+                 "dilations": list(self.dilation), "group": self.groups}
         args = list(inputs)
         args[X] = inputs[X].transpose(0, 3, 1, 2)
         args[W] = inputs[W].transpose(3, 2, 0, 1)

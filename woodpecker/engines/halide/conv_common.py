@@ -213,6 +213,13 @@ def step_expr(hl, op: str, args: list, attrs: dict):
         return ieee.clamp(hl, x, lo, hi)
     if op == "HardSigmoid":
         return activation(hl, args[0], (op, attrs.get("alpha", 0.2), attrs.get("beta", 0.5)))
+    if op == "DequantizeLinear":      # (x − zp) · scale in float32, as ops/quant.py
+        x, scale, zp = args
+        return (hl.f32(x) - zp) * scale
+    if op == "QuantizeLinear":        # saturate(round_half_even(x / scale) + zp), kept in float
+        x, scale, zp = args
+        info = np.iinfo(attrs["dtype"])
+        return hl.clamp(hl.round(x / scale) + zp, float(info.min), float(info.max))
     return activation(hl, args[0], (op,))
 
 

@@ -7,6 +7,10 @@ numpy NHWC arrays; strides are free, so a channel slice of a concat is read wher
 Nothing is reused between elements, so the kernel is bound by memory traffic and per-call
 overhead; what is tuned is how the loop is cut.
 
+Inputs and output may be 8-bit where the program holds per-tensor QuantizeLinear /
+DequantizeLinear steps (a quantized model's residual additions): computed in float32 under
+`strict_float`, equal to the references bit for bit.
+
 Knobs: `vec` lanes over the channels; `parallel` — rows in parallel, or the whole map on the
 calling thread (on small maps a parallel dispatch can cost more than the work).
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, program_expr
 from woodpecker.engines.halide.template_parts import compiled
+from woodpecker.ops.fused import QDQ_STEPS
 from woodpecker.tasks.elementwise import ElementwiseTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
@@ -25,7 +30,7 @@ SEEDS = ({"vec": 8, "parallel": True},)
 
 
 def supports(task: ElementwiseTask) -> bool:
-    return task.dtype == "float32" and task.c >= 4
+    return task.dtype in ("float32", "uint8", "int8") and task.c >= 4
 
 
 def space(task: ElementwiseTask, vector_registers: int = 16) -> KnobSpace:
@@ -40,7 +45,8 @@ views = own_shapes
 def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     f32 = hl.Float(32)
-    xs = [hl.ImageParam(f32, 4, f"x{i}") for i in range(task.inputs)]
+    types = {"float32": f32, "uint8": hl.UInt(8), "int8": hl.Int(8)}
+    xs = [hl.ImageParam(types[task.input_dtype(i)], 4, f"x{i}") for i in range(task.inputs)]
     k = hl.ImageParam(f32, 1, "k") if task.consts else None
     params = xs + ([k] if k is not None else [])
     c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
@@ -50,7 +56,12 @@ def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
         return xs[i][c, x, y, n] if kind == "in" else k[i] if kind == "const" else k[i + c]
 
     out = hl.Func("out")
-    out[c, x, y, n] = program_expr(hl, task.program, value_of)
+    value = program_expr(hl, task.program, value_of)
+    if any(op in QDQ_STEPS for op, _, _ in task.program):
+        # bit-exact with the references: no contraction of DequantizeLinear's product into
+        # a following sum (an FMA rounds once where the reference rounds twice)
+        value = hl.strict_float(value)
+    out[c, x, y, n] = value if task.dtype == "float32" else hl.cast(types[task.dtype], value)
     out.vectorize(c, config["vec"])
     if config["parallel"]:
         out.parallel(y)

@@ -38,7 +38,7 @@ class HalideEngine(Engine):
 
     # integer convolutions (tasks/qconv.py): 8-bit activations and weights, int32 biases,
     # float32 scales
-    INTEGER_OPS = frozenset({"QLinearConv"})
+    INTEGER_OPS = frozenset({"QLinearConv", "FusedElementwise"})   # the latter: Q/DQ steps
     INTEGER_DTYPES = frozenset({"uint8", "int8", "int32", "float32"})
 
     def available(self) -> bool:

@@ -61,9 +61,12 @@ SEEDS = ({"walk": "rows", "channels": "inner", "input": "copy"},
 
 
 def supports(task) -> bool:
-    """Whole channel tiles of 16, one stride in both directions, and a host with AMX."""
-    return (isinstance(task, QConvTask) and task.k % TILE == 0
-            and task.stride[0] == task.stride[1] and host_has_amx())
+    """Whole channel tiles of 16, one stride in both directions, more than 4 input channels a
+    step or a window wider than 1×1 (Halide 21 matches no tile for a 1×1 conv over ≤ 4
+    channels: "Store to AMX tile allocation of a non-tile value"), and a host with AMX."""
+    return (isinstance(task, QConvTask) and task.groups == 1 and task.k % TILE == 0
+            and task.stride[0] == task.stride[1]
+            and (task.c > GROUP or task.kh * task.kw > 1) and host_has_amx())
 
 
 def _geometry(task: QConvTask) -> tuple[int, int, int, int, int]:

@@ -40,7 +40,7 @@ SEEDS = ({"vec": 16, "co_block": 2, "x_block": 8, "parallel": "p"},
 
 def supports(task) -> bool:
     """Whole channel tiles: output channels a multiple of 8 (one AVX2 vector of int32)."""
-    return isinstance(task, QConvTask) and task.k % 8 == 0
+    return isinstance(task, QConvTask) and task.groups == 1 and task.k % 8 == 0
 
 
 def space(task: QConvTask, vector_registers: int = 32) -> KnobSpace:

@@ -1,0 +1,112 @@
+"""A quantized model's residual addition — DequantizeLinear of both branches, Add, Relu,
+QuantizeLinear — is one element-wise group over 8-bit tensors (passes/fuse_elementwise.py); its
+generated kernel equals the numpy reference bit for bit whatever the scales, zero points and
+knobs, and the group exported back to ONNX computes what ONNX Runtime computes on the original
+nodes."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import onnxruntime as ort
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+from tests.helpers import make_model
+from woodpecker.engines.halide import elementwise
+from woodpecker.engines.halide.templates import kernel_arguments, templates_for
+from woodpecker.frontend.onnx_import import import_onnx
+from woodpecker.passes import optimize
+from woodpecker.tasks.elementwise import ElementwiseTask
+
+_ONNX_TYPE = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8}
+
+
+def _residual_task(a: str, b: str, out: str, relu: bool, c: int, h: int, w: int
+                   ) -> ElementwiseTask:
+    steps = [("DequantizeLinear", (("in", 0), ("const", 0), ("const", 1)), (("dtype", a),)),
+             ("DequantizeLinear", (("in", 1), ("const", 2), ("const", 3)), (("dtype", b),)),
+             ("Add", (("step", 0), ("step", 1)), ())]
+    if relu:
+        steps.append(("Relu", (("step", 2),), ()))
+    steps.append(("QuantizeLinear", (("step", len(steps) - 1), ("const", 4), ("const", 5)),
+                  (("dtype", out),)))
+    return ElementwiseTask(1, h, w, c, 2, 6, tuple(steps), out, (a, b))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(["uint8", "int8"]), st.sampled_from(["uint8", "int8"]),
+       st.sampled_from(["uint8", "int8"]), st.booleans(), st.integers(4, 40),
+       st.integers(1, 6), st.integers(0, 2**16))
+def test_a_qdq_residual_kernel_equals_the_reference(a, b, out, relu, c, h, seed):
+    task = _residual_task(a, b, out, relu, c, h, 7)
+    assert templates_for(task) == ("elementwise",)
+    config = elementwise.space(task).sample(random.Random(seed))
+    inputs = task.random_inputs(seed)
+    got = elementwise.build(task, config)(*kernel_arguments(elementwise, task, config, inputs))
+    want = task.reference(inputs)
+    assert got.dtype == want.dtype == np.dtype(out)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_random_inputs_spread_and_saturate():
+    """The hypothesis cases exercise rounding and both saturation bounds."""
+    task = _residual_task("uint8", "int8", "uint8", False, 32, 8, 8)
+    ys = [task.reference(task.random_inputs(seed)) for seed in range(3)]
+    assert all(len(np.unique(y)) > 150 for y in ys)
+    assert any(y.min() == 0 and y.max() == 255 for y in ys)
+
+
+def _residual_model(rng, x_type: str, out_type: str) -> tuple:
+    """u8/s8 x and r → DequantizeLinear each → Add → Relu → QuantizeLinear, per-tensor."""
+    zp = {t: np.array(rng.integers(np.iinfo(t).min, np.iinfo(t).max + 1), t)
+          for t in (x_type, out_type)}
+    inits = {"xs": np.float32(0.03), "xz": zp[x_type], "rs": np.float32(0.02), "rz": zp[x_type],
+             "ys": np.float32(0.04), "yz": zp[out_type]}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["r", "rs", "rz"], ["rf"]),
+             helper.make_node("Add", ["xf", "rf"], ["s"]),
+             helper.make_node("Relu", ["s"], ["sr"]),
+             helper.make_node("QuantizeLinear", ["sr", "ys", "yz"], ["y"])]
+    shape = [1, 16, 5, 6]
+    return make_model(nodes, [("x", shape, _ONNX_TYPE[x_type]), ("r", shape, _ONNX_TYPE[x_type])],
+                      [("y", shape, _ONNX_TYPE[out_type])], inits), shape
+
+
+def test_a_residual_block_is_one_group_that_runs_as_onnx_runtime_does(tmp_path):
+    """Imported and optimized, the five nodes are one group; its reference, its generated
+    kernel (through the compiled plan) and its ONNX export each give ONNX Runtime's output on
+    the original nodes (no graph optimization: its own QLinearAdd rounds differently)."""
+    import woodpecker
+    from woodpecker.frontend.onnx_export import nodes_model
+    from woodpecker.ops import run_reference
+    from woodpecker.options import TuneOptions
+
+    rng = np.random.default_rng(5)
+    for x_type, out_type in (("uint8", "uint8"), ("int8", "int8"), ("uint8", "int8")):
+        model, shape = _residual_model(rng, x_type, out_type)
+        info = np.iinfo(x_type)
+        feeds = {n: rng.integers(info.min, info.max + 1, shape).astype(x_type) for n in "xr"}
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        (want,) = ort.InferenceSession(model.SerializeToString(), so,
+                                       providers=["CPUExecutionProvider"]).run(None, feeds)
+        graph = import_onnx(model)
+        optimize(graph)
+        (group,) = graph.nodes
+        assert [s["op"] for s in group.attrs["program"]] == \
+            ["DequantizeLinear", "DequantizeLinear", "Add", "Relu", "QuantizeLinear"]
+        consts = [v.data for v in group.inputs[2:]]
+        np.testing.assert_array_equal(run_reference(group, [feeds["x"], feeds["r"]] + consts)[0],
+                                      want)
+        exported = nodes_model([group], group.inputs[:2], group.outputs, 17)
+        (again,) = ort.InferenceSession(exported.SerializeToString(), so,
+                                        providers=["CPUExecutionProvider"]).run(None, feeds)
+        np.testing.assert_array_equal(again, want)
+        compiled = woodpecker.compile(model, engines=("halide", "numpy"), threads=1,
+                                      tune=TuneOptions(budget="20s", max_trials=2),
+                                      tuning_log=str(tmp_path / f"{x_type}{out_type}.jsonl"))
+        assert compiled.plan.choices[group.name].engine == "halide"
+        np.testing.assert_array_equal(compiled.run(feeds)["y"], want)
