@@ -62,7 +62,8 @@ def photo_batch(shape, rng: np.random.Generator, lo: float = 0.0, hi: float = 1.
 
 
 def _entries(names: list[str]) -> list[dict]:
-    manifest = {e["name"]: e for e in load_manifest()["models"]}
+    manifest = {} if set(names) <= set(zoo.MODELS) else \
+        {e["name"]: e for e in load_manifest()["models"]}
     out = []
     for name in names:
         if name in zoo.MODELS:

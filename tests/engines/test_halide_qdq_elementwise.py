@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 from tests.helpers import make_model
 from woodpecker.engines.halide import elementwise
 from woodpecker.engines.halide.templates import kernel_arguments, templates_for
+from woodpecker.engines.registry import get_engine
 from woodpecker.frontend.onnx_import import import_onnx
 from woodpecker.passes import optimize
 from woodpecker.tasks.elementwise import ElementwiseTask
@@ -77,8 +78,9 @@ def _residual_model(rng, x_type: str, out_type: str) -> tuple:
 
 def test_a_residual_block_is_one_group_that_runs_as_onnx_runtime_does(tmp_path):
     """Imported and optimized, the five nodes are one group; its reference, its generated
-    kernel (through the compiled plan) and its ONNX export each give ONNX Runtime's output on
-    the original nodes (no graph optimization: its own QLinearAdd rounds differently)."""
+    kernel (through the compiled plan; torch declines Q/DQ steps) and its ONNX export each
+    give ONNX Runtime's output on the original nodes (no graph optimization: its own
+    QLinearAdd rounds differently)."""
     import woodpecker
     from woodpecker.frontend.onnx_export import nodes_model
     from woodpecker.ops import run_reference
@@ -105,7 +107,8 @@ def test_a_residual_block_is_one_group_that_runs_as_onnx_runtime_does(tmp_path):
         (again,) = ort.InferenceSession(exported.SerializeToString(), so,
                                         providers=["CPUExecutionProvider"]).run(None, feeds)
         np.testing.assert_array_equal(again, want)
-        compiled = woodpecker.compile(model, engines=("halide", "numpy"), threads=1,
+        assert not get_engine("torch").accepts(group, None)
+        compiled = woodpecker.compile(model, engines=("halide", "torch", "numpy"), threads=1,
                                       tune=TuneOptions(budget="20s", max_trials=2),
                                       tuning_log=str(tmp_path / f"{x_type}{out_type}.jsonl"))
         assert compiled.plan.choices[group.name].engine == "halide"

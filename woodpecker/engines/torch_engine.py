@@ -442,4 +442,7 @@ _ACCEPTS: dict[str, Callable[[Node], bool]] = {
     "Slice": lambda n: all(st > 0 for _, _, st in n.attrs["_slices"]),
     "Div": lambda n: n.outputs[0].dtype.name == "float32",
     "Gather": lambda n: n.inputs[1].dtype.name in ("int64", "int32"),
+    # every step a torch function (a quantized model's Q/DQ steps are not)
+    "FusedElementwise": lambda n: all(s["op"] in _FNS or s["op"] == "Clip"
+                                      for s in n.attrs["program"]),
 }
