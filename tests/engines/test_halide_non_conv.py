@@ -46,6 +46,9 @@ POOL = [
     PoolTask(1, 12, 10, 10, "avg", 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), False, True),
     PoolTask(1, 20, 7, 7, "avg", 7, 7, (1, 1), (0, 0, 0, 0), (1, 1), False, False),  # global
     PoolTask(1, 8, 12, 12, "max", 2, 2, (1, 1), (0, 0, 1, 1), (2, 2), False, False),
+    # a quantized model's max pools, on its 8-bit tensors (passes/fold_qdq.py)
+    PoolTask(1, 16, 11, 11, "max", 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), False, False, "uint8"),
+    PoolTask(1, 8, 10, 10, "max", 3, 3, (2, 2), (0, 1, 0, 1), (1, 1), True, False, "int8"),
 ]
 ROWS = [
     RowTask(12, 32, "softmax", 0.0, False),

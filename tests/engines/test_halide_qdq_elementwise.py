@@ -113,3 +113,18 @@ def test_a_residual_block_is_one_group_that_runs_as_onnx_runtime_does(tmp_path):
                                       tuning_log=str(tmp_path / f"{x_type}{out_type}.jsonl"))
         assert compiled.plan.choices[group.name].engine == "halide"
         np.testing.assert_array_equal(compiled.run(feeds)["y"], want)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.sampled_from(["uint8", "int8"]), st.integers(1, 3), st.integers(4, 30),
+       st.integers(0, 2**16))
+def test_an_image_quantize_runs_its_vectors_along_the_rows(out, c, w, seed):
+    """A model input's QuantizeLinear over 1–3 channels: the lanes run along the row."""
+    task = ElementwiseTask(1, 3, w, c, 1, 2, (
+        ("QuantizeLinear", (("in", 0), ("const", 0), ("const", 1)), (("dtype", out),)),), out)
+    assert templates_for(task) == ("elementwise",)
+    config = elementwise.space(task).sample(random.Random(seed))
+    inputs = task.random_inputs(seed)
+    inputs[0] *= 3
+    got = elementwise.build(task, config)(*kernel_arguments(elementwise, task, config, inputs))
+    np.testing.assert_array_equal(got, task.reference(inputs))

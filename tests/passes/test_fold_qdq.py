@@ -114,3 +114,38 @@ def test_a_bias_of_another_scale_stays():
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(3), "bs"))
     graph = import_onnx(proto)
     assert optimize(graph)["fold_qdq"] == 0
+
+
+def _pool_model(dtype, zp: int, scale_out: float, pads: int) -> bytes:
+    """x (8-bit) → DequantizeLinear → MaxPool 3×3/2 → QuantizeLinear (scale_out, same zp)."""
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xf"]),
+             helper.make_node("MaxPool", ["xf"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[pads] * 4),
+             helper.make_node("QuantizeLinear", ["p", "so", "z"], ["y"])]
+    out = (5 + 2 * pads - 3) // 2 + 1
+    graph = helper.make_graph(
+        nodes, "pool", [helper.make_tensor_value_info("x", T[np.dtype(dtype)], [1, 8, 5, 5])],
+        [helper.make_tensor_value_info("y", T[np.dtype(dtype)], [1, 8, out, out])],
+        [numpy_helper.from_array(np.float32(0.05), "s"),
+         numpy_helper.from_array(np.float32(scale_out), "so"),
+         numpy_helper.from_array(np.array(zp, dtype), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model.SerializeToString()
+
+
+def test_a_maxpool_between_matching_qdq_runs_on_the_8_bit_tensor():
+    """DQ → MaxPool → Q with one scale and zero point is a MaxPool of the 8-bit input: equal
+    to ONNX Runtime's output on the QDQ file, padding included; another output scale stays."""
+    rng = np.random.default_rng(4)
+    for dtype, zp, pads in ((np.uint8, 131, 1), (np.int8, -7, 0), (np.uint8, 255, 1)):
+        model = _pool_model(dtype, zp, 0.05, pads)
+        graph = import_onnx(model)
+        assert optimize(graph)["fold_qdq"] == 1
+        assert [n.op for n in graph.nodes] == ["MaxPool"]
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max + 1, (1, 8, 5, 5)).astype(dtype)
+        want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None,
+                                                                                   {"x": x})
+        np.testing.assert_array_equal(run_graph(graph, {"x": x})["y"], want[0])
+    assert optimize(import_onnx(_pool_model(np.uint8, 3, 0.1, 1)))["fold_qdq"] == 0

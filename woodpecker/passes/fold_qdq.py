@@ -17,6 +17,9 @@ channel (axis 0); no bias, or a DequantizeLinear of a constant int32 bias with z
 scale x_scale·w_scale (within float32 rounding); the Conv's output read by one
 QuantizeLinear alone (per tensor) and not a graph output. Runs first, before constant folding
 turns the weights' DequantizeLinear into float weights.
+
+Likewise DequantizeLinear → MaxPool → QuantizeLinear with the same per-tensor scale and zero
+point becomes the MaxPool of the 8-bit tensor (`_fold_maxpool`; exact, see there).
 """
 
 from __future__ import annotations
@@ -97,8 +100,46 @@ def _fold(graph: Graph, conv: Node) -> bool:
     return True
 
 
+def _same_quantization(dq: Node, q: Node) -> bool:
+    """A QuantizeLinear back to exactly the DequantizeLinear's scale (> 0), zero point and
+    type: then Q(DQ(v)) = v for every v of the type."""
+    zd, zq = dq.input(2), q.input(2)
+    zp_d = np.zeros((), np.uint8) if zd is None else zd.data
+    zp_q = np.zeros((), np.uint8) if zq is None else zq.data
+    scale = dq.inputs[1].data
+    return (_scalar(q.inputs[1]) and (zq is None or zq.data is not None)
+            and zp_q.dtype == zp_d.dtype == dq.inputs[0].dtype == q.outputs[0].dtype
+            and float(scale.ravel()[0]) > 0
+            and np.float32(q.inputs[1].data.ravel()[0]) == np.float32(scale.ravel()[0])
+            and zp_q.ravel()[0] == zp_d.ravel()[0])
+
+
+def _fold_maxpool(graph: Graph, pool: Node) -> bool:
+    """DequantizeLinear → MaxPool → QuantizeLinear with one scale and zero point is the MaxPool
+    of the 8-bit input itself: DQ is increasing (scale > 0), so the maximum commutes with it,
+    and Q undoes DQ exactly; padding, never a maximum, stays padding."""
+    dq = _dq(pool.inputs[0])
+    out = pool.outputs[0]
+    if dq is None or dq.inputs[0].data is not None or dq.inputs[0].dtype not in QUANT_TYPES \
+            or not _scalar(dq.inputs[1]) or graph.is_output(out) or len(out.consumers) != 1 \
+            or any(o is not None and (o.consumers or graph.is_output(o))
+                   for o in pool.outputs[1:]):
+        return False
+    q = out.consumers[0]
+    if q.op != "QuantizeLinear" or q.inputs[0] is not out or not _same_quantization(dq, q):
+        return False
+    index = graph.nodes.index(pool)
+    result = q.outputs[0]
+    graph.remove_node(q)
+    graph.remove_node(pool)
+    graph.add_node("MaxPool", [dq.inputs[0]], [result], dict(pool.attrs), name=pool.name,
+                   index=index)
+    return True
+
+
 def fold_qdq(graph: Graph) -> int:
     folded = sum(_fold(graph, n) for n in list(graph.nodes) if n.op == "Conv")
+    folded += sum(_fold_maxpool(graph, n) for n in list(graph.nodes) if n.op == "MaxPool")
     if folded:
         graph.dce()
     return folded

@@ -59,6 +59,10 @@ class PoolTask(Task):
         return (self.n, *self.out_hw, self.c)
 
     @property
+    def out_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    @property
     def flops(self) -> int:
         """One operation per window tap (as ops/pool counts them)."""
         return self.n * self.c * self.out_h * self.out_w * self.kh * self.kw
@@ -92,10 +96,14 @@ class PoolTask(Task):
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
-        return [rng.standard_normal((self.n, self.h, self.w, self.c)).astype(np.float32)]
+        shape = (self.n, self.h, self.w, self.c)
+        if self.dtype != "float32":        # 8-bit integers over their whole range
+            info = np.iinfo(self.dtype)
+            return [rng.integers(info.min, info.max + 1, shape).astype(self.dtype)]
+        return [rng.standard_normal(shape).astype(np.float32)]
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
         pool = maxpool if self.reduce == "max" else avgpool
         y = pool(self._attrs(), inputs[0].transpose(0, 3, 1, 2))
         y = y[0] if isinstance(y, tuple) else y
-        return np.ascontiguousarray(y.transpose(0, 2, 3, 1)).astype(np.float32)
+        return np.ascontiguousarray(y.transpose(0, 2, 3, 1)).astype(self.dtype)

@@ -11,7 +11,8 @@ Inputs and output may be 8-bit where the program holds per-tensor QuantizeLinear
 DequantizeLinear steps (a quantized model's residual additions): computed in float32 under
 `strict_float`, equal to the references bit for bit.
 
-Knobs: `vec` lanes over the channels; `parallel` — rows in parallel, or the whole map on the
+Knobs: `vec` lanes over the channels (over the row where there are fewer than 4);
+`parallel` — rows in parallel, or the whole map on the
 calling thread (on small maps a parallel dispatch can cost more than the work).
 """
 
@@ -30,12 +31,20 @@ SEEDS = ({"vec": 8, "parallel": True},)
 
 
 def supports(task: ElementwiseTask) -> bool:
-    return task.dtype in ("float32", "uint8", "int8") and task.c >= 4
+    return task.dtype in ("float32", "uint8", "int8") and max(task.c, task.w) >= 4
+
+
+def _lanes_on_x(task: ElementwiseTask) -> bool:
+    """Under 4 channels (an image's 3: a quantized model's input QuantizeLinear) the vector
+    runs along the row instead."""
+    return task.c < 4
 
 
 def space(task: ElementwiseTask, vector_registers: int = 16) -> KnobSpace:
     knobs = [Knob("vec", (4, 8, 16)), Knob("parallel", (False, True))]
-    constraints = [Constraint("vector within the channels", lambda c: c["vec"] <= task.c)]
+    extent = task.w if _lanes_on_x(task) else task.c
+    constraints = [Constraint("vector within the channels (the row under 4 channels)",
+                              lambda c: c["vec"] <= extent)]
     return KnobSpace(knobs, constraints, SEEDS)
 
 
@@ -62,7 +71,7 @@ def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
         # a following sum (an FMA rounds once where the reference rounds twice)
         value = hl.strict_float(value)
     out[c, x, y, n] = value if task.dtype == "float32" else hl.cast(types[task.dtype], value)
-    out.vectorize(c, config["vec"])
+    out.vectorize(x if _lanes_on_x(task) else c, config["vec"])
     if config["parallel"]:
         out.parallel(y)
     return compiled(__name__, task, config, threads, out, params)

@@ -2,11 +2,11 @@
 covers the image).
 
 Algorithm: out[c, x, y, n] = reduce_{kx,ky} in[c, x·s+kx·d−p, y·s+ky·d−p, n] — the maximum,
-with −∞ outside the image, or the sum, with 0 outside, divided by the taps that count (inside
-the image, or inside the explicit pads with `count_include_pad`; taps added by `ceil_mode`
-never count). Like depthwise convolution it is bound by memory traffic, so it takes the same
-schedule: channel vectors × a row of pixels accumulated in registers, the window reduced into
-each tile (schedule.register_tile).
+with −∞ outside the image (the type's minimum over 8-bit integers), or the sum, with 0 outside,
+divided by the taps that count (inside the image, or inside the explicit pads with
+`count_include_pad`; taps added by `ceil_mode` never count). Like depthwise convolution it is
+bound by memory traffic, so it takes the same schedule: channel vectors × a row of pixels
+accumulated in registers, the window reduced into each tile (schedule.register_tile).
 
 Knobs: `vec` lanes, `c_block` channel vectors, `x_block` pixels per tile, `parallel` (see
 schedule.py), `pad` (materialise the padded input, or bounds-check inline), `unroll_k` (unroll
@@ -26,8 +26,14 @@ KIND = "pool"
 MAX_UNROLLED_TAPS = 16
 
 
+_INTEGER = ("uint8", "int8")
+
+
 def supports(task: PoolTask) -> bool:
-    return task.dtype == "float32" and task.c % 4 == 0
+    """float32 pools, and max pools over 8-bit integers (a quantized model's, see
+    passes/fold_qdq.py), over whole 4-channel groups."""
+    return (task.dtype == "float32" or (task.reduce == "max" and task.dtype in _INTEGER)) \
+        and task.c % 4 == 0
 
 
 def space(task: PoolTask, vector_registers: int = 16) -> KnobSpace:
@@ -69,11 +75,13 @@ def _count(hl, task: PoolTask, ox, oy, padded: bool):
 
 def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
-    f32 = hl.Float(32)
-    x = hl.ImageParam(f32, 4, "x")
+    integer = task.dtype in _INTEGER
+    x = hl.ImageParam({"uint8": hl.UInt(8), "int8": hl.Int(8)}.get(task.dtype, hl.Float(32)), 4,
+                      "x")
     is_max = task.reduce == "max"
-    # max: NaN fill and a NaN-skipping max (the reference's np.fmax, see ops/pool.py)
-    fill = hl.f32(float("nan")) if is_max else hl.f32(0.0)
+    # max: NaN fill and a NaN-skipping max (the reference's np.fmax, see ops/pool.py); over
+    # integers the type's minimum and a plain max
+    fill = x.type().min() if integer else hl.f32(float("nan")) if is_max else hl.f32(0.0)
     # No window leaves the image (global pools, valid windows): read x without bounds checks.
     leaves = _padded(task)
     padded = hl.BoundaryConditions.constant_exterior(x, fill, [(0, task.c), (0, task.w),
@@ -84,8 +92,8 @@ def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
     tap = padded[c, ox * sx + r[0] * dx - task.pads[1], oy * sy + r[1] * dy - task.pads[0], n]
     acc = hl.Func("acc")
     acc[c, ox, oy, n] = fill
-    acc[c, ox, oy, n] = ieee.fmax(hl, acc[c, ox, oy, n], tap) if is_max else \
-        acc[c, ox, oy, n] + tap
+    acc[c, ox, oy, n] = hl.max(acc[c, ox, oy, n], tap) if integer else \
+        ieee.fmax(hl, acc[c, ox, oy, n], tap) if is_max else acc[c, ox, oy, n] + tap
     out = hl.Func("out")
     out[c, ox, oy, n] = acc[c, ox, oy, n] if is_max else \
         acc[c, ox, oy, n] / _count(hl, task, ox, oy, leaves)
