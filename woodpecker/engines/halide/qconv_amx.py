@@ -22,7 +22,10 @@ ramp the matcher does not take: a 4-byte skew is added) and the accumulator's co
 dense (`bound_storage` 20 lanes).
 
 The input is copied (knob `input`: `copy`) unless a row walk can read it in place (`direct`:
-uint8, no padding, channels a whole number of steps — 1×1 convs mostly).
+uint8, no padding, channels a whole number of steps — 1×1 convs mostly) or is worth unfolding
+(`unfold`, `_unfolded`: the copy holds, per output column, the kw input columns its window
+reads, side by side as kw·C' channels, so the tiles compute a conv with a 1-wide window and
+kw times deeper steps — a stem's 3 channels use 28 of a step's 64 bytes instead of 4).
 
 Two walks over the output pixels (knob `walk`): `rows` — tiles of 16 pixels along an output row,
 shifted inwards at its end (needs 16 pixels a row); `flat` — the padded image as one row of
@@ -32,13 +35,16 @@ twice the pixels it keeps).
 
 Measured on Emerald Rapids (2 threads, exact against the reference): 3×3 64→64 at 56²
 0.157 ms (1472 GOP/s) against `qconv_gemm`'s 0.595 ms (389 GOP/s, VNNI); 3×3/2 128→128 at 56²
-0.154 ms against 0.500; 1×1 256→64 at 56² 0.160 ms against 0.245 (the input copy dominates).
+0.154 ms against 0.500; 1×1 256→64 at 56² 0.160 ms against 0.245 (the input copy dominates);
+ResNet's 7×7/2 stem 3→64 at 224² 0.44 ms unfolded against 0.86 copied (rows) and 3.0 (flat).
 
 Linux grants a process the AMX tile state only on request (`aot.request_amx`, done before any
 kernel is loaded).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -57,7 +63,8 @@ AMX_TILE = 8        # Halide's MemoryType::AMXTile (not exported to Python)
 SEEDS = ({"walk": "rows", "channels": "inner", "input": "copy"},
          {"walk": "flat", "channels": "outer", "input": "copy"},
          {"walk": "rows", "channels": "outer", "input": "copy"},
-         {"walk": "rows", "channels": "outer", "input": "direct"})
+         {"walk": "rows", "channels": "outer", "input": "direct"},
+         {"walk": "rows", "channels": "inner", "input": "unfold"})
 
 
 def supports(task) -> bool:
@@ -87,13 +94,22 @@ def _in_place(task: QConvTask) -> bool:
     return task.x_dtype == "uint8" and not any(task.pads) and _geometry(task)[2] == task.c
 
 
+def _unfolded(task: QConvTask) -> QConvTask:
+    """The conv the tiles compute with `input: unfold`: the window's columns moved into the
+    channels — kw·C' channels (C' = C rounded up to 4), a 1-wide window, one column per output
+    column — so a stem's 3 channels fill 7·4 = 28 bytes of each step instead of 4."""
+    c4 = -(-task.c // GROUP) * GROUP
+    return replace(task, c=task.kw * c4, w=task.out_w, kw=1, stride=(task.stride[0], 1),
+                   pads=(task.pads[0], 0, task.pads[2], 0), dilation=(task.dilation[0], 1))
+
+
 def _flat_pixels(task: QConvTask) -> int:
     return (task.out_h - 1) * _geometry(task)[3] + task.out_w
 
 
 def space(task: QConvTask, vector_registers: int = 32) -> KnobSpace:
     knobs = [Knob("walk", ("rows", "flat")), Knob("channels", ("inner", "outer")),
-             Knob("input", ("copy", "direct"))]
+             Knob("input", ("copy", "direct", "unfold"))]
     constraints = [
         Constraint("a row of 16 pixels per tile",
                    lambda c: c["walk"] != "rows" or task.out_w >= TILE),
@@ -103,7 +119,11 @@ def space(task: QConvTask, vector_registers: int = 32) -> KnobSpace:
                    lambda c: c["walk"] != "flat" or c["channels"] == "outer"),
         Constraint("the input read in place: a row walk over uint8 input without padding "
                    "whose channels fill the steps",
-                   lambda c: c["input"] == "copy" or (c["walk"] == "rows" and _in_place(task))),
+                   lambda c: c["input"] != "direct" or (c["walk"] == "rows" and _in_place(task))),
+        Constraint("the window's columns unfolded into one step of channels: a row walk over "
+                   "a window wider than 1",
+                   lambda c: c["input"] != "unfold" or (c["walk"] == "rows" and task.kw > 1 and
+                                                        _unfolded(task).c <= GROUP * MAX_STEPS)),
     ]
     return KnobSpace(knobs, constraints, SEEDS)
 
@@ -125,6 +145,11 @@ def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:
     k mod 4] is the weight of input channel chunk·K + k to output channel tile·16 + lane at
     that tap. A weight tile is then (k mod 4, lane + 16·g, k / 4), rows 16·groups·4 bytes
     apart — the only form of offset Halide 21's matcher takes (module docstring)."""
+    if config.get("input") == "unfold":      # (kh, kw, C, K) → (kh, 1, kw·C', K)
+        kh, kw, c, k = w.shape
+        c4 = _unfolded(task).c // kw
+        w = np.pad(w, ((0, 0), (0, 0), (0, c4 - c), (0, 0))).reshape(kh, 1, kw * c4, k)
+        task = _unfolded(task)
     kk, chunks, cp, _, _ = _geometry(task)
     kh, kw, c, k = w.shape
     padded = np.zeros((kh, kw, cp, k), np.int8)
@@ -136,8 +161,10 @@ def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:
 
 def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
-    kk, chunks, cp, wp, cstride = _geometry(task)
-    (sy, sx), (dy, dx), (pt, pl) = task.stride, task.dilation, task.pads[:2]
+    unfold = config.get("input") == "unfold"
+    tiled = _unfolded(task) if unfold else task      # the conv the tiles compute
+    kk, chunks, cp, wp, cstride = _geometry(tiled)
+    (sy, sx), (dy, dx), (pt, pl) = tiled.stride, tiled.dilation, task.pads[:2]
     x = hl.ImageParam(hl.UInt(8) if task.x_dtype == "uint8" else hl.Int(8), 4, "x")
     w = hl.ImageParam(hl.Int(8), 3, "w")       # [k mod 4, lane + 16·group, k / 4]
     beta = hl.ImageParam(hl.Int(32), 1, "beta")
@@ -159,9 +186,9 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
                                    hl.clamp(row - pt, 0, task.h - 1), batch], x_zp[0])
 
     lane, p, oy, tile, co, ox = (hl.Var(v) for v in ("lane", "p", "oy", "tile", "co", "ox"))
-    r = hl.RDom([(0, kk), (0, chunks), (0, task.kw), (0, task.kh)], "r")
+    r = hl.RDom([(0, kk), (0, chunks), (0, tiled.kw), (0, task.kh)], "r")
     ch = r[1] * kk + r[0]
-    column = lane + TILE * ((tile * task.kh * task.kw + r[3] * task.kw + r[2]) * chunks + r[1])
+    column = lane + TILE * ((tile * task.kh * tiled.kw + r[3] * tiled.kw + r[2]) * chunks + r[1])
     weight = w[r[0] % GROUP, column, r[0] / GROUP]
     acc = hl.Func("acc")
     xp = hl.Func("xp")
@@ -172,7 +199,12 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
         acc[lane, p, n, tile] += hl.i32(xp[ch, sx * p + r[2] * dx + r[3] * dy * wp, n]) * weight
         pixel = (lane, p)
     else:
-        xp[c, px, py, n] = padded_at(c, px, py, n)
+        if unfold:      # channel (kx, c') of output column px: input column px·s + kx·d
+            c4 = tiled.c // task.kw
+            xp[c, px, py, n] = padded_at(c % c4, px * task.stride[1] + c / c4 * task.dilation[1],
+                                         py, n)
+        else:
+            xp[c, px, py, n] = padded_at(c, px, py, n)
         source = x if direct else xp
         acc[lane, ox, oy, n, tile] = hl.i32(0)
         acc[lane, ox, oy, n, tile] += hl.i32(
