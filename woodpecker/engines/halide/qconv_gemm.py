@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.template_parts import compiled
+from woodpecker.engines.halide.template_parts import compiled, uint8_padded
 from woodpecker.tasks.qconv import QConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
@@ -94,12 +94,8 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     y_zp = hl.ImageParam(hl.Int(32), 1, "y_zp")
     w.dim(0).set_stride(1).set_extent(GROUP).set_min(0)
     w.dim(1).set_stride(GROUP).set_extent(t).set_min(0)
-    c, px, py, n = hl.Var("c"), hl.Var("px"), hl.Var("py"), hl.Var("n")
-    u = hl.Func("u")              # the input as uint8 (int8 offset by 128)
-    u[c, px, py, n] = x[c, px, py, n] if task.x_dtype == "uint8" else \
-        hl.u8(hl.i16(x[c, px, py, n]) + 128)
-    padded = hl.BoundaryConditions.constant_exterior(
-        u, x_zp[0], [(0, task.c), (0, task.w), (0, task.h), (0, task.n)])
+    padded = uint8_padded(hl, task, x, x_zp)
+    n = hl.Var("n")
     lane, p, tile, co = hl.Var("lane"), hl.Var("p"), hl.Var("tile"), hl.Var("co")
     (sy, sx), (dy, dx), ow = task.stride, task.dilation, task.out_w
     r = hl.RDom([(0, GROUP), (0, q), (0, task.kw), (0, task.kh)], "r")

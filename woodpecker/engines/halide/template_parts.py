@@ -103,3 +103,14 @@ def compiled(template: str, task, config: dict, threads: int, out, params,
     path = compile_kernel(out, params, key)
     return AotKernel(path, len(params), task.out_shape, threads, views=views,
                      out_dtype=getattr(task, "out_dtype", "float32"))
+
+
+def uint8_padded(hl, task, x, x_zp):
+    """An int8 conv's input (tasks/qconv.py) as uint8 (int8 offset by 128, as the weights'
+    sums are corrected for) outside which the input's zero point extends: (c, x, y, n)."""
+    c, px, py, n = hl.Var("c"), hl.Var("px"), hl.Var("py"), hl.Var("n")
+    u = hl.Func("u")
+    u[c, px, py, n] = x[c, px, py, n] if task.x_dtype == "uint8" else \
+        hl.u8(hl.i16(x[c, px, py, n]) + 128)
+    return hl.BoundaryConditions.constant_exterior(
+        u, x_zp[0], [(0, task.c), (0, task.w), (0, task.h), (0, task.n)])
