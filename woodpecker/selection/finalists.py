@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from woodpecker.config import PER_FAMILY, TOLERANCE
+from woodpecker.config import PER_FAMILY
 from woodpecker.engines import names
 from woodpecker.engines.choice import KernelSpec
 from woodpecker.engines.halide.templates import kernel_arguments, template_module
@@ -33,7 +33,7 @@ from woodpecker.selection.candidates import Candidate
 from woodpecker.tasks import Task
 from woodpecker.tune.records import TuningLog, TuningRecord
 from woodpecker.tune.rotation import rotating_call
-from woodpecker.tune.worker import relative_error
+from woodpecker.tune.worker import agrees
 
 
 def family(record: TuningRecord | KernelSpec) -> str:
@@ -81,8 +81,8 @@ def checked_kernel(task: Task, record: TuningRecord, threads: int, inputs: list[
     except Exception as e:  # noqa: BLE001 - a kernel that no longer builds or runs is skipped
         raise EngineError(f"tuned kernel does not build or run "
                           f"({(str(e).splitlines() or [type(e).__name__])[0][:200]})") from None
-    err = relative_error(got, task.reference(inputs))
-    if not err <= TOLERANCE:
+    ok, err = agrees(task, got, task.reference(inputs))
+    if not ok:
         raise EngineError(f"tuned kernel differs from the reference ({err:.1e})")
     return kernel, args
 

@@ -49,6 +49,12 @@ class Task:
         """The layout the kernel reads node input `i` in."""
         return self.layout
 
+    @property
+    def steps_off(self) -> int:
+        """How many steps an integer output may lie off the reference (tune/worker.agrees):
+        0, exact, unless a kind's float steps round differently before a quantize."""
+        return 0
+
     @classmethod
     def from_json(cls, d: dict) -> "Task":
         return cls(**{k: _tupled(v) for k, v in d.items()})
