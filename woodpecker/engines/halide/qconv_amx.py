@@ -34,7 +34,8 @@ the width, at the cost of computing the Wp − OW pixels past each row's end (st
 twice the pixels it keeps).
 
 Measured on Emerald Rapids (2 threads, exact against the reference): 3×3 64→64 at 56²
-0.157 ms (1472 GOP/s) against `qconv_gemm`'s 0.595 ms (389 GOP/s, VNNI); 3×3/2 128→128 at 56²
+0.157 ms (1472 GOP/s) in one session, 0.27 ms in another (OpenVINO's AMX conv: 0.15 in its
+plan), against `qconv_gemm`'s 0.595 ms (389 GOP/s, VNNI); 3×3/2 128→128 at 56²
 0.154 ms against 0.500; 1×1 256→64 at 56² 0.160 ms against 0.245 (the input copy dominates);
 ResNet's 7×7/2 stem 3→64 at 224² 0.44 ms unfolded against 0.86 copied (rows) and 3.0 (flat).
 
