@@ -130,7 +130,9 @@ def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path, budget: str | No
     lf = plans["int8"].plan.meta.get("library_first", {})
     return {"name": entry["name"], "dynamic": dynamic, "quantize_s": round(quantize_s, 1),
             "compile_s": {k: round(plans[k + "_compile_s"], 1) for k in ("int8", "fp32")},
-            "plan": lf.get("engine") or "woodpecker",
+            # the library's session, unless the last check kept Woodpecker's plan over it
+            "plan": "woodpecker" if lf.get("against", {}).get("kept") else
+                    lf.get("engine") or "woodpecker",
             "engines": {k: sorted(set(plans[k].plan.engines)) for k in ("int8", "fp32")},
             "generated_flops_share": {k: round(plans[k].generated_flops_share(), 3)
                                       for k in ("int8", "fp32")},
