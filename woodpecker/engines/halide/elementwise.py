@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, program_expr
-from woodpecker.engines.halide.template_parts import compiled
+from woodpecker.engines.halide.template_parts import compiled, halide_type
 from woodpecker.ops.fused import QDQ_STEPS
 from woodpecker.tasks.elementwise import ElementwiseTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
@@ -54,8 +54,8 @@ views = own_shapes
 def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     f32 = hl.Float(32)
-    types = {"float32": f32, "uint8": hl.UInt(8), "int8": hl.Int(8)}
-    xs = [hl.ImageParam(types[task.input_dtype(i)], 4, f"x{i}") for i in range(task.inputs)]
+    xs = [hl.ImageParam(halide_type(hl, task.input_dtype(i)), 4, f"x{i}")
+          for i in range(task.inputs)]
     k = hl.ImageParam(f32, 1, "k") if task.consts else None
     params = xs + ([k] if k is not None else [])
     c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
@@ -70,7 +70,7 @@ def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
         # bit-exact with the references: no contraction of DequantizeLinear's product into
         # a following sum (an FMA rounds once where the reference rounds twice)
         value = hl.strict_float(value)
-    out[c, x, y, n] = value if task.dtype == "float32" else hl.cast(types[task.dtype], value)
+    out[c, x, y, n] = hl.cast(halide_type(hl, task.dtype), value)   # a no-op for float32
     out.vectorize(x if _lanes_on_x(task) else c, config["vec"])
     if config["parallel"]:
         out.parallel(y)

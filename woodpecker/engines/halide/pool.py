@@ -18,7 +18,12 @@ from __future__ import annotations
 from woodpecker.engines.halide import ieee
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, window_space
-from woodpecker.engines.halide.template_parts import compiled, pad_input, register_tile
+from woodpecker.engines.halide.template_parts import (
+    compiled,
+    halide_type,
+    pad_input,
+    register_tile,
+)
 from woodpecker.tasks.pool import PoolTask
 from woodpecker.tasks.space import Constraint, KnobSpace
 
@@ -76,8 +81,7 @@ def _count(hl, task: PoolTask, ox, oy, padded: bool):
 def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     integer = task.dtype in _INTEGER
-    x = hl.ImageParam({"uint8": hl.UInt(8), "int8": hl.Int(8)}.get(task.dtype, hl.Float(32)), 4,
-                      "x")
+    x = hl.ImageParam(halide_type(hl, task.dtype), 4, "x")
     is_max = task.reduce == "max"
     # max: NaN fill and a NaN-skipping max (the reference's np.fmax, see ops/pool.py); over
     # integers the type's minimum and a plain max

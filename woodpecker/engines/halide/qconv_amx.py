@@ -51,7 +51,7 @@ import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.host import host_has_amx
-from woodpecker.engines.halide.template_parts import compiled
+from woodpecker.engines.halide.template_parts import compiled, halide_type
 from woodpecker.tasks.qconv import QConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
@@ -166,7 +166,7 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     tiled = _unfolded(task) if unfold else task      # the conv the tiles compute
     kk, chunks, cp, wp, cstride = _geometry(tiled)
     (sy, sx), (dy, dx), (pt, pl) = tiled.stride, tiled.dilation, task.pads[:2]
-    x = hl.ImageParam(hl.UInt(8) if task.x_dtype == "uint8" else hl.Int(8), 4, "x")
+    x = hl.ImageParam(halide_type(hl, task.x_dtype), 4, "x")
     w = hl.ImageParam(hl.Int(8), 3, "w")       # [k mod 4, lane + 16·group, k / 4]
     beta = hl.ImageParam(hl.Int(32), 1, "beta")
     mu = hl.ImageParam(hl.Float(32), 1, "mu")

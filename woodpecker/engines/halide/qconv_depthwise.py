@@ -19,6 +19,7 @@ from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import window_space
 from woodpecker.engines.halide.template_parts import (
     compiled,
+    halide_type,
     pad_input,
     register_tile,
     uint8_padded,
@@ -59,7 +60,7 @@ def views(task: QConvTask) -> list:
 
 def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
-    x = hl.ImageParam(hl.UInt(8) if task.x_dtype == "uint8" else hl.Int(8), 4, "x")
+    x = hl.ImageParam(halide_type(hl, task.x_dtype), 4, "x")
     w = hl.ImageParam(hl.Int(8), 3, "w")           # [c, kx, ky]
     beta = hl.ImageParam(hl.Int(32), 1, "beta")
     mu = hl.ImageParam(hl.Float(32), 1, "mu")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.template_parts import compiled, uint8_padded
+from woodpecker.engines.halide.template_parts import compiled, halide_type, uint8_padded
 from woodpecker.tasks.qconv import QConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
@@ -86,7 +86,7 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     vec, t, xb = config["vec"], config["vec"] * config["co_block"], config["x_block"]
     q = _groups(task)
-    x = hl.ImageParam(hl.UInt(8) if task.x_dtype == "uint8" else hl.Int(8), 4, "x")
+    x = hl.ImageParam(halide_type(hl, task.x_dtype), 4, "x")
     w = hl.ImageParam(hl.Int(8), 4, "w")           # [r, lane, (ky·kw + kx)·Q + q, tile]
     beta = hl.ImageParam(hl.Int(32), 1, "beta")
     mu = hl.ImageParam(hl.Float(32), 1, "mu")

@@ -114,3 +114,8 @@ def uint8_padded(hl, task, x, x_zp):
         hl.u8(hl.i16(x[c, px, py, n]) + 128)
     return hl.BoundaryConditions.constant_exterior(
         u, x_zp[0], [(0, task.c), (0, task.w), (0, task.h), (0, task.n)])
+
+
+def halide_type(hl, dtype: str):
+    """The Halide type of a task's element type name (float32, uint8, int8)."""
+    return {"float32": hl.Float(32), "uint8": hl.UInt(8), "int8": hl.Int(8)}[dtype]
