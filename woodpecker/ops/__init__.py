@@ -15,6 +15,7 @@ from woodpecker.ops import (  # noqa: F401
     pool,
     quant,
     quant_conv,
+    quant_matmul,
     resize,
     separable,
     shape,

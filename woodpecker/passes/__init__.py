@@ -17,6 +17,7 @@ from woodpecker.passes.constant_fold import fold_constants
 from woodpecker.passes.dce import eliminate_dead_code
 from woodpecker.passes.expose_epilogues import expose_epilogues
 from woodpecker.passes.fold_batchnorm import fold_batchnorm
+from woodpecker.passes.fold_dynamic_matmul import fold_dynamic_matmul
 from woodpecker.passes.fold_qdq import fold_qdq
 from woodpecker.passes.fuse_attention import fuse_attention
 from woodpecker.passes.fuse_chain import fuse_chains
@@ -33,6 +34,7 @@ from woodpecker.passes.split_concat import split_copied_concats
 
 PASSES: dict[str, Callable[[Graph], int]] = {
     "fold_qdq": fold_qdq,              # before constant folding dequantizes the weights
+    "fold_dynamic_matmul": fold_dynamic_matmul,
     "fold_constants": fold_constants,
     "remove_identities": remove_identities,
     "simplify_reshapes": simplify_reshapes,

@@ -1,0 +1,122 @@
+"""fold_dynamic_matmul: ONNX Runtime's dynamic quantizer's DynamicQuantizeLinear → MatMulInteger
+→ Cast → Mul [→ Add] becomes one DynamicQuantizeMatMul per MatMul, whose reference equals ONNX
+Runtime's output on the quantized file (hypothesis over shapes, per-tensor and per-column
+weights, biases, a quantized input shared by several MatMuls); chains that do not match stay."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+from tests.passes.test_fold_qdq import run_graph
+from woodpecker.errors import ModelError
+from woodpecker.frontend.onnx_import import import_onnx
+from woodpecker.ops.quant_matmul import dynamic_quantize_linear
+from woodpecker.passes import optimize
+
+
+def _float_model(rng, rows: int, k: int, n: int, heads: int, bias: bool, path) -> None:
+    """x (1, rows, k) → `heads` MatMuls sharing x (each + bias if asked) → their Sum."""
+    nodes, inits, outs = [], [], []
+    for h in range(heads):
+        w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{h}"))
+        nodes.append(helper.make_node("MatMul", ["x", f"w{h}"], [f"m{h}"]))
+        out = f"m{h}"
+        if bias:
+            inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(np.float32),
+                                                 f"b{h}"))
+            nodes.append(helper.make_node("Add", [f"m{h}", f"b{h}"], [f"a{h}"]))
+            out = f"a{h}"
+        outs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, rows, n]))
+    g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, rows, k])], outs, inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path.write_bytes(model.SerializeToString())
+
+
+def _session(path) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 9), k=st.integers(1, 40), n=st.integers(1, 24),
+       heads=st.integers(1, 3), bias=st.booleans(), per_channel=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_folded_matmul_equals_onnx_runtime(tmp_path_factory, rows, k, n, heads, bias,
+                                           per_channel, seed):
+    folder = tmp_path_factory.mktemp("dyn")
+    rng = np.random.default_rng(seed)
+    _float_model(rng, rows, k, n, heads, bias, folder / "f.onnx")
+    quantize_dynamic(folder / "f.onnx", folder / "q.onnx", weight_type=QuantType.QInt8,
+                     per_channel=per_channel)
+    x = (rng.standard_normal((1, rows, k)) * rng.uniform(0.1, 5)
+         + rng.uniform(-1, 1)).astype(np.float32)
+    graph = import_onnx(str(folder / "q.onnx"))
+    assert optimize(graph)["fold_dynamic_matmul"] == heads
+    ops = {n.op for n in graph.nodes}
+    assert "MatMulInteger" not in ops and "DynamicQuantizeLinear" not in ops
+    got = run_graph(graph, {"x": x})
+    want = _session(folder / "q.onnx").run(None, {"x": x})
+    for v, w in zip(graph.outputs, want):
+        np.testing.assert_array_equal(got[v.name], w)
+
+
+def test_the_unfolded_ops_equal_onnx_runtime_too(tmp_path):
+    """DynamicQuantizeLinear and MatMulInteger are IR ops of their own: a chain that does not
+    fold (here the accumulator is a graph output) runs on their references, exactly."""
+    rng = np.random.default_rng(1)
+    _float_model(rng, 5, 12, 8, 1, False, tmp_path / "f.onnx")
+    quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=QuantType.QInt8)
+    import onnx
+
+    m = onnx.load(str(tmp_path / "q.onnx"))
+    acc = next(n.output[0] for n in m.graph.node if n.op_type == "MatMulInteger")
+    m.graph.output.append(helper.make_tensor_value_info(acc, TensorProto.INT32, [1, 5, 8]))
+    onnx.save(m, str(tmp_path / "q2.onnx"))
+    graph = import_onnx(str(tmp_path / "q2.onnx"))
+    assert optimize(graph)["fold_dynamic_matmul"] == 0
+    assert {"MatMulInteger", "DynamicQuantizeLinear"} <= {n.op for n in graph.nodes}
+    x = rng.standard_normal((1, 5, 12)).astype(np.float32)
+    got = run_graph(graph, {"x": x})
+    want = _session(tmp_path / "q2.onnx").run(None, {"x": x})
+    for v, w in zip(graph.outputs, want):
+        np.testing.assert_array_equal(got[v.name], w)
+
+
+def test_constant_input_quantizes_like_onnx_runtime():
+    """Edge values: all zeros (scale 1), all positive (zero point 0), halves of a step."""
+    for x in (np.zeros((3, 4), np.float32), np.linspace(0.5, 3, 12, dtype=np.float32),
+              np.linspace(-2, 0, 12, dtype=np.float32),
+              np.array([-1.0, 0.0, 1.0, 254 / 510, 0.5], np.float32)):
+        g = helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"],
+                                                ["y", "s", "z"])], "d",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info(v, t, s) for v, t, s in
+                               (("y", TensorProto.UINT8, x.shape), ("s", TensorProto.FLOAT, []),
+                                ("z", TensorProto.UINT8, []))])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        want = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        for a, b in zip(dynamic_quantize_linear({}, x), want):
+            np.testing.assert_array_equal(np.asarray(a), b)
+
+
+def test_mixed_zero_point_type_is_one_line():
+    g = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"], name="mmi")], "m",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 4])],
+        [numpy_helper.from_array(np.ones((3, 4), np.int8), "b"),
+         numpy_helper.from_array(np.int8(0), "az"), numpy_helper.from_array(np.int8(0), "bz")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelError, match="mmi.*must have one type"):
+        import_onnx(model.SerializeToString())
