@@ -2,8 +2,8 @@
 Identical layers map to equal tasks and so share one tuning result (Woodpecker-DL §3.1).
 
 Every kind of task (conv2d, sepconv, dense, pool, rows, elementwise, attention, chain, resize,
-conv_transpose, qconv2d) offers the same interface, so extraction, the measurement worker, the
-tuner, system-level selection and the Halide engine handle them alike:
+conv_transpose, qconv2d, qdense) offers the same interface, so extraction, the measurement
+worker, the tuner, system-level selection and the Halide engine handle them alike:
 
 - `kind`, `layout` ("NHWC": the kernel reads and writes channels-innermost activations and the
   layout pass converts around it; "": the node's own layout), `input_layout(i)` (the layout it
@@ -131,13 +131,14 @@ def task_kinds() -> dict[str, type]:
     from woodpecker.tasks.elementwise import ElementwiseTask
     from woodpecker.tasks.pool import PoolTask
     from woodpecker.tasks.qconv import QConvTask
+    from woodpecker.tasks.qdense import QDenseTask
     from woodpecker.tasks.resize import ResizeTask
     from woodpecker.tasks.rows import RowTask
     from woodpecker.tasks.separable import SeparableTask
 
     return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask, ElementwiseTask,
                                 SeparableTask, ChainTask, AttentionTask, ResizeTask,
-                                ConvTransposeTask, QConvTask)}
+                                ConvTransposeTask, QConvTask, QDenseTask)}
 
 
 def task_from_node(node: Node) -> Task | None:

@@ -37,8 +37,10 @@ class HalideEngine(Engine):
     caps = Capabilities(generated=True)
 
     # integer convolutions (tasks/qconv.py): 8-bit activations and weights, int32 biases,
-    # float32 scales; element-wise groups with Q/DQ steps; max pools over 8-bit tensors
-    INTEGER_OPS = frozenset({"QLinearConv", "FusedElementwise", "MaxPool"})
+    # float32 scales; dynamically quantized MatMuls (tasks/qdense.py); element-wise groups
+    # with Q/DQ steps; max pools over 8-bit tensors
+    INTEGER_OPS = frozenset({"QLinearConv", "FusedElementwise", "MaxPool",
+                             "DynamicQuantizeMatMul"})
     INTEGER_DTYPES = frozenset({"uint8", "int8", "int32", "float32"})
 
     def available(self) -> bool:

@@ -77,7 +77,7 @@ def supports(task) -> bool:
             and (task.c > GROUP or task.kh * task.kw > 1) and host_has_amx())
 
 
-def _geometry(task: QConvTask) -> tuple[int, int, int, int, int]:
+def geometry(task: QConvTask) -> tuple[int, int, int, int, int]:
     """(K channels per step, steps per tap, padded channels, padded width, channel stride)."""
     q = -(-task.c // GROUP)
     kq = min(MAX_STEPS, q)
@@ -92,7 +92,7 @@ def _geometry(task: QConvTask) -> tuple[int, int, int, int, int]:
 def _in_place(task: QConvTask) -> bool:
     """The input itself is what the tiles read: uint8, no padding, channels a whole number of
     steps (and its pixel stride, a run-time value, never simplifies to a dense load)."""
-    return task.x_dtype == "uint8" and not any(task.pads) and _geometry(task)[2] == task.c
+    return task.x_dtype == "uint8" and not any(task.pads) and geometry(task)[2] == task.c
 
 
 def _unfolded(task: QConvTask) -> QConvTask:
@@ -105,7 +105,7 @@ def _unfolded(task: QConvTask) -> QConvTask:
 
 
 def _flat_pixels(task: QConvTask) -> int:
-    return (task.out_h - 1) * _geometry(task)[3] + task.out_w
+    return (task.out_h - 1) * geometry(task)[3] + task.out_w
 
 
 def space(task: QConvTask, vector_registers: int = 32) -> KnobSpace:
@@ -151,7 +151,7 @@ def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:
         c4 = _unfolded(task).c // kw
         w = np.pad(w, ((0, 0), (0, 0), (0, c4 - c), (0, 0))).reshape(kh, 1, kw * c4, k)
         task = _unfolded(task)
-    kk, chunks, cp, _, _ = _geometry(task)
+    kk, chunks, cp, _, _ = geometry(task)
     kh, kw, c, k = w.shape
     padded = np.zeros((kh, kw, cp, k), np.int8)
     padded[:, :, :c] = w
@@ -164,7 +164,7 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     unfold = config.get("input") == "unfold"
     tiled = _unfolded(task) if unfold else task      # the conv the tiles compute
-    kk, chunks, cp, wp, cstride = _geometry(tiled)
+    kk, chunks, cp, wp, cstride = geometry(tiled)
     (sy, sx), (dy, dx), (pt, pl) = tiled.stride, tiled.dilation, task.pads[:2]
     x = hl.ImageParam(halide_type(hl, task.x_dtype), 4, "x")
     w = hl.ImageParam(hl.Int(8), 3, "w")       # [k mod 4, lane + 16·group, k / 4]

@@ -22,7 +22,7 @@ from woodpecker.errors import PlanError
 MODULES: dict[str, str] = {name: f"woodpecker.engines.halide.{name}" for name in (
     "conv_direct", "conv_gemm", "conv_winograd", "conv_depthwise", "conv_separable",
     "conv_chain", "dense", "pool", "rows", "elementwise", "attention", "resize",
-    "conv_transpose", "qconv_gemm", "qconv_amx", "qconv_depthwise")}
+    "conv_transpose", "qconv_gemm", "qconv_amx", "qconv_depthwise", "qdense_vnni", "qdense_amx")}
 TEMPLATES = tuple(MODULES)
 LEGACY_PREFIX = "woodpecker.engines.halide."
 # Templates of one's own, beside these (tried by name, not tuned for every task): `name=module`

@@ -1,0 +1,102 @@
+"""The qdense task: a dynamically quantized MatMul (ops/quant_matmul.py's DynamicQuantizeMatMul)
+— float32 activations quantized to uint8 per call, an int8 weight matrix, float32 out.
+
+Contract: for x (M, K) float32 (the node's leading dimensions flattened into M rows), int8
+weights w (K, N) with zero point 0, per-column float32 scales σ and bias β, the kernel computes
+
+    (q, s, z) = DynamicQuantizeLinear(x)                 (ONNX Runtime's formula, exact)
+    acc[m, n] = Σ_k q[m, k] · w[k, n] − z · Σ_k w[k, n]  (int32: u8 × s8 products)
+    y[m, n]   = float32(acc) · (s · σ[n]) + β[n]
+
+— the node's reference: the quantization is exact (`strict_float`, division by the scale, round
+half to even), so the integer sums are the reference's and the float epilogue differs at most in
+the rounding of its multiply-add. u8 × s8 products summed in int32 are what x86's `vpdpbusd`
+(AVX-VNNI, AVX512-VNNI) and AMX's `tdpbusd` compute; the zero-point correction z·Σw is one
+product per column (`kernel_arguments` sums the columns once per kernel).
+
+Variants: weights int8 with zero point 0 (ONNX Runtime's dynamic quantizer's default, QInt8
+symmetric); others stay on their library.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from woodpecker.ir.graph import Node
+from woodpecker.ops.quant_matmul import B_SCALE, B_ZP, BIAS, OP, B, X, dynamic_quantize_matmul
+from woodpecker.tasks import Task
+
+
+@dataclass(frozen=True)
+class QDenseTask(Task):
+    kind = "qdense"
+    layout = ""
+    ops = frozenset({OP})
+
+    m: int
+    k: int
+    n: int
+    has_bias: bool = True
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (self.m, self.n)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.k * self.n
+
+    @classmethod
+    def from_node(cls, node: Node) -> "QDenseTask":
+        if node.op not in cls.ops:
+            raise ValueError(f"{node.op} node {node.name!r} is not a dynamic int8 MatMul")
+        x, b = node.inputs[X], node.inputs[B]
+        if any(node.inputs[i].data is None for i in (B, B_SCALE, B_ZP)) or \
+                (node.input(BIAS) is not None and node.inputs[BIAS].data is None):
+            raise ValueError(f"{node.name!r}: weights or their parameters computed at run time")
+        if b.dtype != np.int8 or np.any(node.inputs[B_ZP].data != 0):
+            raise ValueError(f"{node.name!r}: weights not symmetric int8")
+        k, n = b.shape
+        return cls(math.prod(x.shape[:-1]), k, n, node.input(BIAS) is not None)
+
+    def constant(self, node: Node, i: int) -> np.ndarray:
+        """Node input `i`'s constant as the task's arguments hold it: scales, zero points and
+        the bias one value per column, the weights as they are."""
+        a = node.inputs[i].data
+        return a if i == B else np.ascontiguousarray(np.broadcast_to(np.ravel(a), (self.n,)))
+
+    def kernel_arguments(self, inputs: list) -> list:
+        """The node's inputs (x — None where it arrives at run time —, w, σ, w's zero point,
+        β if any) → the kernel's: x (M, K), w (K, N) int8, Σ_k w (int32, N), σ (float32, N),
+        β (float32, N; zeros without a bias)."""
+        x, w, sigma = inputs[0], inputs[1], inputs[2]
+        bias = inputs[4] if self.has_bias else np.zeros(self.n, np.float32)
+        if x is not None:
+            x = x.reshape(self.m, self.k)
+        return [x, w, w.astype(np.int32).sum(axis=0, dtype=np.int32),
+                np.ascontiguousarray(np.broadcast_to(np.ravel(sigma), (self.n,)), np.float32),
+                np.ascontiguousarray(np.ravel(bias), np.float32)]
+
+    def describe(self) -> str:
+        return f"int8 dynamic dense {self.m}x{self.k} . {self.k}x{self.n}" + \
+            (" +bias" if self.has_bias else "")
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """The node's inputs: activations of a layer's statistics (normal, shifted so the zero
+        point is not 0 or 128), int8 weights over their whole range, per-column scales."""
+        rng = np.random.default_rng(seed)
+        x = (rng.standard_normal((self.m, self.k)) * 1.5 + 0.3).astype(np.float32)
+        w = rng.integers(-127, 128, (self.k, self.n)).astype(np.int8)
+        sigma = rng.uniform(0.0005, 0.005, self.n).astype(np.float32)
+        arrays = [x, w, sigma, np.zeros(self.n, np.int8)]
+        if self.has_bias:
+            arrays.append(rng.standard_normal(self.n).astype(np.float32))
+        return arrays
+
+    def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """ops/quant_matmul.py's DynamicQuantizeMatMul on the node's inputs, (M, N)."""
+        x = inputs[0].reshape(self.m, self.k)
+        return dynamic_quantize_matmul({}, x, *inputs[1:])
