@@ -24,6 +24,9 @@ TEMPLATES = [qdense_vnni, pytest.param(qdense_amx, marks=pytest.mark.skipif(
     not host_has_amx(), reason="no AMX on this host"))]
 
 
+EPILOGUES = [(), (("Gelu", "none"),), (("Add",),), (("Add",), ("Relu",))]
+
+
 def _close(got: np.ndarray, want: np.ndarray) -> None:
     """Equal up to the epilogue's multiply-add rounding."""
     scale = max(float(np.abs(want).max()), 1e-30)
@@ -40,7 +43,9 @@ def test_kernel_equals_the_reference(template, data):
                       k=data.draw(st.integers(5 if amx else 1, 150)),
                       n=16 * data.draw(st.integers(1, 4)) if amx else
                       8 * data.draw(st.integers(1, 8)),
-                      has_bias=data.draw(st.booleans()))
+                      has_bias=data.draw(st.booleans()),
+                      epilogue=(epilogue := data.draw(st.sampled_from(EPILOGUES))),
+                      residuals=sum(step[0] == "Add" for step in epilogue))
     configs = list(template.space(task).valid_configs())
     config = data.draw(st.sampled_from(configs))
     inputs = task.random_inputs(data.draw(st.integers(0, 1000)))
@@ -76,22 +81,23 @@ def test_the_tuner_measures_amx_candidates():
 
 def test_a_dynamically_quantized_model_runs_on_the_int8_kernels(tmp_path):
     """ONNX Runtime's dynamic quantizer's file, tuned briefly on generated kernels and numpy
-    alone: every MatMul folds and runs on a qdense kernel, and the output is ONNX Runtime's."""
+    alone: every MatMul folds (its Relu fused after it) and runs on a qdense kernel, and the
+    output is ONNX Runtime's."""
     import woodpecker
     from woodpecker.options import TuneOptions
 
     rng = np.random.default_rng(0)
-    _float_model(rng, 32, 96, 64, 2, True, tmp_path / "f.onnx")
+    _float_model(rng, 32, 96, 64, 2, True, tmp_path / "f.onnx", relu=True)
     quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=QuantType.QInt8)
     model = woodpecker.compile(str(tmp_path / "q.onnx"), engines=("halide", "numpy"),
                                tune=TuneOptions(budget="30s", max_trials=2),
                                tuning_log=str(tmp_path / "log.jsonl"))
-    nodes = [n for n in model.plan.graph.nodes if n.op == "DynamicQuantizeMatMul"]
+    nodes = [n for n in model.plan.graph.nodes if n.op == "FusedDynamicQuantizeMatMul"]
     assert len(nodes) == 2
     assert {model.plan.choices[n.name].engine for n in nodes} == {"halide"}
     x = (rng.standard_normal((1, 32, 96)) * 2 + 0.5).astype(np.float32)
     want = ort.InferenceSession(str(tmp_path / "q.onnx"),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})
     got = model.run({"x": x})
-    for name, w in zip(("a0", "a1"), want):
+    for name, w in zip(("r0", "r1"), want):
         _close(got[name], w)

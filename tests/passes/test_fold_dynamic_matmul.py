@@ -20,8 +20,9 @@ from woodpecker.ops.quant_matmul import dynamic_quantize_linear
 from woodpecker.passes import optimize
 
 
-def _float_model(rng, rows: int, k: int, n: int, heads: int, bias: bool, path) -> None:
-    """x (1, rows, k) → `heads` MatMuls sharing x (each + bias if asked) → their Sum."""
+def _float_model(rng, rows: int, k: int, n: int, heads: int, bias: bool, path,
+                 relu: bool = False) -> None:
+    """x (1, rows, k) → `heads` MatMuls sharing x (each + bias if asked, then Relu)."""
     nodes, inits, outs = [], [], []
     for h in range(heads):
         w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
@@ -33,6 +34,9 @@ def _float_model(rng, rows: int, k: int, n: int, heads: int, bias: bool, path) -
                                                  f"b{h}"))
             nodes.append(helper.make_node("Add", [f"m{h}", f"b{h}"], [f"a{h}"]))
             out = f"a{h}"
+        if relu:
+            nodes.append(helper.make_node("Relu", [out], [f"r{h}"]))
+            out = f"r{h}"
         outs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, rows, n]))
     g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, [1, rows, k])], outs, inits)
@@ -40,11 +44,14 @@ def _float_model(rng, rows: int, k: int, n: int, heads: int, bias: bool, path) -
     path.write_bytes(model.SerializeToString())
 
 
-def _session(path) -> ort.InferenceSession:
+def _session(model) -> ort.InferenceSession:
+    """ONNX Runtime without graph optimizations (its fused contrib kernels round otherwise) on
+    a file path or a ModelProto."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.intra_op_num_threads = 1
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    source = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+    return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
 
 
 @settings(max_examples=25, deadline=None)
@@ -120,3 +127,27 @@ def test_mixed_zero_point_type_is_one_line():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ModelError, match="mmi.*must have one type"):
         import_onnx(model.SerializeToString())
+
+
+def test_folded_nodes_export_back_to_standard_onnx(tmp_path):
+    """A DynamicQuantizeMatMul — with a fused epilogue too — exports as the standard ops it
+    stands for (library engines run it so), and ONNX Runtime computes its reference."""
+    from woodpecker.frontend.onnx_export import nodes_model
+    from woodpecker.ops import run_reference
+
+    rng = np.random.default_rng(2)
+    _float_model(rng, 6, 20, 16, 2, True, tmp_path / "f.onnx", relu=True)
+    quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=QuantType.QInt8,
+                     per_channel=True)
+    graph = import_onnx(str(tmp_path / "q.onnx"))
+    optimize(graph)
+    nodes = [n for n in graph.nodes if n.op == "FusedDynamicQuantizeMatMul"]
+    assert len(nodes) == 2
+    x = rng.standard_normal((1, 6, 20)).astype(np.float32)
+    for node in nodes:
+        model = nodes_model([node], [node.inputs[0]], node.outputs, 17)
+        assert "DynamicQuantizeMatMul" not in {p.op_type for p in model.graph.node}
+        got = _session(model).run(None, {node.inputs[0].name: x})[0]
+        want = run_reference(node, [x] + [None if v is None else v.data
+                                          for v in node.inputs[1:]])[0]
+        np.testing.assert_array_equal(got, want)

@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 import woodpecker
 from tests.helpers import conv_bn_relu_residual, make_model, ort_run, rand
@@ -262,10 +262,35 @@ def _qdq_conv():
                                         per_channel=True, bias=True))
 
 
+def _dynamic_matmul():
+    """`x` (1, 8, 6, 6) times a (6, 8) matrix plus a bias, dynamically quantized by ONNX
+    Runtime's quantizer: DynamicQuantizeLinear → MatMulInteger → Cast → Mul → Add."""
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(6)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [6, 8], rng.standard_normal(48).tolist())
+    b = helper.make_tensor("b", TensorProto.FLOAT, [8], rng.standard_normal(8).tolist())
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                           helper.make_node("Add", ["m", "b"], ["y"])], "dyn",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 8])],
+                          [w, b])
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "f.onnx", Path(tmp) / "q.onnx"
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        return onnx.load(dst)
+
+
 MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv,
           "simplify_reshapes": _renamed_axes, "expose_epilogues": _scaled_attention,
           "split_copied_concats": _shared_concats, "fuse_separable": _separable,
-          "fuse_gelu": _conv_gelu, "fuse_rmsnorm": _rmsnorm, "fold_qdq": _qdq_conv}
+          "fuse_gelu": _conv_gelu, "fuse_rmsnorm": _rmsnorm, "fold_qdq": _qdq_conv,
+          "fold_dynamic_matmul": _dynamic_matmul}
 
 
 @pytest.mark.parametrize("name", DEFAULT)

@@ -86,8 +86,14 @@ def node_protos(node: Node, fresh, opset: int) -> tuple[list[onnx.NodeProto],
                                         [x.name] + [v.name for v in vectors], np.zeros(0), x,
                                         ins[0], node.name, fresh, opset)
     cur = fresh(node.name)
-    protos.append(helper.make_node(base, ins, [cur], name=node.name,
-                                   **_attrs(base, node.attrs, opset)))
+    if base in PARTS:       # a composite base: its standard ops
+        inner = Node(base, node.name, list(node.inputs[:n_base]),
+                     [Value(cur, node.outputs[0].shape, node.outputs[0].dtype)], {})
+        more, extra = node_protos(inner, fresh, opset)
+        protos, inits = protos + more, inits + extra
+    else:
+        protos.append(helper.make_node(base, ins, [cur], name=node.name,
+                                       **_attrs(base, node.attrs, opset)))
     operands = iter(residuals)
     steps = node.attrs["epilogue"]
     for i, step in enumerate(steps):

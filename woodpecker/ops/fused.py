@@ -21,7 +21,8 @@ import numpy as np
 from woodpecker.ir.graph import Node
 from woodpecker.ops.registry import OPS, DataOf, op, output_numel
 
-BASE_INPUTS = {"FusedConv": ("Conv", 3), "FusedGemm": ("Gemm", 3), "FusedMatMul": ("MatMul", 2)}
+BASE_INPUTS = {"FusedConv": ("Conv", 3), "FusedGemm": ("Gemm", 3), "FusedMatMul": ("MatMul", 2),
+               "FusedDynamicQuantizeMatMul": ("DynamicQuantizeMatMul", 5)}
 ACTIVATIONS = ("Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu")
 
 

@@ -14,6 +14,10 @@ the rounding of its multiply-add. u8 × s8 products summed in int32 are what x86
 (AVX-VNNI, AVX512-VNNI) and AMX's `tdpbusd` compute; the zero-point correction z·Σw is one
 product per column (`kernel_arguments` sums the columns once per kernel).
 
+A fused epilogue (FusedDynamicQuantizeMatMul, passes/fuse_epilogue.py: a transformer's Gelu
+after its first FFN product, the residual Add after its second) follows on y as in dense tasks;
+its residuals have the output's shape.
+
 Variants: weights int8 with zero point 0 (ONNX Runtime's dynamic quantizer's default, QInt8
 symmetric); others stay on their library.
 """
@@ -21,25 +25,30 @@ symmetric); others stay on their library.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from woodpecker.ir.graph import Node
+from woodpecker.ops.fused import apply_epilogue
 from woodpecker.ops.quant_matmul import B_SCALE, B_ZP, BIAS, OP, B, X, dynamic_quantize_matmul
-from woodpecker.tasks import Task
+from woodpecker.tasks import Task, epilogue_dicts, epilogue_steps, steps_text
+
+FUSED = "Fused" + OP
 
 
 @dataclass(frozen=True)
 class QDenseTask(Task):
     kind = "qdense"
     layout = ""
-    ops = frozenset({OP})
+    ops = frozenset({OP, FUSED})
 
     m: int
     k: int
     n: int
     has_bias: bool = True
+    epilogue: tuple[tuple, ...] = ()
+    residuals: int = 0          # the epilogue's Add operands, each of the output's shape
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -60,29 +69,39 @@ class QDenseTask(Task):
         if b.dtype != np.int8 or np.any(node.inputs[B_ZP].data != 0):
             raise ValueError(f"{node.name!r}: weights not symmetric int8")
         k, n = b.shape
-        return cls(math.prod(x.shape[:-1]), k, n, node.input(BIAS) is not None)
+        m = math.prod(x.shape[:-1])
+        residuals = [v for v in node.inputs[BIAS + 1:] if v is not None]
+        if any(math.prod(v.shape) != m * n or v.shape[-1:] != (n,) for v in residuals):
+            raise ValueError(f"{node.name!r}: an added operand broadcasts")
+        return cls(m, k, n, node.input(BIAS) is not None, epilogue_steps(node), len(residuals))
+
+    def schedule_twin(self) -> "QDenseTask":
+        return replace(self, epilogue=(), residuals=0)
 
     def constant(self, node: Node, i: int) -> np.ndarray:
         """Node input `i`'s constant as the task's arguments hold it: scales, zero points and
         the bias one value per column, the weights as they are."""
         a = node.inputs[i].data
+        if i > BIAS:
+            return np.ascontiguousarray(a).reshape(self.m, self.n)
         return a if i == B else np.ascontiguousarray(np.broadcast_to(np.ravel(a), (self.n,)))
 
     def kernel_arguments(self, inputs: list) -> list:
         """The node's inputs (x — None where it arrives at run time —, w, σ, w's zero point,
-        β if any) → the kernel's: x (M, K), w (K, N) int8, Σ_k w (int32, N), σ (float32, N),
-        β (float32, N; zeros without a bias)."""
+        β if any, the residuals) → the kernel's: x (M, K), w (K, N) int8, Σ_k w (int32, N),
+        σ (float32, N), β (float32, N; zeros without a bias), the residuals."""
         x, w, sigma = inputs[0], inputs[1], inputs[2]
-        bias = inputs[4] if self.has_bias else np.zeros(self.n, np.float32)
+        bias = inputs[BIAS] if self.has_bias else np.zeros(self.n, np.float32)
         if x is not None:
             x = x.reshape(self.m, self.k)
         return [x, w, w.astype(np.int32).sum(axis=0, dtype=np.int32),
                 np.ascontiguousarray(np.broadcast_to(np.ravel(sigma), (self.n,)), np.float32),
-                np.ascontiguousarray(np.ravel(bias), np.float32)]
+                np.ascontiguousarray(np.ravel(bias), np.float32),
+                *inputs[BIAS + self.has_bias:]]
 
     def describe(self) -> str:
         return f"int8 dynamic dense {self.m}x{self.k} . {self.k}x{self.n}" + \
-            (" +bias" if self.has_bias else "")
+            (" +bias" if self.has_bias else "") + steps_text(self.epilogue)
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """The node's inputs: activations of a layer's statistics (normal, shifted so the zero
@@ -94,9 +113,13 @@ class QDenseTask(Task):
         arrays = [x, w, sigma, np.zeros(self.n, np.int8)]
         if self.has_bias:
             arrays.append(rng.standard_normal(self.n).astype(np.float32))
-        return arrays
+        return arrays + [rng.standard_normal((self.m, self.n)).astype(np.float32)
+                         for _ in range(self.residuals)]
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
         """ops/quant_matmul.py's DynamicQuantizeMatMul on the node's inputs, (M, N)."""
         x = inputs[0].reshape(self.m, self.k)
-        return dynamic_quantize_matmul({}, x, *inputs[1:])
+        base = BIAS + self.has_bias
+        y = dynamic_quantize_matmul({}, x, *inputs[1:base])
+        residuals = [r.reshape(self.m, self.n) for r in inputs[base:]]
+        return apply_epilogue(y, epilogue_dicts(self.epilogue), residuals).astype(np.float32)

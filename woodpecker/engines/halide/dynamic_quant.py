@@ -8,13 +8,15 @@ scale) + zp, 0, 255) — `strict_float`, so the division is a division and each 
 reference's (half to even). `q` is materialised once per call (M·K bytes) with `channels`
 columns a row, those past K zero (they meet zero-padded weights).
 
-Epilogue: y[n, m] = float32(acc − zp·Σw[n]) · (scale · σ[n]) + β[n].
+Epilogue: y[n, m] = float32(acc − zp·Σw[n]) · (scale · σ[n]) + β[n], then the task's fused
+steps (conv_common.epilogue_expr; residuals (M, N) arguments after β).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, epilogue_expr
 from woodpecker.tasks.qdense import QDenseTask
 
 LEVELS = 255.0
@@ -23,27 +25,36 @@ LEVELS = 255.0
 @dataclass
 class Params:
     """The kernel's arguments (QDenseTask.kernel_arguments' order): x (M, K) float32, the
-    packed weights (`weight_dims` dimensions), Σw, σ and β per column."""
+    packed weights (`weight_dims` dimensions), Σw, σ and β per column, the residuals."""
 
     x: object
     w: object
     colsum: object
     sigma: object
     beta: object
+    residuals: list = field(default_factory=list)
 
     def all(self) -> list:
-        return [self.x, self.w, self.colsum, self.sigma, self.beta]
+        return [self.x, self.w, self.colsum, self.sigma, self.beta, *self.residuals]
+
+
+def supported(task: QDenseTask) -> bool:
+    """The task's epilogue steps are ones the templates compute."""
+    return all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
 
 def views(task: QDenseTask) -> list:
-    """x seen as (M, K) — the node's leading dimensions flattened —, the rest as they are."""
-    return [(task.m, task.k)] + [None] * 5
+    """x seen as (M, K) — the node's leading dimensions flattened —, the residuals as (M, N),
+    the rest as they are."""
+    return [(task.m, task.k)] + [None] * 4 + [(task.m, task.n)] * task.residuals + [None]
 
 
-def params(hl, weight_dims: int) -> Params:
-    return Params(hl.ImageParam(hl.Float(32), 2, "x"), hl.ImageParam(hl.Int(8), weight_dims, "w"),
-                  hl.ImageParam(hl.Int(32), 1, "colsum"), hl.ImageParam(hl.Float(32), 1, "sigma"),
-                  hl.ImageParam(hl.Float(32), 1, "beta"))
+def params(hl, task: QDenseTask, weight_dims: int) -> Params:
+    f32 = hl.Float(32)
+    return Params(hl.ImageParam(f32, 2, "x"), hl.ImageParam(hl.Int(8), weight_dims, "w"),
+                  hl.ImageParam(hl.Int(32), 1, "colsum"), hl.ImageParam(f32, 1, "sigma"),
+                  hl.ImageParam(f32, 1, "beta"),
+                  [hl.ImageParam(f32, 2, f"residual{i}") for i in range(task.residuals)])
 
 
 @dataclass
@@ -81,7 +92,8 @@ def quantized(hl, task: QDenseTask, x, channels: int) -> Quantized:
     return Quantized(q, scale, zp)
 
 
-def dequantized(hl, acc, co, prm: Params, quant: Quantized):
-    """The float output at column `co` of the integer sum `acc` (Σ q·w, int32)."""
+def output(hl, task: QDenseTask, acc, co, p, prm: Params, quant: Quantized):
+    """The output at column `co` of row `p` from the integer sum `acc` (Σ q·w, int32)."""
     total = acc - hl.i32(quant.zp[()]) * prm.colsum[co]
-    return hl.f32(total) * (quant.scale[()] * prm.sigma[co]) + prm.beta[co]
+    y = hl.f32(total) * (quant.scale[()] * prm.sigma[co]) + prm.beta[co]
+    return epilogue_expr(hl, y, task.epilogue, prm.residuals, (co, p))

@@ -37,7 +37,7 @@ SEEDS = ({"channels": "outer"}, {"channels": "inner"})
 
 def supports(task) -> bool:
     return (isinstance(task, QDenseTask) and task.m >= TILE and task.n % TILE == 0
-            and task.k > GROUP and host_has_amx())
+            and task.k > GROUP and dynamic_quant.supported(task) and host_has_amx())
 
 
 def conv_view(task: QDenseTask) -> QConvTask:
@@ -66,7 +66,7 @@ def weights(task: QDenseTask, config: dict, w: np.ndarray) -> np.ndarray:
 def build(task: QDenseTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     kk, chunks, _, _, stride = qconv_amx.geometry(conv_view(task))
-    prm = dynamic_quant.params(hl, 3)           # w: [k mod 4, lane + 16·group, k / 4]
+    prm = dynamic_quant.params(hl, task, 3)           # w: [k mod 4, lane + 16·group, k / 4]
     prm.w.dim(0).set_min(0).set_stride(1).set_extent(GROUP)
     prm.w.dim(1).set_min(0).set_stride(GROUP)
     prm.w.dim(2).set_min(0).set_extent(kk // GROUP)
@@ -79,7 +79,8 @@ def build(task: QDenseTask, config: dict, threads: int = 2) -> AotKernel:
     acc[lane, p, tile] += hl.i32(quant.q[r[1] * kk + r[0], p]) * weight
     accm = acc.in_()
     out = hl.Func("out")
-    out[co, p] = dynamic_quant.dequantized(hl, accm[co % TILE, p, co // TILE], co, prm, quant)
+    out[co, p] = dynamic_quant.output(hl, task, accm[co % TILE, p, co // TILE], co, p, prm,
+                                       quant)
 
     oco, oci, xo, xi, li, pi = (hl.Var(v) for v in ("oco", "oci", "xo", "xi", "li", "pi"))
     out.output_buffer().dim(0).set_min(0)

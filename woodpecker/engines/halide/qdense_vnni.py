@@ -5,7 +5,7 @@ pairs elsewhere (the products are widened to 16 bits first, so AVX2's saturating
 
 Algorithm (innermost first): acc[lane, p, tile] = Σ_{q, r<4} q[4q + r, p] · w[r, lane, q, tile]
 over K padded to 4·Q columns (dynamic_quant.quantized: x quantized once per call, columns past
-K zero), then dynamic_quant.dequantized. Weights packed per column tile as (⌈N/T⌉, Q, T, 4)
+K zero), then dynamic_quant.output. Weights packed per column tile as (⌈N/T⌉, Q, T, 4)
 int8 (`weights`): one vector of weights is 64 contiguous bytes.
 
 Knobs: `vec` (8 or 16 int32 lanes), `co_block` vectors and `x_block` rows per register tile,
@@ -32,7 +32,7 @@ SEEDS = ({"vec": 16, "co_block": 2, "x_block": 8, "parallel": "p"},
 
 def supports(task) -> bool:
     """Whole column tiles: N a multiple of 8 (one AVX2 vector of int32)."""
-    return isinstance(task, QDenseTask) and task.n % 8 == 0
+    return isinstance(task, QDenseTask) and task.n % 8 == 0 and dynamic_quant.supported(task)
 
 
 def space(task: QDenseTask, vector_registers: int = 32) -> KnobSpace:
@@ -73,7 +73,7 @@ def build(task: QDenseTask, config: dict, threads: int = 2) -> AotKernel:
     hl = halide_module()
     vec, t, xb = config["vec"], config["vec"] * config["co_block"], config["x_block"]
     q = _groups(task)
-    prm = dynamic_quant.params(hl, 4)           # w: [r, lane, q, tile]
+    prm = dynamic_quant.params(hl, task, 4)           # w: [r, lane, q, tile]
     prm.w.dim(0).set_stride(1).set_extent(GROUP).set_min(0)
     prm.w.dim(1).set_stride(GROUP).set_extent(t).set_min(0)
     quant = dynamic_quant.quantized(hl, task, prm.x, q * GROUP)
@@ -84,7 +84,7 @@ def build(task: QDenseTask, config: dict, threads: int = 2) -> AotKernel:
     acc[lane, p, tile] += hl.i32(hl.i16(quant.q[GROUP * r[1] + r[0], p])
                                  * hl.i16(prm.w[r[0], lane, r[1], tile]))
     out = hl.Func("out")
-    out[co, p] = dynamic_quant.dequantized(hl, acc[co % t, p, co // t], co, prm, quant)
+    out[co, p] = dynamic_quant.output(hl, task, acc[co % t, p, co // t], co, p, prm, quant)
 
     oco, oci, po, pi = hl.Var("oco"), hl.Var("oci"), hl.Var("po"), hl.Var("pi")
     out.output_buffer().dim(0).set_min(0)
