@@ -151,3 +151,32 @@ def test_folded_nodes_export_back_to_standard_onnx(tmp_path):
         want = run_reference(node, [x] + [None if v is None else v.data
                                           for v in node.inputs[1:]])[0]
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_product_reshaped_to_2d_and_back_folds_with_its_activation(tmp_path):
+    """The 2-d Gemm form (x reshaped to rows, the product reshaped back, then Relu) folds into
+    one node reading x and writing the activation, and keeps ONNX Runtime's output."""
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((12, 16)) / 4).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([10, 12], np.int64), "rows"),
+             numpy_helper.from_array(np.array([2, 5, 16], np.int64), "back")]
+    nodes = [helper.make_node("Reshape", ["x", "rows"], ["x2"]),
+             helper.make_node("MatMul", ["x2", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Reshape", ["a", "back"], ["a3"]),
+             helper.make_node("Relu", ["a3"], ["y"])]
+    g = helper.make_graph(nodes, "gemm", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [2, 5, 12])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [2, 5, 16])], inits)
+    (tmp_path / "f.onnx").write_bytes(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=QuantType.QInt8)
+    graph = import_onnx(str(tmp_path / "q.onnx"))
+    optimize(graph)
+    assert [n.op for n in graph.nodes] == ["FusedDynamicQuantizeMatMul"]
+    assert graph.nodes[0].inputs[0] is graph.inputs[0]
+    x = rng.standard_normal((2, 5, 12)).astype(np.float32)
+    np.testing.assert_array_equal(run_graph(graph, {"x": x})["y"],
+                                  _session(tmp_path / "q.onnx").run(None, {"x": x})[0])

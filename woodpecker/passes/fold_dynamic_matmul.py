@@ -12,6 +12,12 @@ DynamicQuantizeLinear's scale and a constant float32 scale per tensor or per col
 a constant float32 vector of N values folded in as the bias when it is the Mul's only reader.
 A DynamicQuantizeLinear read by several MatMulIntegers folds into each of them (its node goes
 when nothing else reads it).
+
+Where the quantized input is a Reshape merging the leading dimensions of x (the last one kept)
+and the chain's result is reshaped back to those dimensions — the 2-d Gemm form ONNX Runtime's
+MatMulAddFusion exports a transformer's projections in — the node reads x and writes the
+reshaped result itself: quantization takes the same values either way, and the activations or
+residual Adds after the Reshape can then join the node's epilogue (passes/fuse_epilogue.py).
 """
 
 from __future__ import annotations
@@ -50,6 +56,20 @@ def _bias(graph: Graph, y: Value, n: int) -> tuple[Node, Value] | None:
     return add, b
 
 
+def _reshaped_around(graph: Graph, x: Value, y: Value, n: int) -> tuple[Node, Node] | None:
+    """(the Reshape making `x` from a tensor of the same last dimension, the sole Reshape of
+    `y` back to that tensor's leading dimensions), or None."""
+    before = producer(x, "Reshape")
+    after = sole_reader(graph, y, "Reshape")
+    if before is None or after is None:
+        return None
+    src = before.inputs[0]
+    if src.shape is None or src.shape[-1:] != x.shape[-1:] or \
+            tuple(after.outputs[0].shape) != tuple(src.shape[:-1]) + (n,):
+        return None
+    return before, after
+
+
 def _fold(graph: Graph, mm: Node) -> bool:
     dql = producer(mm.inputs[0], "DynamicQuantizeLinear")
     b = mm.inputs[1]
@@ -77,8 +97,12 @@ def _fold(graph: Graph, mm: Node) -> bool:
     if bias:
         inputs.append(graph.const(np.ascontiguousarray(bias[1].data.reshape(n)), "bias"))
     result = last.outputs[0]
+    around = _reshaped_around(graph, dql.inputs[0], result, n)
+    if around is not None:
+        inputs[0], result = around[0].inputs[0], around[1].outputs[0]
     index = graph.nodes.index(mm)
-    for node in (last, mul, cast, mm) if bias else (mul, cast, mm):
+    for node in ((last, mul, cast, mm) if bias else (mul, cast, mm)) + \
+            ((around[1],) if around else ()):
         graph.remove_node(node)
     graph.add_node(OP, inputs, [result], {}, name=mm.name, index=index)
     return True
