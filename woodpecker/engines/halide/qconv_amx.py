@@ -51,7 +51,7 @@ import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.host import host_has_amx
-from woodpecker.engines.halide.template_parts import compiled, halide_type
+from woodpecker.engines.halide.template_parts import compiled, halide_type, padded_channels
 from woodpecker.tasks.qconv import QConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
@@ -69,10 +69,10 @@ SEEDS = ({"walk": "rows", "channels": "inner", "input": "copy"},
 
 
 def supports(task) -> bool:
-    """Whole channel tiles of 16, one stride in both directions, more than 4 input channels a
+    """One stride in both directions, more than 4 input channels a
     step or a window wider than 1×1 (Halide 21 matches no tile for a 1×1 conv over ≤ 4
     channels: "Store to AMX tile allocation of a non-tile value"), and a host with AMX."""
-    return (isinstance(task, QConvTask) and task.groups == 1 and task.k % TILE == 0
+    return (isinstance(task, QConvTask) and task.groups == 1
             and task.stride[0] == task.stride[1]
             and (task.c > GROUP or task.kh * task.kw > 1) and host_has_amx())
 
@@ -133,7 +133,8 @@ def arguments(task: QConvTask, config: dict, inputs: list) -> list:
     """The node's inputs → x, the weights as the kernel reads them (`weights`), β, μ and the
     zero points (`QConvTask.kernel_arguments`)."""
     args = task.kernel_arguments(inputs)
-    return [args[0], weights(task, config, args[1]), *args[2:]]
+    return [args[0], weights(task, config, args[1]), *padded_channels(args[2:4], task.k, TILE),
+            *args[4:]]
 
 
 def views(task: QConvTask) -> list:
@@ -141,11 +142,12 @@ def views(task: QConvTask) -> list:
 
 
 def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:
-    """HWIO int8 → (steps, groups · 16, 4) int8, channels zero-padded to whole steps: for
-    group g = (channel tile · kh·kw + tap) · chunks + chunk, element [k / 4, 16·g + lane,
-    k mod 4] is the weight of input channel chunk·K + k to output channel tile·16 + lane at
-    that tap. A weight tile is then (k mod 4, lane + 16·g, k / 4), rows 16·groups·4 bytes
-    apart — the only form of offset Halide 21's matcher takes (module docstring)."""
+    """HWIO int8 → (steps, groups · 16, 4) int8, input channels zero-padded to whole steps
+    and output channels to whole tiles: for group g = (channel tile · kh·kw + tap) · chunks +
+    chunk, element [k / 4, 16·g + lane, k mod 4] is the weight of input channel chunk·K + k
+    to output channel tile·16 + lane at that tap. A weight tile is then (k mod 4, lane + 16·g,
+    k / 4), rows 16·groups·4 bytes apart — the only form of offset Halide 21's matcher takes
+    (module docstring)."""
     if config.get("input") == "unfold":      # (kh, kw, C, K) → (kh, 1, kw·C', K)
         kh, kw, c, k = w.shape
         c4 = _unfolded(task).c // kw
@@ -153,10 +155,11 @@ def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:
         task = _unfolded(task)
     kk, chunks, cp, _, _ = geometry(task)
     kh, kw, c, k = w.shape
-    padded = np.zeros((kh, kw, cp, k), np.int8)
-    padded[:, :, :c] = w
+    tiles = -(-k // TILE)
+    padded = np.zeros((kh, kw, cp, tiles * TILE), np.int8)
+    padded[:, :, :c, :k] = w
     steps = kk // GROUP
-    blocks = padded.reshape(kh * kw, chunks, steps, GROUP, k // TILE, TILE)
+    blocks = padded.reshape(kh * kw, chunks, steps, GROUP, tiles, TILE)
     return np.ascontiguousarray(blocks.transpose(2, 4, 0, 1, 5, 3)).reshape(steps, -1, GROUP)
 
 
@@ -222,7 +225,8 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
 
     oco, oci = hl.Var("oco"), hl.Var("oci")
     out.output_buffer().dim(0).set_min(0)
-    out.split(co, oco, oci, TILE, hl.TailStrategy.RoundUp).vectorize(oci)
+    out.split(co, oco, oci, TILE, hl.TailStrategy.RoundUp if task.k % TILE == 0
+              else hl.TailStrategy.GuardWithIf).vectorize(oci)
     if not direct:
         xp.bound(c, 0, cstride).vectorize(c, min(cstride, 16))
     li, pi = hl.Var("li"), hl.Var("pi")

@@ -7,6 +7,8 @@ import functools
 import hashlib
 from pathlib import Path
 
+import numpy as np
+
 from woodpecker.engines.halide.aot import AotKernel, compile_kernel
 
 PARALLEL = ("rows", "rows_co", "co")
@@ -119,3 +121,10 @@ def uint8_padded(hl, task, x, x_zp):
 def halide_type(hl, dtype: str):
     """The Halide type of a task's element type name (float32, uint8, int8)."""
     return {"float32": hl.Float(32), "uint8": hl.UInt(8), "int8": hl.Int(8)}[dtype]
+
+
+def padded_channels(vectors: list, k: int, t: int) -> list:
+    """Per-channel kernel arguments (an int8 conv's β and μ) zero-padded to whole tiles of `t`
+    channels: a kernel computes its last, partial tile whole and masks its stores."""
+    kp = -(-k // t) * t
+    return [np.pad(v, (0, kp - k)) for v in vectors]
