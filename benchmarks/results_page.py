@@ -4,13 +4,12 @@ under `benchmarks/results/` — no number on either is typed by hand.
 Contract: `SETS` names each published result (its files, what it measured, the command that
 made it); `render_page()` is the page and `render_summary()` the README's table (between the
 `BEGIN`/`END` markers), each with the machine (CPU, ISA) and the versions the files record.
-`python benchmarks/results_page.py` rewrites both; `--check` exits 1 where either differs from
-what the files give (tests/bench/test_results_page.py runs it). A benchmark that publishes a
-new result adds its set here and reruns the script.
+`python benchmarks/results_page.py` rewrites both; `--check` exits 1 where either differs
+(tests/bench/test_results_page.py runs it). A new published result adds its set here.
 
-Ratios: Woodpecker's median over the other runtime's (< 1: Woodpecker faster); "faster
-library" is per round the faster of ONNX Runtime and OpenVINO; a geomean of such ratios over
-models; "paired" is the median over rounds of the per-round ratio.
+Ratios: Woodpecker's median over the other runtime's (< 1: Woodpecker faster); "faster library"
+is per round the faster of ONNX Runtime and OpenVINO; a geomean of such ratios over models;
+"paired" is the median over rounds of the per-round ratio.
 """
 
 from __future__ import annotations
@@ -289,12 +288,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
             *["| " + " | ".join(r) + " |" for r in rows]]
 
 
-def _open_world_rows(doc: dict) -> list[dict]:
-    return sorted(doc["models"], key=lambda r: (r["group"], r["name"]))
-
-
 def _open_world(doc: dict) -> tuple[list[str], dict]:
-    rows, out = _open_world_rows(doc), []
+    rows, out = sorted(doc["models"], key=lambda r: (r["group"], r["name"])), []
     for r in rows:
         ms = r["median_ms"]
         out.append([r["name"], r["group"], r["plan"], f"{r['generated_time_share']:.0%}",
@@ -360,11 +355,15 @@ def _torch_compile(doc: dict) -> tuple[list[str], dict]:
 
 def _quantized(doc: dict) -> tuple[list[str], dict]:   # quantized.py's files
     keys = ("woodpecker", "onnxruntime", "openvino", "woodpecker_fp32")
-    out = [[r["name"] + (" (dynamic)" if r["dynamic"] else ""), r["plan"],
-            *(_f(r["median_ms"][k], 2) for k in keys),
-            _f(r["ours_over_faster_library"]["median"]), _f(r["int8_speedup_over_our_fp32"], 2),
-            f"{r['outputs'][0]['sqnr_db']:.1f}", "–" if r["outputs"][0]["top1_agreement"] is None
-            else f"{100 * r['outputs'][0]['top1_agreement']:.1f} %"] for r in doc["models"]]
+    out = []
+    for r in doc["models"]:      # a file quantized by its authors: no fp32 plan, no SQNR
+        o = (r["outputs"] or [{}])[0]
+        kind = " (dynamic)" if r["dynamic"] else " (its authors' int8)" if r.get("as_is") else ""
+        agree = o.get("top1_agreement")
+        out.append([r["name"] + kind, r["plan"], *(_f(r["median_ms"].get(k), 2) for k in keys),
+                    _f(r["ours_over_faster_library"]["median"]),
+                    _f(r["int8_speedup_over_our_fp32"], 2), _f(o.get("sqnr_db"), 1),
+                    "–" if agree is None else f"{100 * agree:.1f} %"])
     return _table(["model", "int8 plan", "ours int8 ms", "ONNX Runtime", "OpenVINO", "ours fp32 "
                    "ms", "paired ÷ faster library", "int8 speed-up", "SQNR dB", "top-1 agreement"],
                   out), \
