@@ -142,8 +142,10 @@ def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path, budget: str | No
     return {"name": entry["name"], "dynamic": dynamic, "as_is": as_is,
             "quantize_s": round(quantize_s, 1),
             "compile_s": {k: round(plans[k + "_compile_s"], 1) for k in kept},
-            # the library's session, unless the last check kept Woodpecker's plan over it
+            # the library's session (or Woodpecker's rewrite of the file it runs, where that
+            # was kept: uint8 activations), unless the last check kept Woodpecker's plan
             "plan": "woodpecker" if lf.get("against", {}).get("kept") else
+                    lf["rewrite"]["best"] if lf.get("rewrite", {}).get("kept") else
                     lf.get("engine") or "woodpecker",
             "engines": {k: sorted(set(plans[k].plan.engines)) for k in kept},
             "generated_flops_share": {k: round(plans[k].generated_flops_share(), 3)

