@@ -1,10 +1,14 @@
 """The int8 conv templates (engines/halide/qconv_gemm.py: VNNI; qconv_amx.py: AMX tiles, where
 the host has them; qconv_depthwise.py) compute tasks/qconv.py's contract exactly — hypothesis
-over shapes, strides, pads, dilations, int8/uint8 in and out, and each template's knobs — and a
+over shapes, strides, pads, dilations, int8/uint8 in and out, output channels past whole
+tiles, a fused residual program (DequantizeLinear → Add → [Relu] → QuantizeLinear with a second
+8-bit input) and each template's knobs — and a
 QDQ file's folded QLinearConv, through `node_arguments`, gives ONNX Runtime's output bit for
 bit."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import onnxruntime as ort
@@ -12,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.engines.test_halide_qdq_elementwise import _residual_task
 from tests.passes.test_fold_qdq import _model
 from woodpecker.engines.halide import qconv_amx, qconv_depthwise, qconv_gemm
 from woodpecker.engines.halide.host import host_has_amx
@@ -52,6 +57,11 @@ def test_kernel_equals_the_integer_reference(template, data):
         x_dtype=data.draw(st.sampled_from(["uint8", "int8"])),
         y_dtype=data.draw(st.sampled_from(["uint8", "int8"])), has_bias=data.draw(st.booleans()),
         groups=k if depthwise else 1)
+    if not depthwise and data.draw(st.booleans()):     # a fused residual block's program
+        extra = data.draw(st.sampled_from(["uint8", "int8"]))
+        program = _residual_task(task.y_dtype, extra, data.draw(st.sampled_from(
+            ["uint8", "int8"])), data.draw(st.booleans()), 1, 1, 1).program
+        task = replace(task, program=program, extra=(extra,), consts=6)
     configs = list(template.space(task).valid_configs()) \
         if task.out_w >= 1 and template.supports(task) else []
     if not configs:
@@ -82,28 +92,34 @@ def test_a_folded_qdq_conv_runs_on_the_kernel_as_onnx_runtime_does(template, c, 
                    per_channel=True, bias=True)
     graph = import_onnx(model)
     optimize(graph)
-    node = next(n for n in graph.nodes if n.op == "QLinearConv")
+    # the input's QuantizeLinear, an element-wise group of one; the output's DequantizeLinear
+    # fused into the conv (passes/fuse_qconv_program.py) but after a depthwise one
+    node = next(n for n in graph.nodes if n.op in ("QLinearConv", "FusedQLinearConv"))
+    assert node.op == ("QLinearConv" if groups > 1 else "FusedQLinearConv")
+    q, *dq = (n for n in graph.nodes if n.op == "FusedElementwise")
+    assert [s["op"] for s in q.attrs["program"]] == ["QuantizeLinear"]
+    assert [s["op"] for n in (dq or [node]) for s in n.attrs["program"]] == ["DequantizeLinear"]
     task = QConvTask.from_node(node)
     assert template.supports(task)
     x = (rng.standard_normal((1, c, 9, 9)) * 2).astype(np.float32)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    # the input's QuantizeLinear and the output's DequantizeLinear: element-wise groups of one
-    q, dq = (n for n in graph.nodes if n.op == "FusedElementwise")
-    assert [s["op"] for s in q.attrs["program"] + dq.attrs["program"]] == \
-        ["QuantizeLinear", "DequantizeLinear"]
     xq = run_reference(q, [x, q.inputs[1].data])[0]
     inputs = [np.ascontiguousarray(xq.transpose(0, 2, 3, 1))] + \
-        [task.constant(node, i) for i in range(1, len(node.inputs))]
-    yq = _run(task, template.space(task).seeds[0], inputs, template)
-    np.testing.assert_array_equal(yq, task.reference(inputs))
-    y = run_reference(dq, [yq.transpose(0, 3, 1, 2), dq.inputs[1].data])[0]
+        [task.constant(node, i) for i in range(1, len(node.inputs)) if node.inputs[i] is not None]
+    y = _run(task, template.space(task).seeds[0], inputs, template)
+    np.testing.assert_array_equal(y, task.reference(inputs))
+    if dq:
+        y = run_reference(dq[0], [y.transpose(0, 3, 1, 2), dq[0].inputs[1].data])[0]
+    else:
+        y = y.transpose(0, 3, 1, 2)
     np.testing.assert_array_equal(y, want)
 
 
 def test_a_quantized_model_compiles_onto_the_int8_kernels(tmp_path):
     """A QDQ classifier, tuned briefly, on generated kernels and numpy alone (so the test does
     not rest on a speed): its convs fold and run on qconv_gemm's kernels, and the plan's output
-    equals ONNX Runtime's on the same file bit for bit."""
+    equals ONNX Runtime's on the same file bit for bit (one conv with the group after it fused
+    into its epilogue)."""
     import collections
 
     import woodpecker
@@ -121,7 +137,8 @@ def test_a_quantized_model_compiles_onto_the_int8_kernels(tmp_path):
                                tune=TuneOptions(budget="30s", max_trials=2),
                                tuning_log=str(tmp_path / "log.jsonl"))
     engines = collections.Counter(model.plan.choices[n.name].engine
-                                  for n in model.plan.graph.nodes if n.op == "QLinearConv")
+                                  for n in model.plan.graph.nodes
+                                  if n.op in ("QLinearConv", "FusedQLinearConv"))
     assert engines == {"halide": 2}
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"image": x})[0]

@@ -23,11 +23,12 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.errors import ModelError
-from woodpecker.ir.graph import Node
+from woodpecker.ir.graph import Node, Value
 from woodpecker.ops import window
 from woodpecker.ops.conv import bias_and_kernel, conv
+from woodpecker.ops.fused import program_dtype, run_program, runtime_count
 from woodpecker.ops.quant import QUANT_TYPES, check_scale
-from woodpecker.ops.registry import DataOf, dtype_of, numel, op, shape_of, where
+from woodpecker.ops.registry import DataOf, composite, dtype_of, numel, op, shape_of, where
 
 X, XS, XZ, W, WS, WZ, YS, YZ, B = range(9)
 
@@ -99,3 +100,49 @@ def qlinear_conv(attrs, x, xs, xz, w, ws, wz, ys, yz, b=None):
     scale = (np.float32(np.ravel(xs)[0]) * np.ravel(ws).astype(np.float32)) \
         / np.float32(np.ravel(ys)[0])
     return requantize(acc.astype(np.int32), _channel(scale, m, nd), np.ravel(yz)[0])
+
+
+# -- FusedQLinearConv: a QLinearConv and the element-wise group reading its output -------------
+# (passes/fuse_qconv_program.py: a quantized ResNet's DequantizeLinear → Add → Relu →
+# QuantizeLinear after the conv that ends each block). Inputs: the QLinearConv's nine (B may be
+# None), then the group's other run-time inputs, then its constant vector if any; `program`
+# (ops/fused.py's steps) reads the conv's 8-bit output as run-time input 0 and the others as
+# 1, 2, …. The conv's output is requantised exactly as QLinearConv's, then the program runs on
+# it: the same values as the two nodes, in one pass.
+FUSED = "FusedQLinearConv"
+N_CONV = 9
+
+
+def _fused_infer(node: Node, data_of: DataOf):
+    (shape, dtype), = _infer(node, data_of)
+    return [(shape, program_dtype(node.attrs["program"], dtype))]
+
+
+def _fused_flops(node: Node) -> int:
+    return _flops(node) + numel(node.outputs[0].shape) * len(node.attrs["program"])
+
+
+def fused_parts(node: Node) -> list[Node]:
+    """The QLinearConv (its output a value named after `node`) and the FusedElementwise."""
+    y = node.outputs[0]
+    conv_out = Value(f"{node.name}/conv", y.shape, node.inputs[YZ].dtype)
+    conv = Node("QLinearConv", node.name, list(node.inputs[:N_CONV]), [conv_out],
+                {k: v for k, v in node.attrs.items() if k != "program"})
+    conv_out.producer = conv
+    group = Node("FusedElementwise", f"{node.name}/program",
+                 [conv_out, *node.inputs[N_CONV:]], [y], {"program": node.attrs["program"]})
+    return [conv, group]
+
+
+@op(FUSED, _fused_infer, _fused_flops)
+def fused_qlinear_conv(attrs, *inputs):
+    program = attrs["program"]
+    y = qlinear_conv(attrs, *inputs[:N_CONV])
+    rest = list(inputs[N_CONV:])
+    n = runtime_count(program) - 1
+    consts = rest[n].astype(np.float32) if len(rest) > n else np.zeros(0, np.float32)
+    out = run_program(program, [y, *rest[:n]], consts, (1, y.shape[1]) + (1,) * (y.ndim - 2))
+    return np.asarray(out, program_dtype(program, y.dtype))
+
+
+composite(FUSED, fused_parts)

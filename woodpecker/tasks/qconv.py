@@ -15,6 +15,12 @@ products summed in int32 are what x86's VNNI instruction (`vpdpbusd`) computes: 
 the zero-point correction move into β at build time, so the kernel's inner loop is the
 instruction alone.
 
+A fused element-wise program (FusedQLinearConv, passes/fuse_qconv_program.py: a residual
+block's DequantizeLinear → Add → Relu → QuantizeLinear) runs on the requantised 8-bit value:
+`program` (tasks/elementwise.py's form, the conv's output its run-time input 0), the types of
+its other run-time inputs (`extra`, NHWC of the output's shape) and the length of its constant
+vector; the output type is then the program's.
+
 Variants: groups 1 or depthwise (groups = input channels = output channels; other grouped
 int8 convs are not built), symmetric weights (w_zero_point 0, as ONNX Runtime's and NNCF's
 quantizers write per-channel weights), per-tensor activation zero points; a QLinearConv outside
@@ -28,16 +34,31 @@ from dataclasses import dataclass
 import numpy as np
 
 from woodpecker.ir.graph import Node
-from woodpecker.ops.quant_conv import WS, WZ, XS, XZ, YS, YZ, B, W, X, qlinear_conv
-from woodpecker.tasks import NHWC, Task
+from woodpecker.ops.fused import program_dtype, runtime_count
+from woodpecker.ops.quant_conv import (
+    FUSED,
+    N_CONV,
+    WS,
+    WZ,
+    XS,
+    XZ,
+    YS,
+    YZ,
+    B,
+    W,
+    X,
+    qlinear_conv,
+)
+from woodpecker.tasks import NHWC, Task, program_dicts, program_steps
 from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.elementwise import ElementwiseTask
 
 
 @dataclass(frozen=True)
 class QConvTask(Task):
     kind = "qconv2d"
     layout = NHWC
-    ops = frozenset({"QLinearConv"})
+    ops = frozenset({"QLinearConv", FUSED})
 
     n: int
     c: int
@@ -53,8 +74,11 @@ class QConvTask(Task):
     y_dtype: str = "uint8"
     has_bias: bool = True
     groups: int = 1
+    program: tuple = ()             # a fused element-wise program on the 8-bit output
+    extra: tuple[str, ...] = ()     # its other run-time inputs' types
+    consts: int = 0                 # its constant vector's length
 
-    LATER_FIELDS = ("groups",)
+    LATER_FIELDS = ("groups", "program", "extra", "consts")
     out_h = ConvTask.out_h          # the same geometry, the same output size
     out_w = ConvTask.out_w
 
@@ -64,7 +88,19 @@ class QConvTask(Task):
 
     @property
     def out_dtype(self) -> np.dtype:
-        return np.dtype(self.y_dtype)
+        return program_dtype(program_dicts(self.program), np.dtype(self.y_dtype)) \
+            if self.program else np.dtype(self.y_dtype)
+
+    def program_task(self) -> ElementwiseTask:
+        """The fused program as the element-wise task over the output it computes (its input 0
+        the requantised conv output)."""
+        return ElementwiseTask(self.n, self.out_h, self.out_w, self.k, 1 + len(self.extra),
+                               self.consts, self.program, self.out_dtype.name,
+                               (self.y_dtype, *self.extra))
+
+    @property
+    def steps_off(self) -> int:
+        return self.program_task().steps_off if self.program else 0
 
     @property
     def flops(self) -> int:
@@ -88,14 +124,25 @@ class QConvTask(Task):
         if node.inputs[W].dtype != np.int8 or np.any(node.inputs[WZ].data != 0):
             raise ValueError(f"{node.name!r}: weights not symmetric int8")
         p, a = node.attrs["_pads"], node.attrs
+        program, extra, consts = (), (), 0
+        if node.op == FUSED:
+            program = program_steps(a["program"])
+            n_in = runtime_count(a["program"])
+            extra = tuple(v.dtype.name for v in node.inputs[N_CONV:N_CONV + n_in - 1])
+            rest = node.inputs[N_CONV + n_in - 1:]
+            consts = rest[0].data.size if rest else 0
         return cls(n, c, h, w, k, kh, kw, tuple(a["strides"]), (p[0], p[1], p[2], p[3]),
                    tuple(a["dilations"]), node.inputs[X].dtype.name,
-                   node.inputs[YZ].dtype.name, node.input(B) is not None, groups)
+                   node.inputs[YZ].dtype.name, node.input(B) is not None, groups, program,
+                   extra, consts)
 
     def constant(self, node: Node, i: int) -> np.ndarray:
         """Node input `i`'s constant as the task's arguments hold it: OIHW weights as HWIO,
         every other as it is."""
         a = node.inputs[i].data
+        if i >= N_CONV:      # the program's constants (or a constant input of it, NHWC)
+            return np.ascontiguousarray(a.transpose(0, 2, 3, 1)) if a.ndim == 4 else \
+                np.ascontiguousarray(a, np.float32).reshape(-1)
         return np.ascontiguousarray(a.transpose(2, 3, 1, 0)) if i == W else a
 
     def kernel_arguments(self, inputs: list) -> list:
@@ -111,12 +158,14 @@ class QConvTask(Task):
         mu = (np.float32(np.ravel(xs)[0]) * np.broadcast_to(
             np.ravel(ws), (self.k,)).astype(np.float32)) / np.float32(np.ravel(ys)[0])
         return [x, w, beta.astype(np.int32), mu.astype(np.float32),
-                np.array([x_zp], np.uint8), np.array([int(np.ravel(yz)[0])], np.int32)]
+                np.array([x_zp], np.uint8), np.array([int(np.ravel(yz)[0])], np.int32),
+                *inputs[8 + self.has_bias:]]
 
     def describe(self) -> str:
         kind = "conv" if self.groups == 1 else "dwconv"
+        program = " +" + "+".join(op for op, _, _ in self.program) if self.program else ""
         return (f"int8 {kind} {self.kh}x{self.kw}/{self.stride[0]} {self.c}->{self.k} @ "
-                f"{self.h}x{self.w} ({self.x_dtype} in, {self.y_dtype} out)")
+                f"{self.h}x{self.w} ({self.x_dtype} in, {self.out_dtype.name} out){program}")
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """The node's inputs (x NHWC, weights HWIO): 8-bit values over their whole range,
@@ -137,13 +186,19 @@ class QConvTask(Task):
                   np.asarray(rng.integers(yi.min, yi.max + 1), self.y_dtype)]
         if self.has_bias:
             arrays.append(rng.integers(-(1 << 16), 1 << 16, self.k).astype(np.int32))
+        if self.program:     # the program's other inputs and constants, as its task draws them
+            arrays += self.program_task().random_inputs(seed + 1)[1:]
         return arrays
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
         """ops/quant_conv.py's QLinearConv on the node's inputs, NHWC."""
         attrs = {"_pads": list(self.pads), "strides": list(self.stride),
                  "dilations": list(self.dilation), "group": self.groups}
-        args = list(inputs)
+        n_conv = 8 + self.has_bias
+        args = list(inputs[:n_conv])
         args[X] = inputs[X].transpose(0, 3, 1, 2)
         args[W] = inputs[W].transpose(3, 2, 0, 1)
-        return np.ascontiguousarray(qlinear_conv(attrs, *args).transpose(0, 2, 3, 1))
+        y = np.ascontiguousarray(qlinear_conv(attrs, *args).transpose(0, 2, 3, 1))
+        if not self.program:
+            return y
+        return self.program_task().reference([y, *inputs[n_conv:]])

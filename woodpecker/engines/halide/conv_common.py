@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.engines.halide import ieee
-from woodpecker.engines.halide.template_parts import PARALLEL, TILE_PAD
+from woodpecker.engines.halide.template_parts import PARALLEL, TILE_PAD, halide_type
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
@@ -233,6 +233,31 @@ def program_expr(hl, program: tuple, value_of):
                  for a in args]
         values.append(step_expr(hl, op, exprs, dict(attrs)))
     return values[-1]
+
+
+def program_params(hl, task, dims: int) -> list:
+    """An int8 conv's fused program's arguments (tasks/qconv.py): its other run-time inputs
+    (`dims`-d, as the output is indexed) and its constant vector if any."""
+    others = [hl.ImageParam(halide_type(hl, t), dims, f"e{i}") for i, t in enumerate(task.extra)]
+    return others + ([hl.ImageParam(hl.Float(32), 1, "k")] if task.consts else [])
+
+
+def program_output(hl, task, value, at: tuple, co, params: list):
+    """The int8 conv's output at `at` (channel `co`): its requantised 8-bit `value`, through
+    the task's fused program if any (run-time input 0 is `value`, the others `params` read at
+    `at`), under strict_float as the element-wise kernels (bit-exact with the references)."""
+    if not task.program:
+        return value
+    others, k = params[:len(task.extra)], params[len(task.extra):]
+
+    def value_of(ref):
+        kind, i = ref
+        if kind == "in":
+            return value if i == 0 else others[i - 1][at]
+        return k[0][i] if kind == "const" else k[0][i + co]
+
+    return hl.cast(halide_type(hl, task.out_dtype.name),
+                   hl.strict_float(program_expr(hl, task.program, value_of)))
 
 
 def activation(hl, e, step):

@@ -40,7 +40,8 @@ class HalideEngine(Engine):
     # float32 scales; dynamically quantized MatMuls (tasks/qdense.py); element-wise groups
     # with Q/DQ steps; max pools over 8-bit tensors
     INTEGER_OPS = frozenset({"QLinearConv", "FusedElementwise", "MaxPool",
-                             "DynamicQuantizeMatMul", "FusedDynamicQuantizeMatMul"})
+                             "DynamicQuantizeMatMul", "FusedDynamicQuantizeMatMul",
+                             "FusedQLinearConv"})
     INTEGER_DTYPES = frozenset({"uint8", "int8", "int32", "float32"})
 
     def available(self) -> bool:

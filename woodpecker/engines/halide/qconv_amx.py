@@ -50,6 +50,7 @@ from dataclasses import replace
 import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
+from woodpecker.engines.halide.conv_common import program_output, program_params
 from woodpecker.engines.halide.host import host_has_amx
 from woodpecker.engines.halide.template_parts import compiled, halide_type, padded_channels
 from woodpecker.tasks.qconv import QConvTask
@@ -138,7 +139,7 @@ def arguments(task: QConvTask, config: dict, inputs: list) -> list:
 
 
 def views(task: QConvTask) -> list:
-    return [None] * 7
+    return [None] * (7 + len(task.extra) + bool(task.consts))
 
 
 def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:
@@ -221,7 +222,9 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     value = hl.clamp(hl.i32(hl.round(hl.f32(total) * mu[co])) + y_zp[0],
                      int(info.min), int(info.max))
     out = hl.Func("out")
-    out[co, ox, oy, n] = hl.u8(value) if task.y_dtype == "uint8" else hl.i8(value)
+    extra = program_params(hl, task, 4)
+    out[co, ox, oy, n] = program_output(hl, task, hl.u8(value) if task.y_dtype == "uint8" else
+                                        hl.i8(value), (co, ox, oy, n), co, extra)
 
     oco, oci = hl.Var("oco"), hl.Var("oci")
     out.output_buffer().dim(0).set_min(0)
@@ -251,5 +254,5 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     acc.store_in(hl.MemoryType(AMX_TILE)).vectorize(pixel[0]).vectorize(pixel[1])
     acc.update().reorder(r[0], *pixel, r[1], r[2], r[3]).atomic() \
         .vectorize(r[0]).vectorize(pixel[0]).vectorize(pixel[1])
-    return compiled(__name__, task, config, threads, out, [x, w, beta, mu, x_zp, y_zp],
-                    views(task))
+    return compiled(__name__, task, config, threads, out,
+                    [x, w, beta, mu, x_zp, y_zp, *extra], views(task))

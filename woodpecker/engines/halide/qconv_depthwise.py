@@ -39,7 +39,8 @@ SEEDS = tuple({"vec": vec, "c_block": c_block, "x_block": x_block, "parallel": p
 
 
 def supports(task) -> bool:
-    return isinstance(task, QConvTask) and task.groups == task.c == task.k and task.groups > 1
+    return isinstance(task, QConvTask) and task.groups == task.c == task.k and task.groups > 1 \
+        and not task.program
 
 
 def space(task: QConvTask, vector_registers: int = 16) -> KnobSpace:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
+from woodpecker.engines.halide.conv_common import program_output, program_params
 from woodpecker.engines.halide.template_parts import (
     compiled,
     halide_type,
@@ -82,8 +83,10 @@ def arguments(task: QConvTask, config: dict, inputs: list) -> list:
 
 
 def views(task: QConvTask) -> list:
-    """The output, NHWC, seen as (N, OH·OW, K); the arguments as they are."""
-    return [None] * 6 + [(task.n, task.out_h * task.out_w, task.k)]
+    """The output, NHWC, seen as (N, OH·OW, K), and so are a fused program's other inputs; the
+    arguments as they are."""
+    pixels = (task.n, task.out_h * task.out_w, task.k)
+    return [None] * 6 + [pixels] * len(task.extra) + [None] * bool(task.consts) + [pixels]
 
 
 def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:
@@ -132,7 +135,9 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     scaled = hl.round(hl.f32(acc[co % t, p, co // t, n]) * mu[co])
     value = hl.clamp(hl.i32(scaled) + y_zp[0], int(info.min), int(info.max))
     out = hl.Func("out")
-    out[co, p, n] = hl.u8(value) if task.y_dtype == "uint8" else hl.i8(value)
+    extra = program_params(hl, task, 3)
+    out[co, p, n] = program_output(hl, task, hl.u8(value) if task.y_dtype == "uint8" else
+                                   hl.i8(value), (co, p, n), co, extra)
 
     oco, oci, po, pi = hl.Var("oco"), hl.Var("oci"), hl.Var("po"), hl.Var("pi")
     out.output_buffer().dim(0).set_min(0)
@@ -149,5 +154,5 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     acc.bound(lane, 0, t).vectorize(lane, vec).unroll(lane).unroll(p)
     acc.update().reorder(r[0], lane, p, r[1], r[2], r[3]).atomic() \
         .vectorize(r[0]).vectorize(lane, vec).unroll(lane).unroll(p)
-    return compiled(__name__, task, config, threads, out, [x, w, beta, mu, x_zp, y_zp],
-                    views(task))
+    return compiled(__name__, task, config, threads, out,
+                    [x, w, beta, mu, x_zp, y_zp, *extra], views(task))
