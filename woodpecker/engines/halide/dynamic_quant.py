@@ -43,6 +43,13 @@ def supported(task: QDenseTask) -> bool:
     return all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
 
+def arguments(task: QDenseTask, config: dict, inputs: list, weights) -> list:
+    """The node's inputs → the kernel's (QDenseTask.kernel_arguments), the weights packed by
+    the template's `weights(task, config, w)`."""
+    args = task.kernel_arguments(inputs)
+    return [args[0], weights(task, config, args[1]), *args[2:]]
+
+
 def views(task: QDenseTask) -> list:
     """x seen as (M, K) — the node's leading dimensions flattened —, the residuals as (M, N),
     the rest as they are."""

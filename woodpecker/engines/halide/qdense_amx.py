@@ -50,12 +50,10 @@ def space(task: QDenseTask, vector_registers: int = 32) -> KnobSpace:
 
 
 def arguments(task: QDenseTask, config: dict, inputs: list) -> list:
-    args = task.kernel_arguments(inputs)
-    return [args[0], weights(task, config, args[1]), *args[2:]]
+    return dynamic_quant.arguments(task, config, inputs, weights)
 
 
-def views(task: QDenseTask) -> list:
-    return dynamic_quant.views(task)
+views = dynamic_quant.views
 
 
 def weights(task: QDenseTask, config: dict, w: np.ndarray) -> np.ndarray:

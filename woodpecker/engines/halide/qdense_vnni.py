@@ -52,12 +52,10 @@ def _groups(task: QDenseTask) -> int:
 
 
 def arguments(task: QDenseTask, config: dict, inputs: list) -> list:
-    args = task.kernel_arguments(inputs)
-    return [args[0], weights(task, config, args[1]), *args[2:]]
+    return dynamic_quant.arguments(task, config, inputs, weights)
 
 
-def views(task: QDenseTask) -> list:
-    return dynamic_quant.views(task)
+views = dynamic_quant.views
 
 
 def weights(task: QDenseTask, config: dict, w: np.ndarray) -> np.ndarray:
