@@ -84,7 +84,8 @@ class QDenseTask(Task):
         a = node.inputs[i].data
         if i > BIAS:
             return np.ascontiguousarray(a).reshape(self.m, self.n)
-        return a if i == B else np.ascontiguousarray(np.broadcast_to(np.ravel(a), (self.n,)))
+        # a copy: a broadcast view keeps stride 0 even where contiguous (one column)
+        return a if i == B else np.array(np.broadcast_to(np.ravel(a), (self.n,)))
 
     def kernel_arguments(self, inputs: list) -> list:
         """The node's inputs (x — None where it arrives at run time —, w, σ, w's zero point,
@@ -95,7 +96,7 @@ class QDenseTask(Task):
         if x is not None:
             x = x.reshape(self.m, self.k)
         return [x, w, w.astype(np.int32).sum(axis=0, dtype=np.int32),
-                np.ascontiguousarray(np.broadcast_to(np.ravel(sigma), (self.n,)), np.float32),
+                np.array(np.broadcast_to(np.ravel(sigma), (self.n,)), np.float32),
                 np.ascontiguousarray(np.ravel(bias), np.float32),
                 *inputs[BIAS + self.has_bias:]]
 

@@ -8,6 +8,9 @@ over K padded to 4·Q columns (dynamic_quant.quantized: x quantized once per cal
 K zero), then dynamic_quant.output. Weights packed per column tile as (⌈N/T⌉, Q, T, 4)
 int8 (`weights`): one vector of weights is 64 contiguous bytes.
 
+Columns that are not a whole number of tiles (a classifier's 2, a vocabulary's 50257) are
+computed in whole tiles over zero-padded weights and the last tile's stores masked.
+
 Knobs: `vec` (8 or 16 int32 lanes), `co_block` vectors and `x_block` rows per register tile,
 `parallel` (`p`: row tiles in parallel, `co`: column tiles).
 """
@@ -31,8 +34,7 @@ SEEDS = ({"vec": 16, "co_block": 2, "x_block": 8, "parallel": "p"},
 
 
 def supports(task) -> bool:
-    """Whole column tiles: N a multiple of 8 (one AVX2 vector of int32)."""
-    return isinstance(task, QDenseTask) and task.n % 8 == 0 and dynamic_quant.supported(task)
+    return isinstance(task, QDenseTask) and dynamic_quant.supported(task)
 
 
 def space(task: QDenseTask, vector_registers: int = 32) -> KnobSpace:
@@ -41,7 +43,8 @@ def space(task: QDenseTask, vector_registers: int = 32) -> KnobSpace:
     constraints = [
         Constraint("accumulators and one weight vector per tile row fit the registers",
                    lambda c: c["co_block"] * (c["x_block"] + 1) < vector_registers),
-        Constraint("whole column tiles", lambda c: task.n % (c["vec"] * c["co_block"]) == 0),
+        Constraint("column tiles no wider than the columns rounded up to a vector",
+                   lambda c: c["vec"] * c["co_block"] <= -(-task.n // c["vec"]) * c["vec"]),
         Constraint("row tiles within the rows", lambda c: c["x_block"] <= task.m),
     ]
     return KnobSpace(knobs, constraints, SEEDS)
@@ -59,11 +62,12 @@ views = dynamic_quant.views
 
 
 def weights(task: QDenseTask, config: dict, w: np.ndarray) -> np.ndarray:
-    """(K, N) int8 → (N/T, Q, T, 4), rows zero-padded to 4·Q."""
+    """(K, N) int8 → (⌈N/T⌉, Q, T, 4), rows zero-padded to 4·Q and columns to whole tiles."""
     t, q = config["vec"] * config["co_block"], _groups(task)
-    padded = np.zeros((q * GROUP, task.n), np.int8)
-    padded[:task.k] = w
-    packed = padded.reshape(q, GROUP, task.n // t, t).transpose(2, 0, 3, 1)
+    tiles = -(-task.n // t)
+    padded = np.zeros((q * GROUP, tiles * t), np.int8)
+    padded[:task.k, :task.n] = w
+    packed = padded.reshape(q, GROUP, tiles, t).transpose(2, 0, 3, 1)
     return np.ascontiguousarray(packed)
 
 
@@ -86,7 +90,8 @@ def build(task: QDenseTask, config: dict, threads: int = 2) -> AotKernel:
 
     oco, oci, po, pi = hl.Var("oco"), hl.Var("oci"), hl.Var("po"), hl.Var("pi")
     out.output_buffer().dim(0).set_min(0)
-    out.split(co, oco, oci, t, hl.TailStrategy.RoundUp) \
+    out.split(co, oco, oci, t, hl.TailStrategy.RoundUp if task.n % t == 0 else
+              hl.TailStrategy.GuardWithIf) \
         .split(p, po, pi, xb, hl.TailStrategy.ShiftInwards)
     out.vectorize(oci, vec).unroll(oci).unroll(pi)
     if config["parallel"] == "p":
