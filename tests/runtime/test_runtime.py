@@ -96,6 +96,10 @@ def _edit(plan_dir, fn):
      "declared float32.1, 5. but its value is float32.1, 288."),
     (lambda d: _edit(d, lambda doc: doc["arena"].update(size=2**50)),
      "exceeds the .* bytes of all values"),
+    # the fuzz test's find: an alignment of 2^62 asked the executor for exbibytes
+    (lambda d: _edit(d, lambda doc: doc["arena"].update(alignment=2**62)),
+     "alignment 4611686018427387904 is not a power of two up to 4096"),
+    (lambda d: _edit(d, lambda doc: doc["arena"].update(alignment=48)), "alignment 48"),
     # a bool is an int to Python: an edited dimension must not reach the executor
     (lambda d: _edit(d, lambda doc: next(iter(doc["values"].values())).update(
         shape=[True, 288])), "has shape .True, 288."),

@@ -280,9 +280,17 @@ def _npz_weights(path: Path, wdoc: dict) -> dict[str, np.ndarray]:
     return out
 
 
+# the largest alignment a plan's arena may ask for: a page (compiles align to a cache line)
+MAX_ARENA_ALIGNMENT = 4096
+
+
 def _arena_oversized(g: Graph, arena: Arena) -> str | None:
-    """An arena larger than all the graph's values side by side (each aligned) is no arena a
-    compile makes: allocating it would only exhaust memory."""
+    """An arena larger than all the graph's values side by side (each aligned), or aligned to
+    anything but a power of two up to a page, is no arena a compile makes: allocating it would
+    only exhaust memory (a tampered alignment of 2^62 asked for exbibytes)."""
+    a = arena.alignment
+    if a < 1 or a & (a - 1) or a > MAX_ARENA_ALIGNMENT:
+        return f"its alignment {a} is not a power of two up to {MAX_ARENA_ALIGNMENT}"
     most = sum(-(-value_bytes(v) // arena.alignment) * arena.alignment
                for v in g.values.values() if v.data is None)
     if arena.size > most:
@@ -379,8 +387,8 @@ def _build(d: Path, doc: dict) -> Plan:
         raise PlanError(f"plan.json: a region starts at unknown node {sorted(missing)[0]!r}")
     if "arena" in doc:
         plan.arena = Arena.from_json(doc["arena"])
-        problem = check_arena(g, plan.arena, plan.steps(), plan.every) \
-            or _arena_oversized(g, plan.arena)
+        problem = _arena_oversized(g, plan.arena) \
+            or check_arena(g, plan.arena, plan.steps(), plan.every)
         if problem:
             raise PlanError(f"plan.json: arena is corrupt: {problem}")
     return plan
