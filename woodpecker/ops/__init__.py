@@ -26,7 +26,7 @@ from woodpecker.ops.registry import OPS, OpDef, run_reference
 # each against its parts on their own kernels (selection/fusion.py)
 INTENSIVE = frozenset({chain.OP, attention.OP})
 # Woodpecker's own ops (made by passes, never read from a model)
-INTERNAL = frozenset({"StridedView", opaque.OP})
+INTERNAL = frozenset({"StridedView", opaque.OP, quant_matmul.OP})
 SUPPORTED = sorted(name for name in OPS if not name.startswith("Fused") and name not in INTERNAL)
 
 __all__ = ["INTENSIVE", "OPS", "OpDef", "SUPPORTED", "run_reference"]
