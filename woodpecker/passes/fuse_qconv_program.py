@@ -15,7 +15,7 @@ stay kernels of their own. Runs after fuse_elementwise.
 
 from __future__ import annotations
 
-from woodpecker.ir.graph import Graph, Node
+from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.pattern import producer, sole_reader
 from woodpecker.ops.fused import runtime_count
 from woodpecker.ops.quant_conv import FUSED, N_CONV
@@ -32,13 +32,20 @@ def _remapped(program: list[dict], first: int) -> list[dict]:
     return [{**s, "args": [ref(a) for a in s["args"]]} for s in program]
 
 
+def _fusable(graph: Graph, group: Node, v: Value) -> Node | None:
+    """The QLinearConv (not depthwise) making `v` when `group` alone reads `v` whole."""
+    conv = producer(v, "QLinearConv")
+    if conv is None or conv.attrs.get("group", 1) != 1 or sole_reader(graph, v) is not group \
+            or tuple(v.shape) != tuple(group.outputs[0].shape):
+        return None
+    return conv
+
+
 def _fuse(graph: Graph, group: Node) -> bool:
     program = group.attrs["program"]
     n = runtime_count(program)
-    found = next(((i, producer(v, "QLinearConv")) for i, v in enumerate(group.inputs[:n])
-                  if producer(v, "QLinearConv") is not None and sole_reader(graph, v) is group
-                  and producer(v).attrs.get("group", 1) == 1
-                  and tuple(v.shape) == tuple(group.outputs[0].shape)), None)
+    found = next(((i, c) for i, v in enumerate(group.inputs[:n])
+                  if (c := _fusable(graph, group, v)) is not None), None)
     if found is None:
         return False
     i, conv = found
