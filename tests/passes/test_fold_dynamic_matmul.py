@@ -180,3 +180,18 @@ def test_a_product_reshaped_to_2d_and_back_folds_with_its_activation(tmp_path):
     x = rng.standard_normal((2, 5, 12)).astype(np.float32)
     np.testing.assert_array_equal(run_graph(graph, {"x": x})["y"],
                                   _session(tmp_path / "q.onnx").run(None, {"x": x})[0])
+
+
+def test_a_per_row_zero_point_of_a_stays_with_the_libraries():
+    """ONNX allows one zero point of A per row; Woodpecker leaves that MatMulInteger opaque
+    (run by a library) rather than refusing the model."""
+    g = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "az"], ["y"], name="mmi")], "m",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 4])],
+        [numpy_helper.from_array(np.ones((3, 4), np.int8), "b"),
+         numpy_helper.from_array(np.array([1, 2], np.uint8), "az")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    graph = import_onnx(model.SerializeToString())
+    assert [n.op for n in graph.nodes] == ["Opaque"]
+    assert "per-row zero point" in graph.nodes[0].attrs["why"]

@@ -92,7 +92,16 @@ def _column(v: np.ndarray | None, dtype=np.int32):
     return np.zeros((), dtype) if v is None else np.ravel(v).astype(dtype)
 
 
-@op("MatMulInteger", _mmi_infer, _mmi_flops)
+def _mmi_check(node: Node) -> str | None:
+    """A per-row zero point of A (ONNX allows one value per row) is left to the libraries
+    (the node stays opaque): ONNX Runtime's dynamic quantizer writes one per tensor."""
+    zp = node.input(2)
+    if zp is not None and zp.shape is not None and numel(zp.shape) > 1:
+        return "a per-row zero point of A"
+    return None
+
+
+@op("MatMulInteger", _mmi_infer, _mmi_flops, _mmi_check)
 def matmul_integer(attrs, a, b, a_zero_point=None, b_zero_point=None):
     az = _column(a_zero_point)
     bz = _column(b_zero_point)
