@@ -21,9 +21,10 @@ from woodpecker.engines.base import BuildContext
 from woodpecker.engines.registry import get_engine, parse_engines
 from woodpecker.errors import DynamicShapeError, ModelError, UnsupportedOpError, first_line
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
-from woodpecker.options import CompileOptions, ScheduleKind
+from woodpecker.options import CompileOptions, Precision, ScheduleKind
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan_schedule import PlanSchedule
+from woodpecker.selection.accuracy import precision_report
 from woodpecker.selection.library_first import LibraryRefusal, OriginalGraph
 from woodpecker.selection.pipeline import (
     Selection,
@@ -95,7 +96,9 @@ def compile(model: Any, options: CompileOptions | None = None, *,
         original.why = first_line(e)
         try:
             # (its build context takes the original graph's own opset)
-            return original.plan(_assembly(allowed, tgt, 0, meta, opts), progress, deadline)
+            return _measured_precision(
+                original.plan(_assembly(allowed, tgt, 0, meta, opts), progress, deadline),
+                proto, tgt, opts, progress)
         except ModelError as refusal:      # no library runs it either (LibraryRefusal, …)
             raise LibraryRefusal(f"{first_line(e)}; and {refusal}") from None
     original.known = {v.name: (list(v.shape), v.dtype) for v in graph.outputs}
@@ -112,12 +115,26 @@ def compile(model: Any, options: CompileOptions | None = None, *,
         selection = measure_libraries(selection, progress, deadline.share(LIBRARY_FIRST_SHARE))
         selection.log = _tuned(graphs[0].graph, log, opts, selection.assembly, progress,
                                deadline)
-    return select_plan(selection, progress, deadline)
+    return _measured_precision(select_plan(selection, progress, deadline), proto, tgt, opts,
+                               progress)
+
+
+def _measured_precision(model: CompiledModel, proto, tgt: Target, opts: CompileOptions,
+                        progress: TextIO | None) -> CompiledModel:
+    """A lower-precision plan with its accuracy against ONNX Runtime's float32 measured and
+    recorded (`plan.meta["precision"]`, selection/accuracy.py) and said."""
+    if opts.precision is Precision.FP32:
+        return model
+    report = precision_report(model, proto.SerializeToString(), tgt.threads, opts.precision)
+    model.plan.meta["precision"] = report.to_json()
+    print(report.said(), file=progress or sys.stderr, flush=True)
+    return model
 
 
 def _assembly(allowed: list[str], tgt: Target, opset: int, meta: dict,
               opts: CompileOptions) -> AssemblyOptions:
-    return AssemblyOptions(tuple(allowed), BuildContext(tgt.threads, opset), tgt, meta,
+    return AssemblyOptions(tuple(allowed),
+                           BuildContext(tgt.threads, opset, precision=opts.precision), tgt, meta,
                            opts.arena, schedule=PlanSchedule(opts.schedule, opts.regions))
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from woodpecker import config
 from woodpecker.errors import WoodpeckerError
-from woodpecker.target import check_threads
+from woodpecker.target import check_threads, host_extensions
 
 SEARCHES = ("ga", "random", "xgb", "ppo", "chameleon", "glimpse")   # tune/searchers (checked there)
 
@@ -45,6 +45,54 @@ class BudgetSplit(StrEnum):
 
 
 SPLITS = tuple(k.value for k in BudgetSplit)
+
+
+class Precision(StrEnum):
+    """The type a compile computes a model's float32 products in: FP32 (as the model says),
+    BF16 or FP16 — the layers Woodpecker's low-precision kernels take (passes/precision.py)
+    in that type with float32 sums, OpenVINO with its precision hint; ONNX Runtime has no such
+    CPU mode and stays float32. The plan's outputs must then lie within
+    config.LOW_PRECISION_TOLERANCE of ONNX Runtime's float32 ones, and the compile measures and
+    reports how far they do. A plan of BF16 or FP16 loads only on a CPU with the extension."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+    @property
+    def compute(self) -> str:
+        """The element type's numpy/ml_dtypes name (tasks' `compute`)."""
+        return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[self.value]
+
+    @property
+    def tolerance(self) -> float:
+        """How far a plan's outputs may lie from ONNX Runtime's float32 ones, relative to their
+        largest magnitude."""
+        return config.LOW_PRECISION_TOLERANCE.get(self.value, config.TOLERANCE)
+
+    def unsupported(self, extensions: frozenset[str] | None = None) -> str | None:
+        """Why this host (or a CPU with `extensions`) cannot compute in this type; None when
+        it can. BF16 needs AVX512_BF16 or AMX-BF16; FP16 AVX512-FP16 (or AMX-FP16)."""
+        needs = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+        if self.value not in needs:
+            return None
+        have = host_extensions() if extensions is None else extensions
+        if any(f in have for f in needs[self.value]):
+            return None
+        return (f"precision {self.value} needs a CPU with {' or '.join(needs[self.value])}, "
+                "which this one lacks")
+
+
+PRECISIONS = tuple(p.value for p in Precision)
+
+
+def precision(value: "str | Precision") -> Precision:
+    """`value` as a Precision, or one WoodpeckerError line naming the choices."""
+    try:
+        return Precision(value)
+    except ValueError:
+        raise WoodpeckerError(f"unknown precision {value!r}; use "
+                              f"{', '.join(PRECISIONS)}") from None
 
 
 def parse_budget(text: "str | float | int") -> float:
@@ -120,7 +168,8 @@ class CompileOptions:
     not restricted and the schedule is the file's): the plan starts as the faster library
     running the user's original graph and stays it unless Woodpecker's plan measures faster
     (selection/library_first.py); `database`: the shipped tuning database (tune/database.py)
-    joins the tuning log where generated kernels are used."""
+    joins the tuning log where generated kernels are used; `precision`: the type the
+    model's products are computed in (`Precision`; a CPU without it is refused here)."""
 
     engines: tuple[str, ...] | None = None
     threads: int | None = None
@@ -135,6 +184,7 @@ class CompileOptions:
     resume: bool = False
     library_first: bool | None = None
     database: bool = True
+    precision: Precision = Precision.FP32
 
     def __post_init__(self) -> None:
         if isinstance(self.engines, str):
@@ -152,6 +202,10 @@ class CompileOptions:
             raise WoodpeckerError(f"unknown schedule {self.schedule!r}; use 'file', "
                                   "'memory' or 'parallel'")
         object.__setattr__(self, "schedule", ScheduleKind(self.schedule))
+        object.__setattr__(self, "precision", precision(self.precision))
+        why = self.precision.unsupported()
+        if why is not None:
+            raise WoodpeckerError(why)
         if self.memory_budget is not None and self.schedule is not ScheduleKind.MEMORY:
             raise WoodpeckerError("a memory budget needs the memory schedule "
                                   "(--schedule memory)")
@@ -187,6 +241,7 @@ class CompileOptions:
         d = asdict(self)
         d["tune"] = None if self.tune is None else self.tune.to_json()
         d["schedule"] = self.schedule.value
+        d["precision"] = self.precision.value
         for key in ("engines", "passes"):
             if d[key] is not None:
                 d[key] = list(d[key])

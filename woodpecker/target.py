@@ -100,6 +100,12 @@ def machine_facts(cpuinfo: str | None = None) -> dict:
             "python": platform.python_version()}
 
 
+@functools.cache
+def host_extensions() -> frozenset[str]:
+    """The extensions of `EXTENSIONS` this host's CPU has."""
+    return frozenset(machine_facts()["extensions"])
+
+
 def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 

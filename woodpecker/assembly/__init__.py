@@ -74,7 +74,8 @@ def assemble(graph: Graph, choices: Choices, options: AssemblyOptions) -> Plan:
         for n, e in zip(graph.nodes, engines):
             if e != choices[n.name].engine:
                 choices[n.name] = Choice(e, why="data movement inside a library region")
-    plan = Plan(graph, choices, options.target, meta, schedule=options.schedule)
+    plan = Plan(graph, choices, options.target, meta, schedule=options.schedule,
+                precision=options.context.precision)
     _place(plan, options.arena, options.final)
     return plan
 
@@ -89,7 +90,8 @@ def reordered(plan: Plan, order: Sequence[int], schedule: PlanSchedule | None = 
     graph = plan.graph.copy()
     graph.nodes = [graph.nodes[i] for i in order]
     new = Plan(graph, dict(plan.choices), plan.target, dict(plan.meta, **(meta or {})),
-               directory=plan.directory, schedule=schedule or plan.schedule)
+               directory=plan.directory, schedule=schedule or plan.schedule,
+               precision=plan.precision)
     _place(new, plan.arena is not None)
     return new
 

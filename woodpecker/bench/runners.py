@@ -8,6 +8,7 @@ import numpy as np
 
 from woodpecker.engines.names import ONNXRUNTIME, OPENVINO, TORCH
 from woodpecker.errors import WoodpeckerError
+from woodpecker.options import Precision
 
 Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 RUNTIMES = (ONNXRUNTIME, TORCH, OPENVINO)
@@ -41,7 +42,8 @@ def torch_runner(zoo_meta: dict | None, threads: int) -> Runner:
     return run
 
 
-def openvino_runner(onnx_bytes: bytes, threads: int) -> Runner:
+def openvino_runner(onnx_bytes: bytes, threads: int,
+                    precision: Precision = Precision.FP32) -> Runner:
     try:
         import openvino as ov
     except ImportError:
@@ -56,7 +58,8 @@ def openvino_runner(onnx_bytes: bytes, threads: int) -> Runner:
     # properties as Woodpecker's OpenVINO engine (latency hint, one stream, the threads, no
     # pinning): a comparison of engines, not of settings — with OpenVINO's default pinning and
     # streams the runtime ran PP-OCRv4's detector in 33.6 ms where the engine's plan ran 25.9.
-    config = compile_config(threads)
+    # (`precision`: what a `--precision` compile is compared against — OpenVINO in that type)
+    config = compile_config(threads, precision=precision)
     compiled = core.compile_model(core.read_model(onnx_bytes), "CPU", config)
     request = compiled.create_infer_request()
 

@@ -17,7 +17,7 @@ from woodpecker.cli.inspect import cmd_inspect
 from woodpecker.config import CANDIDATE_TIMEOUT_S, DEFAULT_SEARCH
 from woodpecker.errors import WoodpeckerError
 from woodpecker.files import distinct_stems, read_npy
-from woodpecker.options import SEARCHES, SPLITS, BudgetSplit, ScheduleKind
+from woodpecker.options import PRECISIONS, SEARCHES, SPLITS, BudgetSplit, ScheduleKind
 
 
 def cmd_zoo(args) -> None:
@@ -50,7 +50,7 @@ def cmd_compile(args) -> None:
                                schedule=args.schedule, memory_budget=budget,
                                library_regions=False if args.no_regions else None,
                                passes=pipeline(args.fusion, args.schedule),
-                               database=not args.no_database)
+                               database=not args.no_database, precision=args.precision)
     digest = model.save(args.output, force=args.force)
     engines = {}
     for e in model.plan.engines:
@@ -270,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--threads", type=int, help="threads per engine (default: all cores)")
         q.add_argument("--force-threads", action="store_true",
                        help="allow more threads than this machine's cores")
+        q.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                       help="compute the model's layer products in bf16 or fp16 (Woodpecker's "
+                            "AMX-BF16 kernels, OpenVINO's precision hint; needs a CPU with "
+                            "it); the compile reports the accuracy against float32")
 
     def digest_opt(q):
         q.add_argument("--digest", metavar="sha256:HEX",

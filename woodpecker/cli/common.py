@@ -38,7 +38,8 @@ def _load_or_compile(args, library_first: bool | None = None):
                               input_shapes=_shapes(getattr(args, "input_shape", None)),
                               threads=getattr(args, "threads", None),
                               force_threads=getattr(args, "force_threads", False),
-                              library_first=library_first)
+                              library_first=library_first,
+                              precision=getattr(args, "precision", "fp32"))
 
 
 def _reference_onnx(model, given: str | None, source: str) -> bytes:

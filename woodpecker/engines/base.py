@@ -29,19 +29,22 @@ import numpy as np
 from woodpecker.engines.choice import Choices, KernelSpec
 from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
 from woodpecker.ir.steps import StepIO
+from woodpecker.options import Precision
 
 
 @dataclass(frozen=True)
 class BuildContext:
     """What a kernel builder may need beyond the node: thread count, the model's opset, the
     saved plan's folder when the kernels come from one (its engines' artifacts), and while
-    compiling the user's ONNX model (library regions are built from its nodes)."""
+    compiling the user's ONNX model (library regions are built from its nodes); the compile's
+    `precision` (a library with a lower-precision mode uses it: OpenVINO's hint)."""
 
     threads: int = 2
     opset: int = 17
     artifacts: Path | None = None
     # the user's ONNX model the graph came from, while compiling (ir.graph.Graph.source)
     source: Any = field(default=None, compare=False, repr=False)
+    precision: Precision = Precision.FP32
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def signature(node: Node, ctx: BuildContext) -> bytes:
     """What the library's answer about `node` can depend on, hashed (module docstring)."""
     h = hashlib.blake2b(digest_size=20)
     attrs = sorted((k, repr(v)) for k, v in node.attrs.items())
-    h.update(repr((node.op, attrs, ctx.threads, ctx.opset)).encode())
+    h.update(repr((node.op, attrs, *_key(ctx))).encode())
     ids: dict[int, int] = {}
     inputs, outputs = node_io(node)
     for tag, values in ((b"i", inputs), (b"o", outputs)):
@@ -55,21 +55,21 @@ def signature(node: Node, ctx: BuildContext) -> bytes:
 
 
 class NodeBuilds:
-    """An engine's one-node builds (module docstring); `build(model_bytes, threads)` makes
+    """An engine's one-node builds (module docstring); `build(model_bytes, ctx)` makes
     the library's object or raises, `reason(error)` says why in one line, `refuse(node)` is
     a reason to decline without asking the library (None: ask)."""
 
-    def __init__(self, build: Callable[[bytes, int], Any],
+    def __init__(self, build: Callable[[bytes, BuildContext], Any],
                  reason: Callable[[BaseException], str],
                  refuse: Callable[[Node], str | None] = lambda node: None) -> None:
         self._build, self._reason, self._refuse = build, reason, refuse
-        # node -> ((threads, opset), its build or None, why not)
+        # node -> ((threads, opset, precision), its build or None, why not)
         self._nodes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._answers: dict[bytes, str] = {}    # signature -> why not ("" : it runs)
 
     def why_not(self, node: Node, ctx: BuildContext) -> str | None:
         entry = self._nodes.get(node)
-        if entry is not None and entry[0] == (ctx.threads, ctx.opset):
+        if entry is not None and entry[0] == _key(ctx):
             return entry[2] or None
         why = self._refuse(node)
         if why is not None:
@@ -81,20 +81,24 @@ class NodeBuilds:
 
     def built(self, node: Node, ctx: BuildContext) -> Any:
         entry = self._nodes.get(node)
-        if entry is None or entry[0] != (ctx.threads, ctx.opset):
+        if entry is None or entry[0] != _key(ctx):
             why = self._refuse(node)
             entry = (None, None, why) if why is not None else self._make(node, ctx)
         return entry[1]
 
     def _make(self, node: Node, ctx: BuildContext, key: bytes | None = None) -> tuple:
         try:
-            thing, why = self._build(onnx_bytes([node], *node_io(node), ctx.opset),
-                                     ctx.threads), ""
+            thing, why = self._build(onnx_bytes([node], *node_io(node), ctx.opset), ctx), ""
         except Exception as e:  # noqa: BLE001 - the libraries raise their own types
             thing, why = None, self._reason(e) or "refused the node"
-        entry = ((ctx.threads, ctx.opset), thing, why)
+        entry = (_key(ctx), thing, why)
         self._nodes[node] = entry
         if len(self._answers) >= _MAX_ANSWERS:
             self._answers.clear()
         self._answers[key or signature(node, ctx)] = why
         return entry
+
+
+def _key(ctx: BuildContext) -> tuple:
+    """What a one-node build depends on besides the node."""
+    return ctx.threads, ctx.opset, ctx.precision

@@ -36,13 +36,15 @@ from woodpecker.ir.steps import StepIO
 from woodpecker.ops import OPS
 from woodpecker.ops.opaque import OP as OPAQUE
 from woodpecker.ops.opaque import WHOLE_MODEL
+from woodpecker.options import Precision
 
 ARTIFACTS_DIR = "openvino"   # a saved plan's step models
 CACHE_SUBDIR = "openvino"    # OpenVINO's compiled-model cache, under Woodpecker's cache
 # float32 computed in float32, as every other engine does: OpenVINO's CPU plugin otherwise
 # computes in bfloat16 where the CPU has it (this host's AMD EPYC reports
-# INFERENCE_PRECISION_HINT bfloat16 by default; bench/runners.py measured the difference)
-PRECISION = "f32"
+# INFERENCE_PRECISION_HINT bfloat16 by default; bench/runners.py measured the difference);
+# a compile with a lower `Precision` asks for that type instead
+HINTS = {Precision.FP32: "f32", Precision.BF16: "bf16", Precision.FP16: "f16"}
 # Element types OpenVINO's CPU plugin computes otherwise than ONNX (and ONNX Runtime, and the
 # numpy reference) do, measured with OpenVINO 2026.4 (one-node Add/Mul/Sub models): int64 and
 # uint64 in 32 bits (2**40 + 1 + 2**40 gave 1), float64 in float32 (1 + 1e-12 gave 1), int8
@@ -53,11 +55,12 @@ NARROWED = {"int64": "in 32 bits", "uint64": "in 32 bits", "float64": "in float3
             "int8": "saturating", "uint8": "saturating"}
 
 
-def compile_config(threads: int, cache: bool = False) -> dict[str, Any]:
+def compile_config(threads: int, cache: bool = False,
+                   precision: Precision = Precision.FP32) -> dict[str, Any]:
     """Woodpecker's compile properties for OpenVINO's CPU plugin; `cache`: through OpenVINO's
-    model cache (a loaded plan's steps)."""
+    model cache (a loaded plan's steps); `precision`: the compile's (its hint)."""
     config: dict[str, Any] = {
-        "INFERENCE_PRECISION_HINT": PRECISION,
+        "INFERENCE_PRECISION_HINT": HINTS[precision],
         "PERFORMANCE_HINT": "LATENCY",
         "INFERENCE_NUM_THREADS": threads,
         "NUM_STREAMS": 1,
@@ -102,16 +105,18 @@ class OpenVinoEngine(Engine):
     def available(self) -> bool:
         return importlib.util.find_spec("openvino") is not None
 
-    def _compile(self, model: "bytes | Path", threads: int, cache: bool = False) -> Any:
+    def _compile(self, model: "bytes | Path", ctx: BuildContext) -> Any:
         """OpenVINO's compiled model of a serialized ONNX model (or a model file: OpenVINO
-        reads it itself)."""
+        reads it itself), through its model cache for a loaded plan's steps."""
         if self._core is None:
             import openvino as ov
 
             self._core = ov.Core()
         core = self._core
         source = str(model) if isinstance(model, Path) else model
-        return core.compile_model(core.read_model(source), "CPU", compile_config(threads, cache))
+        return core.compile_model(core.read_model(source), "CPU",
+                                  compile_config(ctx.threads, ctx.artifacts is not None,
+                                                 ctx.precision))
 
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
         return self._nodes.why_not(node, ctx) is None
@@ -138,8 +143,7 @@ class OpenVinoEngine(Engine):
                 raise RuntimeError(f"openvino cannot run {nodes[0].op} node "
                                    f"{nodes[0].name!r}: {self.why_not(nodes[0], ctx)}")
         else:
-            compiled = self._compile(self._saved.model(nodes, inputs, outputs, ctx),
-                                     ctx.threads, cache=ctx.artifacts is not None)
+            compiled = self._compile(self._saved.model(nodes, inputs, outputs, ctx), ctx)
         return _kernel(compiled, inputs, outputs)
 
     def artifact_meta(self) -> dict:

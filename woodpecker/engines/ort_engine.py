@@ -83,7 +83,8 @@ class OrtEngine(Engine):
     dtypes = NUMERIC
 
     def __init__(self) -> None:
-        self._nodes = NodeBuilds(new_session, first_line)   # `accepts`' one-node sessions
+        self._nodes = NodeBuilds(lambda model, ctx: new_session(model, ctx.threads), first_line)
+        # (`accepts`' one-node sessions: ONNX Runtime's CPU provider computes float32 always)
         self._saved = StepModels(ARTIFACTS_DIR, "ONNX Runtime model")   # the steps' models
 
     def available(self) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-CAP_DB = 120.0          # the SQNR of an exact value (float inputs, a copy)
+from woodpecker.bench.accuracy import CAP_DB, sqnr_db, top1_agreement
 
 
 @dataclass(frozen=True)
@@ -48,16 +48,6 @@ class OutputError:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def sqnr_db(reference: list[np.ndarray], other: list[np.ndarray]) -> float:
-    from onnxruntime.quantization.qdq_loss_debug import (
-        compute_signal_to_quantization_noice_ratio,
-    )
-
-    ref = [np.asarray(r, np.float64).ravel() for r in reference]
-    oth = [np.asarray(o, np.float64).ravel() for o in other]
-    return min(CAP_DB, compute_signal_to_quantization_noice_ratio(ref, oth))
 
 
 def own_sqnr_db(out_db: float, in_db: float) -> float:
@@ -171,11 +161,6 @@ def output_errors(float_model, quantized_model, feeds,
     got = _collect(quantized_model, names, feeds)
     out = []
     for n in names:
-        a = np.concatenate([np.asarray(x).reshape(-1, np.asarray(x).shape[-1])
-                            for x in ref[n]]) if ref[n][0].ndim else None
-        agree = None
-        if a is not None and a.dtype.kind == "f" and a.shape[-1] > 1 and ref[n][0].ndim <= 2:
-            b = np.concatenate([np.asarray(x).reshape(-1, a.shape[-1]) for x in got[n]])
-            agree = float(np.mean(a.argmax(-1) == b.argmax(-1)))
-        out.append(OutputError(n, round(sqnr_db(ref[n], got[n]), 2), agree))
+        out.append(OutputError(n, round(sqnr_db(ref[n], got[n]), 2),
+                               top1_agreement(ref[n], got[n])))
     return out

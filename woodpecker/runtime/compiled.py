@@ -38,7 +38,8 @@ class CompiledModel:
         self.plan = plan
         g = plan.graph
         threads = plan.target.run_threads
-        ctx = BuildContext(threads, g.opset, plan.directory, g.source)
+        ctx = BuildContext(threads, g.opset, plan.directory, g.source,
+                           precision=plan.precision)
         self.steps = plan.steps()
         engines = {name: get_engine(name) for name in sorted(set(plan.engines))}
         # spinning workers of other engines are rested before an engine with its own threads

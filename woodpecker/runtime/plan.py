@@ -7,7 +7,8 @@ load_artifacts), so a plan runs without re-tuning, compiling or the compiler's p
 
 Each node's decision (`Choice`: engine, generated kernel, why) is stored under `choices`, apart
 from the node's attributes. Loading refuses a plan whose target the host lacks (architecture,
-vector extensions) or whose engines' artifacts cannot run here (another Halide release).
+vector extensions), whose precision it cannot compute in (a bf16 plan on a CPU without
+AVX512_BF16 or AMX-BF16), or whose engines' artifacts cannot run here (another Halide release).
 
 Files are written to temporary names and moved into place, so an interrupted save never leaves
 a half-written plan where a good one was.
@@ -30,6 +31,7 @@ from woodpecker.files import inside, sha256_file
 from woodpecker.ir.graph import DYNAMIC, Graph
 from woodpecker.ir.steps import StepIO, step_io
 from woodpecker.ops import OPS
+from woodpecker.options import Precision, precision
 from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.runtime.steps import plan_steps
 from woodpecker.runtime.weights import MappedWeights, aligned, write_weights
@@ -49,7 +51,9 @@ PLAN_FILE, WEIGHTS_FILE = "plan.json", "weights.bin"
 class Plan:
     """A graph in execution order, each node's `Choice` (by node name), the target it was
     compiled for, what the compile recorded (`meta`: provenance, which decides nothing), the
-    arena's placement and how it runs (`schedule`, runtime/plan_schedule.py)."""
+    arena's placement, how it runs (`schedule`, runtime/plan_schedule.py) and the precision its
+    products are computed in (`options.Precision`: the libraries' modes follow it; a plan of
+    one the host lacks does not load)."""
 
     graph: Graph
     choices: Choices
@@ -59,6 +63,7 @@ class Plan:
     directory: Path | None = None   # the folder it was loaded from (its engines' artifacts)
     mapped: MappedWeights | None = None   # its weights file, mapped (runtime/weights.py)
     schedule: PlanSchedule = PlanSchedule()
+    precision: Precision = Precision.FP32
 
     def release_weights(self) -> None:
         """Hand back the weight pages touched so far (a loaded plan's; see MappedWeights)."""
@@ -181,6 +186,7 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
         "order": [n.name for n in g.nodes],
         "choices": {n.name: plan.choices[n.name].to_json() for n in g.nodes},
         "schedule": plan.schedule.to_json(),
+        **({"precision": plan.precision.value} if plan.precision is not Precision.FP32 else {}),
         "engines": artifacts,
         **({"arena": plan.arena.to_json()} if plan.arena is not None else {}),
     }
@@ -298,9 +304,20 @@ def _arena_oversized(g: Graph, arena: Arena) -> str | None:
     return None
 
 
+def _precision(doc: dict) -> Precision:
+    """plan.json's precision (float32 where it names none); an edited value is a one-line
+    PlanError."""
+    try:
+        return precision(doc.get("precision", Precision.FP32.value))
+    except WoodpeckerError as e:
+        raise PlanError(f"plan.json: {e}") from None
+
+
 def _check_host(doc: dict) -> None:
-    """A PlanError when the plan's target or an engine's artifacts cannot run on this host."""
-    why = Target.from_json(doc["target"]).incompatibility()
+    """A PlanError when the plan's target, its precision or an engine's artifacts cannot run
+    on this host."""
+    why = Target.from_json(doc["target"]).incompatibility() or \
+        _precision(doc).unsupported()
     if why is not None:
         raise PlanError(f"cannot load this plan here: {why}")
     for name, meta in doc["engines"].items():
@@ -375,7 +392,7 @@ def _build(d: Path, doc: dict) -> Plan:
     schedule = PlanSchedule.from_json(doc["schedule"]) if doc["schema_version"] >= 5 else \
         PlanSchedule.from_meta(meta)
     plan = Plan(g, choices, Target.from_json(doc["target"]), meta, directory=d, mapped=mapped,
-                schedule=schedule)
+                schedule=schedule, precision=_precision(doc))
     used = set(plan.engines)
     if used != set(doc["engines"]):
         raise PlanError("plan.json: the engines' artifacts do not match the engines chosen")

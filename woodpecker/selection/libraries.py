@@ -41,7 +41,7 @@ from typing import TextIO
 
 from woodpecker.assembly import AssemblyOptions, assemble
 from woodpecker.bench.compare import random_feeds
-from woodpecker.config import REFINE_MARGIN, REFINE_RUNS, TOLERANCE
+from woodpecker.config import REFINE_MARGIN, REFINE_RUNS
 from woodpecker.deadline import Deadline
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.names import NUMPY
@@ -170,10 +170,12 @@ class _Plan:
             want, got = self.model.run(feeds), other.model.run(feeds)
         except WoodpeckerError as e:
             return {"kept": False, "why": f"{label}: not run: {first_line(e)[:160]}"}
-        bad = next((k for k, w in want.items() if not outputs_agree(got[k], w)), None)
+        tolerance = self.model.plan.precision.tolerance
+        bad = next((k for k, w in want.items() if not outputs_agree(got[k], w, tolerance)),
+                   None)
         if bad is not None:
             return {"kept": False, "why": f"{label}: output {bad!r} differs from the plan's "
-                                          f"by more than {TOLERANCE:g} relative"}
+                                          f"by more than {tolerance:g} relative"}
         return decide(Timed.plan(label, other.model, feeds),
                       Timed.plan(CURRENT, self.model, feeds), runs, bar, deadline).to_json()
 

@@ -47,7 +47,6 @@ from woodpecker.config import (
     TOLERANCE,
 )
 from woodpecker.deadline import Deadline
-from woodpecker.engines.base import BuildContext
 from woodpecker.engines.choice import Choice
 from woodpecker.engines.names import ONNXRUNTIME
 from woodpecker.engines.ort_engine import new_session
@@ -99,7 +98,7 @@ class OriginalGraph:
                   "libraries run its original graph", file=out, flush=True)
         # no arena: the library allocates the outputs it returns (no copy out of an arena; a
         # dimension the data decides is fine)
-        assembly = replace(assembly, context=BuildContext(assembly.target.threads, whole.opset),
+        assembly = replace(assembly, context=replace(assembly.context, opset=whole.opset),
                            meta={**assembly.meta, "schedule": {"kind": ScheduleKind.FILE.value}},
                            schedule=replace(assembly.schedule, kind=ScheduleKind.FILE),
                            arena=False)
@@ -199,7 +198,8 @@ def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
                    agreement: dict[str, dict] | None = None) -> None:
     """Drop from `plans` (and from `extra`: further plans, never the reference) each whose
     outputs on one seeded input differ from the reference's (ONNX Runtime's where it is among
-    `plans`, else the first plan's) by more than config.TOLERANCE relative to the reference's
+    `plans`, else the first plan's) by more than config.TOLERANCE (a low-precision compile's:
+    `Precision.tolerance`) relative to the reference's
     largest magnitude (NaN where it has NaN) — or, where `spread(feeds)` (ONNX Runtime's
     outputs with its graph optimisations off) moves further from the reference than that, by
     more than config.LIBRARY_SPREAD_FACTOR times that movement: the model's own float noise.
@@ -210,6 +210,7 @@ def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
         return
     reference = ONNXRUNTIME if ONNXRUNTIME in plans else next(iter(plans))
     feeds = random_feeds(plans[reference])
+    tolerance = plans[reference].plan.precision.tolerance
     groups = (plans, extra)
     try:
         want = list(plans[reference].run(feeds).values())
@@ -230,7 +231,7 @@ def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
         moved = noise[k] if k < len(noise) else 0.0
         # (1 + 1e-5): the differences are of float32 values, rounded alike
         bar = LIBRARY_SPREAD_FACTOR * moved * (1 + 1e-5) if np.isfinite(moved) else 0.0
-        return max(TOLERANCE, bar)
+        return max(tolerance, bar)
 
     for group in groups:
         for name in [n for n in group if n != reference]:
@@ -241,7 +242,7 @@ def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
                 del group[name]
                 continue
             differs = [relative_difference(g, w) for g, w in zip(got, want)]
-            over = [k for k, d in enumerate(differs) if d > TOLERANCE]
+            over = [k for k, d in enumerate(differs) if d > tolerance]
             if not over:
                 continue
             bad = next((k for k in over if differs[k] > allowed(k)), None)
@@ -279,8 +280,8 @@ def relative_difference(got: np.ndarray, want: np.ndarray) -> float:
     return float(diff.max(initial=0.0)) / scale
 
 
-def outputs_agree(got: np.ndarray, want: np.ndarray) -> bool:
-    return relative_difference(got, want) <= TOLERANCE
+def outputs_agree(got: np.ndarray, want: np.ndarray, tolerance: float = TOLERANCE) -> bool:
+    return relative_difference(got, want) <= tolerance
 
 
 def fastest_library(plans: dict[str, CompiledModel], out: TextIO | None = None,

@@ -55,6 +55,7 @@ from woodpecker.ops import INTENSIVE
 from woodpecker.options import CompileOptions, ScheduleKind
 from woodpecker.passes import DEFAULT, MEMORY, optimize
 from woodpecker.passes import INTENSIVE as INTENSIVE_PASSES
+from woodpecker.passes.precision import lower_precision
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.memory import MemoryBudgetError, format_bytes, schedule_memory
 from woodpecker.selection.library_first import (
@@ -103,6 +104,9 @@ def candidate_graphs(graph: Graph, opts: CompileOptions, generated: bool,
         if k and not any(n.op in INTENSIVE for n in graph.nodes):
             break     # no intensive fusion in the first: the second would be the same graph
         stats = optimize(g, p)
+        lowered = lower_precision(g, opts.precision)
+        if lowered:
+            stats = {**stats, "lower_precision": lowered}
         schedule = _schedule(g, opts.schedule, opts.memory_budget, fuse=set(MEMORY) <= set(p))
         out.append(GraphCandidate(label, g, p, stats, schedule, g.copy()))
     return out

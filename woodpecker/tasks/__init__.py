@@ -28,6 +28,19 @@ import numpy as np
 from woodpecker.ir.graph import Node
 
 NHWC = "NHWC"
+# The node attribute a lowered-precision compile sets on the nodes whose products it takes in
+# another type (passes/precision.py): the type's name ("bfloat16"); tasks carry it as `compute`.
+COMPUTE = "_compute"
+
+
+def rounded(a: np.ndarray, compute: str) -> np.ndarray:
+    """`a` as a kernel computing in `compute` sees it: rounded to that type (to nearest, ties
+    to even, by ml_dtypes) and back to float32; unchanged for "float32"."""
+    if compute == "float32":
+        return a
+    import ml_dtypes
+
+    return np.asarray(a, np.float32).astype(getattr(ml_dtypes, compute)).astype(np.float32)
 
 
 class Task:

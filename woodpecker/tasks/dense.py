@@ -10,7 +10,7 @@ import numpy as np
 
 from woodpecker.ir.graph import Node
 from woodpecker.ops.fused import apply_epilogue
-from woodpecker.tasks import Task, epilogue_dicts, epilogue_steps, steps_text
+from woodpecker.tasks import COMPUTE, Task, epilogue_dicts, epilogue_steps, rounded, steps_text
 
 GEMM = ("Gemm", "FusedGemm")
 
@@ -23,7 +23,9 @@ class DenseTask(Task):
     node stores it as (N, K)), which templates may pack; otherwise B is (batch, K, N), read as
     it arrives (attention's batched products). `bias` (Gemm's C) and each residual of the
     epilogue's Add steps are "row" (one value per output column, broadcast over rows) or
-    "full" (the output's shape); "" is no bias."""
+    "full" (the output's shape); "" is no bias. `compute`: the type the products are taken
+    in — "float32", or "bfloat16" for a node a `--precision bf16` compile lowered
+    (passes/precision.py: A and B rounded to bf16, their products summed in float32)."""
 
     kind = "dense"
     layout = ""
@@ -38,6 +40,9 @@ class DenseTask(Task):
     residuals: tuple[str, ...]
     epilogue: tuple[tuple, ...]
     dtype: str = "float32"
+    compute: str = "float32"
+
+    LATER_FIELDS = ("compute",)
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -74,7 +79,7 @@ class DenseTask(Task):
         residuals = tuple(_addend(node, v.shape, out) for v in node.inputs[first:]
                           if v is not None)
         return cls(batch, m, k, n, b.data is not None and len(b.shape) == 2, bias, residuals,
-                   epilogue_steps(node), a.dtype.name)
+                   epilogue_steps(node), a.dtype.name, node.attrs.get(COMPUTE, "float32"))
 
     def schedule_twin(self) -> "DenseTask":
         return replace(self, bias="", residuals=(), epilogue=())
@@ -107,7 +112,7 @@ class DenseTask(Task):
         return [rng.standard_normal(s).astype(np.float32) for s in self.arg_shapes()[:-1]]
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
-        a, b = inputs[0].astype(np.float64), inputs[1].astype(np.float64)
+        a, b = (rounded(v, self.compute).astype(np.float64) for v in inputs[:2])
         y = a @ b
         rest = inputs[2:]
         if self.bias:

@@ -20,6 +20,7 @@ compare engines, so that a change of the machine's speed between candidates canc
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -126,9 +127,20 @@ def _build(template, task, config: dict, threads: int) -> tuple:
     return run, {"ok": True, "compile_s": time.perf_counter() - t0}
 
 
+def _reply_channel():
+    """The replies' own stream: the process's stdout, moved to a descriptor of its own, and
+    descriptor 1 pointed at stderr — what a library prints (Halide's compile warnings go to
+    stdout) can then never land among the replies and break the protocol."""
+    sys.stdout.flush()
+    channel = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    return channel
+
+
 def main() -> int:
     threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     cache: dict = {}
+    replies = _reply_channel()
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -136,8 +148,8 @@ def main() -> int:
             reply = measure_one(json.loads(line), threads, cache)
         except Exception as e:  # noqa: BLE001 - report, keep serving
             reply = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
     return 0
 
 

@@ -33,6 +33,7 @@ from woodpecker.errors import EngineError, KernelFailure
 
 FUNCTION = "wp_kernel"
 _TYPE_CODES = {"i": 0, "u": 1, "f": 2}
+BFLOAT = 4     # halide_type_bfloat: ml_dtypes' bfloat16 arrays (bf16 kernels' packed weights)
 
 
 class _Dim(ctypes.Structure):
@@ -58,8 +59,8 @@ def _buffer(a: np.ndarray) -> tuple[_Buffer, ctypes.Array]:
     nd, size = a.ndim, a.itemsize
     dims = (_Dim * nd)(*[_Dim(0, a.shape[nd - 1 - i], a.strides[nd - 1 - i] // size, 0)
                          for i in range(nd)])
-    buf = _Buffer(0, None, a.ctypes.data, 0, _Type(_TYPE_CODES[a.dtype.kind], 8 * size, 1), nd,
-                  dims, None)
+    code = BFLOAT if a.dtype.name == "bfloat16" else _TYPE_CODES[a.dtype.kind]
+    buf = _Buffer(0, None, a.ctypes.data, 0, _Type(code, 8 * size, 1), nd, dims, None)
     return buf, dims
 
 

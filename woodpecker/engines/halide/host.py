@@ -7,7 +7,7 @@ import ctypes
 import functools
 import sys
 
-from woodpecker.target import cpu_info
+from woodpecker.target import cpu_info, host_extensions
 
 # Linux (5.16+) gives a process the AMX tile state only when it asks: arch_prctl(
 # ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); a tile instruction before that faults (SIGILL).
@@ -43,3 +43,10 @@ def host_has_amx() -> bool:
     hl = halide_module()
     return hl.get_host_target().has_feature(hl.TargetFeature.AVX512_SapphireRapids) and \
         request_amx()
+
+
+@functools.cache
+def host_has_amx_bf16() -> bool:
+    """AMX bf16 tiles (`tdpbf16ps`) usable here: `host_has_amx` and the CPU's `amx_bf16`."""
+    return "amx_bf16" in host_extensions() and host_has_amx()
+

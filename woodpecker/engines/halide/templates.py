@@ -22,7 +22,8 @@ from woodpecker.errors import PlanError
 MODULES: dict[str, str] = {name: f"woodpecker.engines.halide.{name}" for name in (
     "conv_direct", "conv_gemm", "conv_winograd", "conv_depthwise", "conv_separable",
     "conv_chain", "dense", "pool", "rows", "elementwise", "attention", "resize",
-    "conv_transpose", "qconv_gemm", "qconv_amx", "qconv_depthwise", "qdense_vnni", "qdense_amx")}
+    "conv_transpose", "qconv_gemm", "qconv_amx", "qconv_depthwise", "qdense_vnni", "qdense_amx",
+    "dense_bf16")}
 TEMPLATES = tuple(MODULES)
 LEGACY_PREFIX = "woodpecker.engines.halide."
 # Templates of one's own, beside these (tried by name, not tuned for every task): `name=module`
@@ -66,9 +67,12 @@ def template_module(name: str):
 
 
 def templates_for(task) -> tuple[str, ...]:
-    """The templates that can compute `task`."""
+    """The templates that can compute `task`: of its kind, computing in its `compute` type (a
+    module's `COMPUTE`, float32 where it names none) and supporting it."""
     modules = {t: template_module(t) for t in TEMPLATES}
-    return tuple(t for t, m in modules.items() if m.KIND == task.kind and m.supports(task))
+    compute = getattr(task, "compute", "float32")
+    return tuple(t for t, m in modules.items() if m.KIND == task.kind
+                 and compute in getattr(m, "COMPUTE", ("float32",)) and m.supports(task))
 
 
 def weight_expanding() -> frozenset[str]:
