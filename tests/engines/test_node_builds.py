@@ -24,9 +24,9 @@ def _add(name: str, shape=(2, 3), const=None) -> Node:
 def _counting():
     built = []
 
-    def build(model: bytes, threads: int):
+    def build(model: bytes, ctx: BuildContext):
         built.append(model)
-        return new_session(model, threads)
+        return new_session(model, ctx.threads)
 
     return built, build
 
@@ -59,7 +59,7 @@ def test_what_can_decide_the_answer_is_built_again():
 
 
 def test_a_refusal_keeps_its_reason_for_identical_nodes():
-    def build(model: bytes, threads: int):
+    def build(model: bytes, ctx: BuildContext):
         raise RuntimeError("no kernel for this\nmore detail")
 
     builds, ctx = NodeBuilds(build, first_line), BuildContext(1, 17)

@@ -164,7 +164,10 @@ def chains(draw):
 @given(chains())
 def test_arena_on_random_graphs(model):
     x = rand(1, 4, 5, 5, seed=3)
-    plain = woodpecker.compile(model, threads=1, arena=False)
+    # node-level like the plans below (library-first would make it the faster library's
+    # session, and OpenVINO's float32 rounds otherwise than ONNX Runtime's: which one is
+    # faster is the machine's call, so exact equality would hang on a timing)
+    plain = woodpecker.compile(model, threads=1, arena=False, library_first=False)
     for schedule in ("file", "memory"):
         compiled = woodpecker.compile(model, threads=1, schedule=schedule,
                                       library_first=False)

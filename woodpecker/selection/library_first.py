@@ -160,7 +160,8 @@ def library_plans(whole: Graph, assembly: AssemblyOptions,
     refused)."""
     plans, refused = session_plans(whole, assembly)
     agreement: dict[str, dict] = {}
-    _check_outputs(plans, refused, extra, spread, agreement)
+    _check_outputs(plans, refused, extra, spread, agreement,
+                   assembly.context.precision.tolerance)
     if not plans:
         why = "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no library engine allowed"
         raise LibraryRefusal(f"no library runs this model ({why})")
@@ -195,11 +196,12 @@ def session_plans(whole: Graph, assembly: AssemblyOptions,
 def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
                    extra: dict[str, CompiledModel] | None = None,
                    spread: Spread | None = None,
-                   agreement: dict[str, dict] | None = None) -> None:
+                   agreement: dict[str, dict] | None = None,
+                   tolerance: float = TOLERANCE) -> None:
     """Drop from `plans` (and from `extra`: further plans, never the reference) each whose
     outputs on one seeded input differ from the reference's (ONNX Runtime's where it is among
-    `plans`, else the first plan's) by more than config.TOLERANCE (a low-precision compile's:
-    `Precision.tolerance`) relative to the reference's
+    `plans`, else the first plan's) by more than `tolerance` (config.TOLERANCE; a
+    low-precision compile's `Precision.tolerance`) relative to the reference's
     largest magnitude (NaN where it has NaN) — or, where `spread(feeds)` (ONNX Runtime's
     outputs with its graph optimisations off) moves further from the reference than that, by
     more than config.LIBRARY_SPREAD_FACTOR times that movement: the model's own float noise.
@@ -210,7 +212,6 @@ def _check_outputs(plans: dict[str, CompiledModel], refused: dict[str, str],
         return
     reference = ONNXRUNTIME if ONNXRUNTIME in plans else next(iter(plans))
     feeds = random_feeds(plans[reference])
-    tolerance = plans[reference].plan.precision.tolerance
     groups = (plans, extra)
     try:
         want = list(plans[reference].run(feeds).values())
