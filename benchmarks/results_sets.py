@@ -19,6 +19,14 @@ class ResultSet:
 
 
 SETS = (
+    ResultSet("precision-bf16-3m-emr", "--precision bf16, tuned 3 minutes", "precision",
+              "precision_bf16_emr.json", "Issue 53: the float32 file compiled with `--precision "
+              "bf16` (Woodpecker's AMX-BF16 dense kernels, OpenVINO's bf16 hint) against ONNX "
+              "Runtime (float32: no bf16 CPU mode) and OpenVINO bf16 on the same file, and "
+              "against our fp32 plan; both plans tuned 3 minutes, library-first; 30 interleaved "
+              "rounds; accuracy on 32 inputs against ONNX Runtime float32 (zoo weights random).",
+              "python benchmarks/precision.py --models hf_distilbert,resnet18 --budget 3m "
+              "--runs 30 --json {file}"),
     ResultSet("quantized-3m-emr", "Quantized models, tuned 3 minutes", "quantized",
               "quantized_tuned_emr.json", "Issue 53: int8 kernels, Q/DQ folding; plans tuned 3 "
               "minutes (kept by plan checks).", "python benchmarks/quantized.py --models mobilenet_"
