@@ -323,3 +323,20 @@ def test_compile_prints_a_library_plan_that_beat_the_generated_one(model_file, t
                  "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "generated Halide kernels run 0% of the FLOPs; 0 layout conversion(s)" in out
+
+
+def test_compile_with_a_precision(model_file, tmp_path, capsys, monkeypatch):
+    """`--precision bf16` compiles and says its accuracy against float32 (where the CPU has
+    bf16); on a CPU without it, one line naming what is missing, nothing written."""
+    from woodpecker.options import Precision
+
+    if Precision.BF16.unsupported() is None:
+        assert main(["compile", str(model_file), "-o", str(tmp_path / "b.wpk"),
+                     "--precision", "bf16"]) == 0
+        assert "precision bf16 against ONNX Runtime float32 on 8 random inputs" in \
+            capsys.readouterr().err
+    monkeypatch.setattr("woodpecker.options.host_extensions", lambda: frozenset({"avx2"}))
+    assert main(["compile", str(model_file), "-o", str(tmp_path / "c.wpk"),
+                 "--precision", "bf16"]) == 1
+    assert "precision bf16 needs a CPU with avx512_bf16 or amx_bf16" in _err(capsys)
+    assert not (tmp_path / "c.wpk").exists()

@@ -165,6 +165,30 @@ def test_a_bf16_compile_runs_its_layers_on_bf16_kernels(tmp_path, monkeypatch):
     loaded = woodpecker.load(tmp_path / "plan")
     np.testing.assert_array_equal(loaded.run({"x": x})["r0"], got["r0"])
     assert loaded.plan.meta["precision"] == report
+    assert loaded.plan.precision is Precision.BF16
     monkeypatch.setattr("woodpecker.options.host_extensions", lambda: frozenset({"avx2"}))
     with pytest.raises(PlanError, match="precision bf16 needs a CPU with"):
         woodpecker.load(tmp_path / "plan")
+
+
+@pytest.mark.skipif(Precision.BF16.unsupported() is not None, reason="no bf16 on this host")
+def test_openvino_steps_follow_the_build_contexts_precision():
+    """OpenVINO's one-node step of a MatMul: float32 in a float32 context, moved off it (its
+    precision hint took effect) but within the tolerance in a bf16 one."""
+    pytest.importorskip("openvino")
+    from woodpecker.engines.base import BuildContext
+    from woodpecker.engines.registry import get_engine
+    from woodpecker.ir.graph import Graph
+
+    rng = np.random.default_rng(1)
+    g = Graph("g")
+    x = g.value("x", (32, 96), np.float32)
+    w = g.const(rng.standard_normal((96, 64)).astype(np.float32), "w")
+    node = g.add_node("MatMul", [x, w], [g.value("y", (32, 64), np.float32)])
+    a = rng.standard_normal((32, 96)).astype(np.float32)
+    want = a.astype(np.float64) @ w.data.astype(np.float64)
+    engine = get_engine("openvino")
+    got = {p: engine.build(node, BuildContext(2, 17, precision=p)).run(a)[0]
+           for p in (Precision.FP32, Precision.BF16)}
+    assert relative_error(got[Precision.FP32], want) < 1e-5
+    assert 1e-4 < relative_error(got[Precision.BF16], want) < Precision.BF16.tolerance
