@@ -28,15 +28,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import woodpecker  # noqa: E402
-from benchmarks.quantized import _entries, _feeds, _input_names  # noqa: E402
+from benchmarks.quantized import _entries, _feeds, _input_names, save_rows  # noqa: E402
 from benchmarks.realworld import input_shapes  # noqa: E402
 from woodpecker.bench.accuracy import sqnr_db, top1_agreement  # noqa: E402
-from woodpecker.bench.compare import write_json  # noqa: E402
-from woodpecker.bench.runners import onnxruntime_runner, openvino_runner, versions  # noqa: E402
+from woodpecker.bench.runners import onnxruntime_runner, openvino_runner  # noqa: E402
 from woodpecker.bench.timing import paired_ratios, time_interleaved  # noqa: E402
 from woodpecker.options import Precision, TuneOptions  # noqa: E402
 from woodpecker.selection.library_first import relative_difference  # noqa: E402
-from woodpecker.target import machine_facts  # noqa: E402
 
 THREADS = 2
 
@@ -123,21 +121,21 @@ def main() -> None:
         for entry in _entries(args.models.split(",")):
             row = run_model(entry, args.runs, Path(tmp), args.budget)
             rows.append(row)
-            m = row["median_ms"]
-            acc = row["accuracy_vs_onnxruntime_fp32"]["woodpecker_bf16"][0]
-            top1 = "" if acc["top1_agreement"] is None else \
-                f" top-1 {100 * acc['top1_agreement']:.1f}%"
-            print(f"{row['name']:16s} {row['plan']:12s} ours {m['woodpecker']:8.3f} ORT "
-                  f"{m['onnxruntime']:8.3f} OV-bf16 {m['openvino_bf16']:8.3f} OV-f32 "
-                  f"{m['openvino_f32']:8.3f} fp32 {m['woodpecker_fp32']:8.3f} | paired "
-                  f"{row['ours_over_faster_library']['median']:.3f} | x"
-                  f"{row['bf16_speedup_over_our_fp32']} over our fp32 | SQNR "
-                  f"{acc['sqnr_db']} dB{top1}", flush=True)
-    doc = {"machine": machine_facts(), "versions": versions(), "threads": THREADS,
-           "runs": args.runs, "budget": args.budget, "models": rows}
-    if args.json:
-        write_json(args.json, doc)
+            print(_said(row), flush=True)
+    save_rows(args, rows)
 
+
+def _said(row: dict) -> str:
+    """A row as one line of the printed table."""
+    m = row["median_ms"]
+    acc = row["accuracy_vs_onnxruntime_fp32"]["woodpecker_bf16"][0]
+    top1 = "" if acc["top1_agreement"] is None else f" top-1 {100 * acc['top1_agreement']:.1f}%"
+    times = " ".join(f"{label} {m[key]:8.3f}" for label, key in (
+        ("ours", "woodpecker"), ("ORT", "onnxruntime"), ("OV-bf16", "openvino_bf16"),
+        ("OV-f32", "openvino_f32"), ("fp32", "woodpecker_fp32")))
+    return (f"{row['name']:16s} {row['plan']:12s} {times} | paired "
+            f"{row['ours_over_faster_library']['median']:.3f} | "
+            f"x{row['bf16_speedup_over_our_fp32']} over our fp32 | SQNR {acc['sqnr_db']} dB{top1}")
 
 if __name__ == "__main__":
     main()

@@ -192,10 +192,16 @@ def main() -> None:
                   f"{m.get('woodpecker_fp32', float('nan')):8.3f} | paired {paired:.3f} | int8 "
                   f"speed-up x{row['int8_speedup_over_our_fp32']} | SQNR {o.get('sqnr_db')} "
                   f"{agree} | max |ours - ORT| {row['max_abs_vs_onnxruntime']:.3g}", flush=True)
-    doc = {"machine": machine_facts(), "versions": versions(), "threads": THREADS,
-           "runs": args.runs, "budget": args.budget, "models": rows}
+    save_rows(args, rows)
+
+
+def save_rows(args, rows: list[dict]) -> None:
+    """The run's rows with the machine, the runtimes' versions and the settings, to
+    `args.json` where given."""
     if args.json:
-        write_json(args.json, doc)
+        write_json(args.json, {"machine": machine_facts(), "versions": versions(),
+                               "threads": THREADS, "runs": args.runs, "budget": args.budget,
+                               "models": rows})
 
 
 if __name__ == "__main__":

@@ -256,3 +256,25 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
         .vectorize(r[0]).vectorize(pixel[0]).vectorize(pixel[1])
     return compiled(__name__, task, config, threads, out,
                     [x, w, beta, mu, x_zp, y_zp, *extra], views(task))
+
+
+def schedule_rows(hl, out, acc, accm, co, p, lane, r, channels: str, pad: int) -> None:
+    """The schedule of a product over one row of pixels (qdense_amx, dense_bf16): `out[co, p]`
+    in 16 × 16 tiles — the column tiles inside each row tile (`channels` "inner") or outside
+    ("outer"), the outer loop parallel —, each tile's accumulator `acc[lane, p, tile]` (AMX
+    tile storage, reduction `r` = (step values, steps)) copied into `accm`, whose storage is
+    `pad` lanes wider than a tile (a dense copy is not matched: module docstring)."""
+    oco, oci, xo, xi, li, pi = (hl.Var(v) for v in ("oco", "oci", "xo", "xi", "li", "pi"))
+    out.output_buffer().dim(0).set_min(0)
+    out.split(co, oco, oci, TILE, hl.TailStrategy.RoundUp).vectorize(oci)
+    out.split(p, xo, xi, TILE, hl.TailStrategy.ShiftInwards)
+    order = (oci, xi, oco, xo) if channels == "inner" else (oci, xi, xo, oco)
+    out.reorder(*order).parallel(order[3])
+    accm.bound(lane, 0, TILE).bound_storage(lane, TILE + pad)
+    accm.tile(lane, p, li, pi, TILE, TILE, hl.TailStrategy.ShiftInwards) \
+        .vectorize(li).vectorize(pi)
+    accm.compute_at(out, order[2])
+    acc.compute_at(accm, lane)
+    acc.store_in(hl.MemoryType(AMX_TILE)).vectorize(lane).vectorize(p)
+    acc.update().reorder(r[0], lane, p, r[1]).atomic() \
+        .vectorize(r[0]).vectorize(lane).vectorize(p)

@@ -80,18 +80,5 @@ def build(task: QDenseTask, config: dict, threads: int = 2) -> AotKernel:
     out[co, p] = dynamic_quant.output(hl, task, accm[co % TILE, p, co // TILE], co, p, prm,
                                        quant)
 
-    oco, oci, xo, xi, li, pi = (hl.Var(v) for v in ("oco", "oci", "xo", "xi", "li", "pi"))
-    out.output_buffer().dim(0).set_min(0)
-    out.split(co, oco, oci, TILE, hl.TailStrategy.RoundUp).vectorize(oci)
-    out.split(p, xo, xi, TILE, hl.TailStrategy.ShiftInwards)
-    order = (oci, xi, oco, xo) if config["channels"] == "inner" else (oci, xi, xo, oco)
-    out.reorder(*order).parallel(order[3])
-    accm.bound(lane, 0, TILE).bound_storage(lane, TILE + GROUP)
-    accm.tile(lane, p, li, pi, TILE, TILE, hl.TailStrategy.ShiftInwards) \
-        .vectorize(li).vectorize(pi)
-    accm.compute_at(out, order[2])
-    acc.compute_at(accm, lane)
-    acc.store_in(hl.MemoryType(qconv_amx.AMX_TILE)).vectorize(lane).vectorize(p)
-    acc.update().reorder(r[0], lane, p, r[1]).atomic() \
-        .vectorize(r[0]).vectorize(lane).vectorize(p)
+    qconv_amx.schedule_rows(hl, out, acc, accm, co, p, lane, r, config["channels"], GROUP)
     return compiled(__name__, task, config, threads, out, prm.all(), views(task))
