@@ -333,8 +333,12 @@ def test_compile_with_a_precision(model_file, tmp_path, capsys, monkeypatch):
     if Precision.BF16.unsupported() is None:
         assert main(["compile", str(model_file), "-o", str(tmp_path / "b.wpk"),
                      "--precision", "bf16"]) == 0
-        assert "precision bf16 against ONNX Runtime float32 on 8 random inputs" in \
-            capsys.readouterr().err
+        said = "precision bf16 against ONNX Runtime float32 on 8 random inputs"
+        assert said in capsys.readouterr().err
+        assert main(["inspect", str(tmp_path / "b.wpk")]) == 0     # the plan keeps its report
+        assert said in capsys.readouterr().out
+        assert main(["report", str(tmp_path / "b.wpk"), "-o", str(tmp_path / "r.html")]) == 0
+        assert "bf16 (against ONNX Runtime float32: SQNR" in (tmp_path / "r.html").read_text()
     monkeypatch.setattr("woodpecker.options.host_extensions", lambda: frozenset({"avx2"}))
     assert main(["compile", str(model_file), "-o", str(tmp_path / "c.wpk"),
                  "--precision", "bf16"]) == 1

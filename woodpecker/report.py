@@ -98,7 +98,7 @@ def _summary(model: CompiledModel, ms: list[float], digest: str | None) -> str:
                                                    f"{', '.join(t.isa) or 'no vector ISA'})"),
              ("threads", t.threads), ("nodes / steps", f"{len(model.graph.nodes)} / "
                                                       f"{len(model.steps)}"),
-             ("schedule", plan.schedule.kind.value),
+             ("schedule", plan.schedule.kind.value), ("precision", _precision(plan)),
              ("arena", f"{plan.arena.size / 1024:.1f} KiB" if plan.arena else "none"),
              ("profiled time", f"{sum(ms):.3f} ms per run (sum of steps)"),
              ("generated FLOPs share", f"{model.generated_flops_share():.1%}")]
@@ -106,6 +106,16 @@ def _summary(model: CompiledModel, ms: list[float], digest: str | None) -> str:
         items.append(("plan digest", digest))
     body = "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in items)
     return f"<h2>Plan</h2><table class='kv'>{body}</table>"
+
+
+def _precision(plan) -> str:
+    """The plan's precision, with the accuracy its compile measured against float32."""
+    report = plan.meta.get("precision")
+    if not report or not report.get("outputs"):
+        return plan.precision.value
+    worst = min(report["outputs"], key=lambda o: o["sqnr_db"])
+    return (f"{plan.precision.value} (against ONNX Runtime float32: SQNR {worst['sqnr_db']:.1f} "
+            f"dB, largest difference {worst['max_rel_diff']:.2g} of the output's range)")
 
 
 def _nodes(rows: list[dict]) -> str:

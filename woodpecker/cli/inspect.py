@@ -9,6 +9,7 @@ from pathlib import Path
 from woodpecker.cli.common import _is_plan, _load_or_compile, _reference_onnx, _shapes
 from woodpecker.engines import names
 from woodpecker.options import ScheduleKind
+from woodpecker.selection.accuracy import PrecisionReport
 from woodpecker.selection.compare import Decision
 
 
@@ -104,6 +105,9 @@ def cmd_inspect(args) -> None:
         print(f"library regions: {r['why'] if 'why' in r else Decision.said(r)}")
     doc["parallel"] = _show_parallel(model.plan.meta.get("parallel"))
     doc["library_first"] = _show_library_first(model.plan.meta.get("library_first"))
+    doc["precision"] = model.plan.precision.value
+    if "precision" in model.plan.meta:     # a --precision bf16/fp16 plan's measured accuracy
+        print(PrecisionReport.from_json(model.plan.meta["precision"]).said())
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")

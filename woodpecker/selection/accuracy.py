@@ -47,6 +47,12 @@ class PrecisionReport:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "PrecisionReport":
+        """The report a plan recorded (`plan.meta["precision"]`)."""
+        return cls(d["precision"], d["inputs"], d["tolerance"],
+                   [OutputAccuracy(**o) for o in d.get("outputs", [])], d.get("why_not"))
+
     def said(self) -> str:
         """One line for the compile's progress output."""
         if self.why_not is not None:
