@@ -87,7 +87,10 @@ def run_model(entry: dict, runs: int, tmp: Path, budget: str | None) -> dict:
     bf16 = plans["bf16"]
     lf = bf16.plan.meta.get("library_first", {})
     return {"name": entry["name"], "compile_s": compile_s,
+            # the library's session, or Woodpecker's graph on it where that rewrite was kept,
+            # unless the last check kept Woodpecker's plan
             "plan": "woodpecker" if lf.get("against", {}).get("kept") else
+                    lf["rewrite"]["best"] if lf.get("rewrite", {}).get("kept") else
                     lf.get("engine") or "woodpecker",
             "engines": sorted(set(bf16.plan.engines)),
             "generated_flops_share": round(bf16.generated_flops_share(), 3),
