@@ -21,6 +21,7 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -30,28 +31,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import woodpecker  # noqa: E402
 from benchmarks.quantized import _entries, _feeds, _input_names, save_rows  # noqa: E402
 from benchmarks.realworld import input_shapes  # noqa: E402
-from woodpecker.bench.accuracy import sqnr_db, top1_agreement  # noqa: E402
 from woodpecker.bench.runners import onnxruntime_runner, openvino_runner  # noqa: E402
 from woodpecker.bench.timing import paired_ratios, time_interleaved  # noqa: E402
 from woodpecker.options import Precision, TuneOptions  # noqa: E402
-from woodpecker.selection.library_first import relative_difference  # noqa: E402
+from woodpecker.selection.accuracy import output_accuracy  # noqa: E402
 
 THREADS = 2
 
 
 def _accuracy(run, reference: list[list[np.ndarray]], feeds: list[dict]) -> list[dict]:
-    """Per output of `run` (a list of arrays per feed) against `reference` on `feeds`."""
+    """Per float output of `run` (a list of arrays per feed) against `reference` on `feeds`
+    (`selection.accuracy.output_accuracy`, named by the output's index)."""
     got = [[np.asarray(a) for a in run(f)] for f in feeds]
-    out = []
-    for k in range(len(reference[0])):
-        ref = [r[k] for r in reference]
-        oth = [g[k] for g in got]
-        if ref[0].dtype.kind != "f":
-            continue
-        out.append({"output": k, "sqnr_db": round(sqnr_db(ref, oth), 2),
-                    "max_rel_diff": max(relative_difference(o, r) for o, r in zip(oth, ref)),
-                    "top1_agreement": top1_agreement(ref, oth)})
-    return out
+    return [asdict(output_accuracy(str(k), [r[k] for r in reference], [g[k] for g in got]))
+            for k in range(len(reference[0])) if reference[0][k].dtype.kind == "f"]
 
 
 def run_model(entry: dict, runs: int, tmp: Path, budget: str | None) -> dict:

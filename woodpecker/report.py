@@ -19,6 +19,7 @@ from typing import Any
 from woodpecker.engines import names
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.arena import lifetimes
+from woodpecker.selection.accuracy import PrecisionReport
 from woodpecker.selection.compare import Decision
 from woodpecker.tasks import spec_task, task_from_key
 from woodpecker.version import __version__
@@ -110,12 +111,12 @@ def _summary(model: CompiledModel, ms: list[float], digest: str | None) -> str:
 
 def _precision(plan) -> str:
     """The plan's precision, with the accuracy its compile measured against float32."""
-    report = plan.meta.get("precision")
-    if not report or not report.get("outputs"):
+    recorded = plan.meta.get("precision")
+    worst = PrecisionReport.from_json(recorded).worst() if recorded else None
+    if worst is None:
         return plan.precision.value
-    worst = min(report["outputs"], key=lambda o: o["sqnr_db"])
-    return (f"{plan.precision.value} (against ONNX Runtime float32: SQNR {worst['sqnr_db']:.1f} "
-            f"dB, largest difference {worst['max_rel_diff']:.2g} of the output's range)")
+    return (f"{plan.precision.value} (against ONNX Runtime float32: SQNR {worst.sqnr_db:.1f} "
+            f"dB, largest difference {worst.max_rel_diff:.2g} of the output's range)")
 
 
 def _nodes(rows: list[dict]) -> str:

@@ -53,6 +53,10 @@ class PrecisionReport:
         return cls(d["precision"], d["inputs"], d["tolerance"],
                    [OutputAccuracy(**o) for o in d.get("outputs", [])], d.get("why_not"))
 
+    def worst(self) -> OutputAccuracy | None:
+        """The output of the lowest SQNR (None: nothing measured)."""
+        return min(self.outputs, key=lambda o: o.sqnr_db, default=None)
+
     def said(self) -> str:
         """One line for the compile's progress output."""
         if self.why_not is not None:
@@ -65,12 +69,18 @@ class PrecisionReport:
                 f"random inputs — " + "; ".join(parts))
 
 
+def output_accuracy(name: str, reference: list[np.ndarray],
+                    other: list[np.ndarray]) -> OutputAccuracy:
+    """One output's accuracy over several inputs (one array per input of each)."""
+    return OutputAccuracy(name, max(relative_difference(o, r) for o, r in zip(other, reference)),
+                          round(sqnr_db(reference, other), 2), top1_agreement(reference, other))
+
+
 def precision_report(model: CompiledModel, source: bytes, threads: int,
                      precision: Precision) -> PrecisionReport:
     """See the module docstring. `source`: the user's model, serialized."""
     from woodpecker.engines.ort_engine import new_session
 
-    base = PrecisionReport(precision.value, PRECISION_REPORT_FEEDS, precision.tolerance)
     feeds = [random_feeds(model, seed) for seed in range(PRECISION_REPORT_FEEDS)]
     try:
         session = new_session(source, threads)
@@ -78,17 +88,9 @@ def precision_report(model: CompiledModel, source: bytes, threads: int,
         want = [dict(zip(names, session.run(None, f))) for f in feeds]
         got = [model.run(f) for f in feeds]
     except Exception as e:  # noqa: BLE001 - ONNX Runtime's own errors; a report, not a check
-        return PrecisionReport(base.precision, 0, base.tolerance,
+        return PrecisionReport(precision.value, 0, precision.tolerance,
                                why_not=f"{type(e).__name__}: {first_line(e)[:160]}")
-    outputs = []
-    for name in names:
-        if name not in got[0]:
-            continue
-        ref = [np.asarray(w[name]) for w in want]
-        out = [np.asarray(g[name]) for g in got]
-        if ref[0].dtype.kind != "f":
-            continue
-        outputs.append(OutputAccuracy(
-            name, max(relative_difference(o, r) for o, r in zip(out, ref)),
-            round(sqnr_db(ref, out), 2), top1_agreement(ref, out)))
-    return PrecisionReport(base.precision, base.inputs, base.tolerance, outputs)
+    outputs = [output_accuracy(name, [np.asarray(w[name]) for w in want],
+                               [np.asarray(g[name]) for g in got])
+               for name in names if name in got[0] and np.asarray(want[0][name]).dtype.kind == "f"]
+    return PrecisionReport(precision.value, len(feeds), precision.tolerance, outputs)
