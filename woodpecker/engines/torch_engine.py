@@ -40,8 +40,9 @@ _BUILDERS: dict[str, Builder] = {}
 _COMPUTE = {"Conv", "FusedConv", separable.OP, chain.OP, "Gemm", "FusedGemm", "MatMul",
             "FusedMatMul",
             "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Erf", "Sigmoid", "Tanh", "Gelu",
-            "HardSigmoid", "HardSwish", "Clip", "Relu", "BatchNormalization", "MaxPool",
-            "AveragePool", "GlobalAveragePool", "Softmax", "LayerNormalization", "ReduceMean"}
+            "HardSigmoid", "HardSwish", "LeakyRelu", "Clip", "Relu", "BatchNormalization",
+            "MaxPool", "AveragePool", "GlobalAveragePool", "Softmax", "LayerNormalization",
+            "ReduceMean"}
 
 
 def settle_threads() -> None:
@@ -308,6 +309,8 @@ _FNS = {
     "Gelu": lambda n: (lambda x, ap=n.attr("approximate", "none"):
                        _torch().nn.functional.gelu(x, approximate=ap)),
     "HardSwish": lambda n: _torch().nn.functional.hardswish,
+    "LeakyRelu": lambda n: (lambda x, a=n.attr("alpha", 0.01):
+                            _torch().nn.functional.leaky_relu(x, a)),
     "HardSigmoid": lambda n: (lambda x, a=n.attr("alpha", 0.2), b=n.attr("beta", 0.5):
                               (x * a + b).clamp_(0, 1)),
     "Equal": lambda n: _torch().eq, "Where": lambda n: _torch().where,

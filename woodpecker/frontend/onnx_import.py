@@ -29,6 +29,7 @@ from woodpecker.errors import (
 )
 from woodpecker.frontend.onnx_types import dims_of, element_dtype
 from woodpecker.frontend.open_world import opaque_node, opaque_reason, value_types
+from woodpecker.frontend.qoperator import qdq_form
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.types import onnx_type_name, to_numpy_dtype
 from woodpecker.ops import OPS, run_reference
@@ -72,7 +73,10 @@ def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None =
     `input_values` binds graph inputs to fixed values (they become constants): a model whose
     shapes depend on an input's value (a Reshape target fed at run time) is specialised to it.
     """
+    # a QOperator file's contrib integer ops as the QDQ form they are defined as
+    # (frontend/qoperator.py); library regions then run the rewritten nodes
     original = load_model_proto(model)
+    original = qdq_form(original) or original
     proto = upgrade_opset(original)
     _check_opset(proto)
     check_graph(proto)

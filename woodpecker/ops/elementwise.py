@@ -108,6 +108,7 @@ _unary("Tanh", lambda a, x: np.tanh(x))
 _unary("Gelu", _gelu)
 _unary("HardSigmoid", lambda a, x: hard_sigmoid(x, a.get("alpha", 0.2), a.get("beta", 0.5)))
 _unary("HardSwish", lambda a, x: x * hard_sigmoid(x, 1 / 6, 0.5))
+_unary("LeakyRelu", lambda a, x: np.where(x < 0, x * x.dtype.type(a.get("alpha", 0.01)), x))
 op("Relu", same_as_input, output_numel)(lambda attrs, x: np.maximum(x, x.dtype.type(0)))
 
 

@@ -93,7 +93,7 @@ for _fused, (_base, _n) in BASE_INPUTS.items():
 # step's result) or None (an omitted optional input, e.g. Clip's max). The last step's result
 # is the node's output. (BatchNormalization joins a group as a Mul and an Add by channel.)
 ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Clip", "HardSigmoid",
-               "HardSwish")
+               "HardSwish", "LeakyRelu")
 
 
 def runtime_count(program: list[dict]) -> int:

@@ -69,6 +69,9 @@ class _bias_view:
     def attr(self, key, default=None):
         return self.attrs.get(key, default)
 
+    def input(self, i: int):
+        return self.inputs[i] if i < len(self.inputs) else None
+
 
 def _flops(node: Node) -> int:
     return 2 * numel(node.outputs[0].shape) * numel(node.inputs[W].shape[1:])

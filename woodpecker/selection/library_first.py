@@ -53,6 +53,7 @@ from woodpecker.engines.ort_engine import new_session
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import ModelError, WoodpeckerError, first_line
 from woodpecker.frontend.qdq_unsigned import unsigned_activations
+from woodpecker.frontend.qoperator import qdq_form
 from woodpecker.frontend.whole import whole_graph
 from woodpecker.ir.graph import Graph
 from woodpecker.options import ScheduleKind
@@ -63,6 +64,8 @@ from woodpecker.selection.compare import Decision, Timed, compare_plans, decide
 Spread = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 # the label of the plans of the user's graph with uint8 activations (frontend/qdq_unsigned.py)
 UNSIGNED = "the file with uint8 activations"
+# the label of the plans of a QOperator file's QDQ form (frontend/qoperator.py)
+QDQ_FORM = "the file in QDQ form"
 # the labels of the decision against the library (selection/compare.Decision)
 WOODPECKER, LIBRARY = "Woodpecker's plan", "the library's session"
 
@@ -104,6 +107,7 @@ class OriginalGraph:
                            arena=False)
         others = rewrites() if rewrites is not None else {}
         others.update(self._unsigned(assembly))
+        others.update(self._qdq_form(assembly))
         checked = library_plans(whole, assembly, others, self._unoptimized(assembly))
         refused = checked.refused
         library, record = fastest_library(checked.plans, out, deadline, rewrites=others)
@@ -118,19 +122,30 @@ class OriginalGraph:
         """The plans of the user's graph with its int8 activations carried as uint8 (the same
         model: frontend/qdq_unsigned.py), on each library that runs it; none where the graph
         has no such activations. Checked and timed with the other rewrites."""
-        rewritten = unsigned_activations(self.proto)
-        if rewritten is None:
+        return self._rewritten(unsigned_activations(self.proto), UNSIGNED, assembly)
+
+    def _qdq_form(self, assembly: AssemblyOptions) -> dict[str, CompiledModel]:
+        """The plans of a QOperator file's QDQ form (the same model in standard ops:
+        frontend/qoperator.py) on each library that runs it; none for other files. Checked
+        and timed with the other rewrites."""
+        return self._rewritten(qdq_form(self.proto, conv=True), QDQ_FORM, assembly)
+
+    def _rewritten(self, proto: onnx.ModelProto | None, label: str,
+                   assembly: AssemblyOptions) -> dict[str, CompiledModel]:
+        if proto is None:
             return {}
-        whole = whole_graph(rewritten, self.input_shapes, self.input_values, self.known)
+        whole = whole_graph(proto, self.input_shapes, self.input_values, self.known)
         plans, _ = session_plans(whole, assembly)
-        return {f"{UNSIGNED} on {name}": plan for name, plan in plans.items()}
+        return {f"{label} on {name}": plan for name, plan in plans.items()}
 
     def _unoptimized(self, assembly: AssemblyOptions) -> Spread:
-        """ONNX Runtime running the user's graph as written, no graph optimisation: how far
-        the same math in another order moves the outputs (`_check_outputs`)."""
+        """ONNX Runtime running the user's graph as written (a QOperator file in its QDQ
+        form), no graph optimisation: how far the same math in another order moves the
+        outputs (`_check_outputs`)."""
+        model = (qdq_form(self.proto, conv=True) or self.proto).SerializeToString()
+
         def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-            session = new_session(self.proto.SerializeToString(), assembly.target.threads,
-                                  optimize=False)
+            session = new_session(model, assembly.target.threads, optimize=False)
             given = {**{k: np.asarray(v) for k, v in (self.input_values or {}).items()},
                      **feeds}
             wanted = {i.name for i in session.get_inputs()}

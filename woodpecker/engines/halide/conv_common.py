@@ -213,6 +213,8 @@ def step_expr(hl, op: str, args: list, attrs: dict):
         return ieee.clamp(hl, x, lo, hi)
     if op == "HardSigmoid":
         return activation(hl, args[0], (op, attrs.get("alpha", 0.2), attrs.get("beta", 0.5)))
+    if op == "LeakyRelu":
+        return hl.select(args[0] < 0, args[0] * hl.f32(attrs.get("alpha", 0.01)), args[0])
     if op == "DequantizeLinear":      # (x − zp) · scale in float32, as ops/quant.py
         x, scale, zp = args
         return (hl.f32(x) - zp) * scale
