@@ -25,7 +25,9 @@ def model_file(tmp_path):
 def test_ops(capsys):
     assert main(["ops"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [ln.split()[0] for ln in lines[1:-1]] == SUPPORTED
+    assert [ln.split()[0] for ln in lines[1:-2]] == SUPPORTED
+    assert lines[-2].startswith("read as the QDQ form") and \
+        "QLinearMatMul" in lines[-2] and "com.microsoft.QLinearAdd" in lines[-2]
     conv = next(ln.split() for ln in lines if ln.startswith("Conv "))
     assert conv[1] == "halide" and "onnxruntime" in " ".join(conv[2:])
     assert lines[-1].startswith("any other op: an opaque node, run by ") and \

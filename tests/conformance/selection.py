@@ -1,6 +1,7 @@
 """Which ONNX backend node tests apply to Woodpecker.
 
-Included: every node test whose model uses only supported op types. Of those, a test whose model
+Included: every node test whose model uses only supported op types (or ones the import
+reads as their QDQ form). Of those, a test whose model
 Woodpecker rejects at import with `UnsupportedOpError` (element types numpy cannot hold such as
 float8/int4/bfloat16/string, sequence or optional values, opsets below 13, training-mode
 BatchNormalization and Dropout) or imports with an Opaque node (a variant Woodpecker does not
@@ -16,6 +17,7 @@ from onnx.backend.test.loader import load_model_tests
 
 from woodpecker.errors import UnsupportedOpError
 from woodpecker.frontend.onnx_import import import_onnx
+from woodpecker.frontend.qoperator import REWRITES
 from woodpecker.ops import SUPPORTED
 
 INCLUDED: list[str] = []
@@ -30,7 +32,8 @@ DIFFERS = {
 
 
 def _select() -> None:
-    supported = set(SUPPORTED)
+    # and the ops the import reads as their QDQ form (frontend/qoperator.py)
+    supported = set(SUPPORTED) | {op for domain, op in REWRITES if domain == ""}
     for case in load_model_tests(kind="node"):
         ops = {n.op_type for n in case.model.graph.node}
         if not ops or not ops <= supported:

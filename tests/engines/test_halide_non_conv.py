@@ -75,7 +75,8 @@ ELEMENTWISE = [
         ("HardSigmoid", (_IN0,), (("alpha", 0.3), ("beta", 0.4))),
         ("HardSwish", (_IN1,), ()), ("Sub", (("step", 0), ("step", 1)), ()),
         ("Sigmoid", (("step", 2),), ()), ("Tanh", (("step", 3),), ()),
-        ("Clip", (("step", 4), None, ("const", 0)), ()))),
+        ("Clip", (("step", 4), None, ("const", 0)), ()),
+        ("LeakyRelu", (("step", 5),), (("alpha", 0.2),)))),
 ]
 ATTENTION = [
     # 2 heads of 8 split from a packed (11, 1, 3·16) projection; 11 rows: tails everywhere

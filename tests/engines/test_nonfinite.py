@@ -60,7 +60,7 @@ X = np.array([[np.nan, np.inf, -np.inf, 1.0, -1.0, 0.0, 7.0, -100.0, 100.0, 3e38
 @pytest.mark.parametrize("op, attrs, consts", [
     ("Relu", {}, {}), ("Clip", {}, {"lo": 0.0, "hi": 6.0}), ("HardSigmoid", {}, {}),
     ("HardSwish", {}, {}), ("Sigmoid", {}, {}), ("Tanh", {}, {}), ("Gelu", {}, {}),
-    ("Gelu", {"approximate": "tanh"}, {}), ("Softmax", {}, {}),
+    ("Gelu", {"approximate": "tanh"}, {}), ("Softmax", {}, {}), ("LeakyRelu", {"alpha": 0.1}, {}),
 ])
 def test_reference_treats_nonfinite_as_onnx_runtime_does(op, attrs, consts):
     """The numpy engine (the reference every kernel is checked against) on one-node models."""

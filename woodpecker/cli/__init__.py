@@ -218,6 +218,7 @@ def cmd_ops(args) -> None:
     """Each op Woodpecker defines, whether generated kernels run it, which installed library
     engines declare it; then who runs every other op (as an opaque node)."""
     from woodpecker.engines.registry import ENGINE_NAMES, EngineError, get_engine
+    from woodpecker.frontend.qoperator import REWRITES
     from woodpecker.ops import SUPPORTED
     from woodpecker.ops.opaque import OP as OPAQUE
 
@@ -234,6 +235,8 @@ def cmd_ops(args) -> None:
         gen = ",".join(e.name for e in generated if op in e.ops) or "-"
         libs = ", ".join(e.name for e in libraries if op in e.ops)
         print(f"{op:<28} {gen:<10} {libs}")
+    read = ", ".join(op if domain == "" else f"{domain}.{op}" for domain, op in REWRITES)
+    print(f"read as the QDQ form they are defined as (integer work after the passes): {read}")
     opaque = ", ".join(e.name for e in libraries if OPAQUE in e.ops)
     print(f"any other op: an opaque node, run by the library that accepts it ({opaque}; "
           "each asked when a model is compiled)")

@@ -53,7 +53,9 @@ def qdq_form(model: onnx.ModelProto, conv: bool = False) -> onnx.ModelProto | No
     nodes: list[onnx.NodeProto] = []
     for node in out.graph.node:
         rule = rules.get((node.domain, node.op_type))
-        nodes.extend([node] if rule is None else rule(rewriter, node))
+        rewritten = [node] if rule is None else rule(rewriter, node)
+        nodes.extend(rewriter.pending + rewritten)
+        rewriter.pending.clear()
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     if not any(n.domain == MS for n in out.graph.node):
@@ -75,9 +77,13 @@ class _Rewriter:
         self.types = {v.name: v.type.tensor_type.elem_type
                       for v in (*g.input, *g.output, *g.value_info)}
         self.types.update({i.name: i.data_type for i in g.initializer})
-        self.ranks = {v.name: len(v.type.tensor_type.shape.dim)
-                      for v in (*g.input, *g.output, *g.value_info)
-                      if v.type.tensor_type.HasField("shape")}
+        self.shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None
+                                for d in v.type.tensor_type.shape.dim]
+                       for v in (*g.input, *g.output, *g.value_info)
+                       if v.type.tensor_type.HasField("shape")}
+        self.shapes.update({i.name: list(i.dims) for i in g.initializer})
+        self.ranks = {name: len(shape) for name, shape in self.shapes.items()}
+        self.pending: list[onnx.NodeProto] = []   # nodes the next rewrite's nodes need first
         self.producer = {o: node for node in g.node for o in node.output}
         self.initializers: list[TensorProto] = []
 
@@ -94,6 +100,7 @@ class _Rewriter:
         self.initializers.append(tensor)
         self.inits[tensor.name] = tensor
         self.types[tensor.name] = tensor.data_type
+        self.shapes[tensor.name] = list(tensor.dims)
         return tensor.name
 
     def elem_type(self, name: str, node: onnx.NodeProto, seen: int = 0) -> int:
@@ -113,17 +120,26 @@ class _Rewriter:
             "from the graph and the node gives no zero point for it")
 
     def scale(self, name: str) -> str:
-        """A scale input as written, or a scalar copy of a one-element initializer (which
-        DequantizeLinear would otherwise read as per-axis)."""
-        init = self.inits.get(name)
-        if init is None or len(init.dims) == 0 or int(np.prod(init.dims)) != 1:
+        """A scale (or zero point) input as written, or a scalar of a one-element vector (which
+        DequantizeLinear would otherwise read as per-axis): a copy of an initializer, a
+        Reshape of a run-time one."""
+        if self.shapes.get(name) != [1]:
             return name
-        return self.constant(numpy_helper.to_array(init).reshape(()), f"{name}_scalar")
+        init = self.inits.get(name)
+        if init is not None:
+            return self.constant(numpy_helper.to_array(init).reshape(()), f"{name}_scalar")
+        scalar = self.fresh(f"{name}_scalar")
+        self.pending.append(helper.make_node(
+            "Reshape", [name, self.constant(np.zeros(0, np.int64), f"{name}_scalar_shape")],
+            [scalar], name=self.fresh(f"{name}/Reshape")))
+        self.shapes[scalar] = []
+        return scalar
 
     def dequantize(self, node: onnx.NodeProto, x: str, scale: str, zp: str,
                    axis: int | None = None) -> tuple[onnx.NodeProto, str]:
         y = self.fresh(f"{x}_dequantized")
-        inputs = [x, self.scale(scale)] + ([zp] if zp else [])
+        scale = self.scale(scale)
+        inputs = [x, scale] + ([self.scale(zp)] if zp else [])
         attrs = {} if axis is None or self._scalar(scale) else {"axis": axis}
         return helper.make_node("DequantizeLinear", inputs, [y],
                                 name=self.fresh(f"{node.name or y}/DequantizeLinear"),
@@ -135,12 +151,11 @@ class _Rewriter:
         if not zp:
             dtype = helper.tensor_dtype_to_np_dtype(self.elem_type(like, node))
             zp = self.constant(np.zeros((), dtype), f"{out}_zero_point")
-        return helper.make_node("QuantizeLinear", [x, self.scale(scale), zp], [out],
+        return helper.make_node("QuantizeLinear", [x, self.scale(scale), self.scale(zp)], [out],
                                 name=self.fresh(f"{node.name or out}/QuantizeLinear"))
 
     def _scalar(self, scale: str) -> bool:
-        init = self.inits.get(scale)
-        return init is not None and int(np.prod(init.dims)) == 1
+        return self.shapes.get(scale) == []
 
 
 # ops whose output has their first input's element type (a zero point's type followed back)
