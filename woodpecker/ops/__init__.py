@@ -4,6 +4,7 @@ from woodpecker.ops import (  # noqa: F401
     attention,
     chain,
     conv,
+    conv_integer,
     conv_transpose,
     elementwise,
     fused,

@@ -33,12 +33,19 @@ from woodpecker.ops.registry import DataOf, composite, dtype_of, numel, op, shap
 X, XS, XZ, W, WS, WZ, YS, YZ, B = range(9)
 
 
-def _infer(node: Node, data_of: DataOf):
-    x, w = shape_of(node, X), shape_of(node, W)
+def grouped_shapes(node: Node, xi: int, wi: int) -> tuple[tuple, tuple]:
+    """Input `xi`'s and weight `wi`'s shapes, one ModelError line unless they fit the node's
+    `group` (which the node then holds)."""
+    x, w = shape_of(node, xi), shape_of(node, wi)
     groups = int(node.attr("group", 1))
     node.attrs["group"] = groups
     if len(x) < 3 or len(w) != len(x) or x[1] != w[1] * groups or w[0] % groups:
         raise ModelError(f"{where(node)}: input {x} and weight {w} do not fit group={groups}")
+    return x, w
+
+
+def _infer(node: Node, data_of: DataOf):
+    x, w = grouped_shapes(node, X, W)
     for i, what in ((X, "input"), (W, "weight"), (YZ, "output zero point")):
         if dtype_of(node, i) not in QUANT_TYPES:
             raise ModelError(f"{where(node)}: its {what} is {dtype_of(node, i)} (int8 or uint8)")
