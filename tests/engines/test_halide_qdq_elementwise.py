@@ -148,7 +148,7 @@ def test_a_quantize_after_a_transcendental_may_be_one_step_off():
     silu, residual = _silu_task(), _residual_task("uint8", "uint8", "uint8", True, 16, 4, 7)
     assert (silu.steps_off, residual.steps_off) == (1, 0)
     inputs = silu.random_inputs(0)
-    config = elementwise.space(silu).seeds[0]
+    config = {**elementwise.space(silu).seeds[0], "lut": False}    # the program, per element
     got = elementwise.build(silu, config)(*kernel_arguments(elementwise, silu, config, inputs))
     want = silu.reference(inputs)
     assert agrees(silu, got, want)[0] and np.mean(got == want) > 0.99
@@ -156,3 +156,58 @@ def test_a_quantize_after_a_transcendental_may_be_one_step_off():
     off = want.astype(np.int16) + inward
     assert agrees(silu, off, want)[0] and not agrees(residual, off, want)[0]
     assert not agrees(silu, off + inward, want)[0]
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from(["uint8", "int8"]), st.sampled_from(["uint8", "int8", "float32"]),
+       st.booleans(), st.integers(0, 2**16))
+def test_a_program_of_one_8bit_input_is_a_table_equal_to_the_reference(a, out, swish, seed):
+    """SiLU or HardSwish between Q/DQ, to 8 bits or dequantized: with `lut` the kernel reads a
+    256-entry table computed by the reference program, so it is exact (no step off)."""
+    act = ("HardSwish", (("step", 0),), ()) if swish else ("Sigmoid", (("step", 0),), ())
+    steps = [("DequantizeLinear", (("in", 0), ("const", 0), ("const", 1)), (("dtype", a),)),
+             act, ("Mul", (("step", 0), ("step", 1)), ()),
+             ("QuantizeLinear", (("step", 2), ("const", 2), ("const", 3)),
+              (("dtype", "uint8" if out == "float32" else out),))]
+    if out == "float32":
+        steps.append(("DequantizeLinear", (("step", 3), ("const", 2), ("const", 3)),
+                      (("dtype", "uint8"),)))
+    task = ElementwiseTask(1, 5, 6, 24, 1, 4, tuple(steps), out, (a,))
+    assert elementwise.lut_ready(task)
+    config = {**elementwise.space(task).sample(random.Random(seed)), "lut": True}
+    inputs = task.random_inputs(seed)
+    if out == "float32":                  # the dequantized output's zero point is a uint8's
+        inputs[1][3] = float(np.random.default_rng(seed).integers(0, 256))
+    got = elementwise.build(task, config)(*kernel_arguments(elementwise, task, config, inputs))
+    np.testing.assert_array_equal(got, task.reference(inputs))
+
+
+def test_a_table_needs_one_8bit_input_and_no_per_channel_constant():
+    residual = _residual_task("uint8", "uint8", "uint8", True, 16, 4, 7)
+    per_channel = ElementwiseTask(1, 2, 2, 4, 1, 6, (
+        ("DequantizeLinear", (("in", 0), ("const", 0), ("const", 1)), (("dtype", "uint8"),)),
+        ("Mul", (("step", 0), ("channel", 2)), ())), "float32", ("uint8",))
+    for task in (residual, per_channel):
+        assert not elementwise.lut_ready(task)
+        assert "lut" not in {k.name for k in elementwise.space(task).knobs}
+
+
+def test_a_quantized_silu_is_one_group_over_the_8bit_tensor():
+    """x's DequantizeLinear feeds both the Sigmoid and the Mul: it joins the group, which then
+    reads the 8-bit tensor (a table lookup)."""
+    inits = {"s": np.float32(0.05), "z": np.uint8(100), "t": np.float32(1 / 256),
+             "tz": np.uint8(0), "o": np.float32(0.04), "oz": np.uint8(10)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xf"]),
+             helper.make_node("Sigmoid", ["xf"], ["sg"]),
+             helper.make_node("QuantizeLinear", ["sg", "t", "tz"], ["sq"]),
+             helper.make_node("DequantizeLinear", ["sq", "t", "tz"], ["sf"]),
+             helper.make_node("Mul", ["xf", "sf"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "o", "oz"], ["y"])]
+    shape = [1, 8, 4, 4]
+    model = make_model(nodes, [("x", shape, TensorProto.UINT8)], [("y", shape, TensorProto.UINT8)],
+                       inits)
+    graph = import_onnx(model)
+    optimize(graph)
+    (group,) = graph.nodes
+    assert group.op == "FusedElementwise" and group.inputs[0].dtype == np.uint8
+    assert elementwise.lut_ready(ElementwiseTask.from_node(group))

@@ -8,9 +8,9 @@ between two generated kernels pays per node, and they were 60 % of RandWire's al
 As one node they are one Halide kernel (engines/halide/elementwise.py) or, on a library, the
 same ops expanded back (frontend/onnx_export.py).
 
-Choices: a group is a tree grown from a root towards its producers; a producer joins when the
-group holds its only reader and the value is not a graph output, so nothing inside is needed
-outside. Only 4-d float32 nodes whose run-time inputs all have the output's shape (no
+Choices: a group is grown from a root towards its producers; a producer joins when the group
+holds every reader of its value and the value is not a graph output, so nothing inside is
+needed outside. Only 4-d float32 nodes whose run-time inputs all have the output's shape (no
 broadcasting) and whose constants are scalars or one value per channel join: the kernel is
 then one loop over the output, and the generated kernel takes the channels-innermost layout of
 the convolutions around it. An inference BatchNormalization that folded into no conv (DARTS
@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.ir.graph import Graph, Node, Value
-from woodpecker.ir.pattern import sole_reader
 from woodpecker.ops.fused import ELEMENTWISE, QDQ_STEPS
 
 
@@ -78,16 +77,21 @@ def _per_channel(v: Value, shape: tuple[int, ...]) -> np.ndarray | None:
 
 
 def _group(graph: Graph, root: Node, taken: set[int]) -> list[Node]:
-    """The root and, transitively, every eligible producer whose value only the group reads."""
-    group, i = [root], 0
-    while i < len(group):
-        for v in group[i].inputs:
-            p = None if v is None or v.is_const else v.producer
-            if p is None or id(p) in taken or p in group or not eligible(p):
-                continue
-            if sole_reader(graph, v) is group[i]:
+    """The root and, transitively, every eligible producer whose value only the group reads
+    — all its readers in the group, so a value read twice inside joins too (a SiLU's x
+    feeds its Sigmoid and its Mul; quantized, its DequantizeLinear then joins the group, which
+    reads the 8-bit tensor)."""
+    group, grown = [root], True
+    while grown:
+        grown = False
+        for node in list(group):
+            for v in node.inputs:
+                p = None if v is None or v.is_const else v.producer
+                if p is None or id(p) in taken or p in group or not eligible(p) or \
+                        graph.is_output(v) or any(r not in group for r in v.consumers):
+                    continue
                 group.append(p)
-        i += 1
+                grown = True
     return group
 
 

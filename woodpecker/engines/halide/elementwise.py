@@ -11,17 +11,29 @@ Inputs and output may be 8-bit where the program holds per-tensor QuantizeLinear
 DequantizeLinear steps (a quantized model's residual additions): computed in float32 under
 `strict_float`, equal to the references bit for bit.
 
+A program of one 8-bit run-time input and per-tensor constants only (a quantized model's
+SiLU, DequantizeLinear → Sigmoid → QuantizeLinear → DequantizeLinear → Mul → QuantizeLinear; a
+HardSwish between Q/DQ) is a function of 256 values: with knob `lut` the kernel reads its
+output from a 256-entry table that `arguments` computes once per kernel with the reference
+program itself (so the kernel equals the reference bit for bit, transcendental steps
+included), instead of evaluating the program per element (TFLite's and OpenVINO's int8
+activations are lookups too).
+
 Knobs: `vec` lanes over the channels (over the row where there are fewer than 4);
 `parallel` — rows in parallel, or the whole map on the
-calling thread (on small maps a parallel dispatch can cost more than the work).
+calling thread (on small maps a parallel dispatch can cost more than the work); `lut` where
+the program qualifies.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, program_expr
 from woodpecker.engines.halide.template_parts import compiled, halide_type
-from woodpecker.ops.fused import QDQ_STEPS
+from woodpecker.ops.fused import QDQ_STEPS, run_program
+from woodpecker.tasks import program_dicts
 from woodpecker.tasks.elementwise import ElementwiseTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
@@ -40,18 +52,43 @@ def _lanes_on_x(task: ElementwiseTask) -> bool:
     return task.c < 4
 
 
+def lut_ready(task: ElementwiseTask) -> bool:
+    """One 8-bit run-time input and no per-channel constant: the output is a function of the
+    input's 256 values."""
+    return task.inputs == 1 and task.input_dtype(0) in ("uint8", "int8") and \
+        not any(a is not None and a[0] == "channel" for _, args, _ in task.program for a in args)
+
+
 def space(task: ElementwiseTask, vector_registers: int = 16) -> KnobSpace:
     knobs = [Knob("vec", (4, 8, 16)), Knob("parallel", (False, True))]
+    seeds = SEEDS
+    if lut_ready(task):
+        knobs.append(Knob("lut", (True, False)))
+        seeds = tuple({**s, "lut": lut} for s in SEEDS for lut in (True, False))
     extent = task.w if _lanes_on_x(task) else task.c
     constraints = [Constraint("vector within the channels (the row under 4 channels)",
                               lambda c: c["vec"] <= extent)]
-    return KnobSpace(knobs, constraints, SEEDS)
+    return KnobSpace(knobs, constraints, seeds)
 
 
 views = own_shapes
 
 
+def arguments(task: ElementwiseTask, config: dict, inputs: list) -> list:
+    """The task's arguments, or with `lut` the input and the program's table: its output at
+    each of the 256 input values, in input order (int8 from −128)."""
+    if not config.get("lut"):
+        return list(inputs)
+    info = np.iinfo(task.input_dtype(0))
+    values = np.arange(info.min, info.max + 1).astype(task.input_dtype(0))
+    consts = inputs[1] if task.consts else np.zeros(0, np.float32)
+    table = run_program(program_dicts(task.program), [values], consts, (1,))
+    return [inputs[0], np.ascontiguousarray(table, task.dtype)]
+
+
 def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
+    if config.get("lut"):
+        return _build_lut(task, config, threads)
     hl = halide_module()
     f32 = hl.Float(32)
     xs = [hl.ImageParam(halide_type(hl, task.input_dtype(i)), 4, f"x{i}")
@@ -71,7 +108,24 @@ def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
         # a following sum (an FMA rounds once where the reference rounds twice)
         value = hl.strict_float(value)
     out[c, x, y, n] = hl.cast(halide_type(hl, task.dtype), value)   # a no-op for float32
+    _schedule(task, config, out, x, c, y)
+    return compiled(__name__, task, config, threads, out, params)
+
+
+def _build_lut(task: ElementwiseTask, config: dict, threads: int) -> AotKernel:
+    hl = halide_module()
+    x = hl.ImageParam(halide_type(hl, task.input_dtype(0)), 4, "x0")
+    table = hl.ImageParam(halide_type(hl, task.dtype), 1, "table")
+    table.dim(0).set_bounds(0, 256)
+    c, px, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
+    offset = 128 if task.input_dtype(0) == "int8" else 0
+    out = hl.Func("out")
+    out[c, px, y, n] = table[hl.i32(x[c, px, y, n]) + offset]
+    _schedule(task, config, out, px, c, y)
+    return compiled(__name__, task, config, threads, out, [x, table])
+
+
+def _schedule(task: ElementwiseTask, config: dict, out, x, c, y) -> None:
     out.vectorize(x if _lanes_on_x(task) else c, config["vec"])
     if config["parallel"]:
         out.parallel(y)
-    return compiled(__name__, task, config, threads, out, params)
