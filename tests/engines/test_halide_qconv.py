@@ -2,7 +2,7 @@
 the host has them; qconv_depthwise.py) compute tasks/qconv.py's contract exactly — hypothesis
 over shapes, strides, pads, dilations, int8/uint8 in and out, output channels past whole
 tiles, a fused residual program (DequantizeLinear → Add → [Relu] → QuantizeLinear with a second
-8-bit input) and each template's knobs — and a
+8-bit input), a fused SiLU read from its table, and each template's knobs — and a
 QDQ file's folded QLinearConv, through `node_arguments`, gives ONNX Runtime's output bit for
 bit."""
 
@@ -34,6 +34,12 @@ def _run(task: QConvTask, config: dict, inputs: list[np.ndarray],
     return kernel(*kernel_arguments(template, task, config, inputs))
 
 
+def _silu_program(a: str, out: str) -> tuple:
+    return (("DequantizeLinear", (("in", 0), ("const", 0), ("const", 1)), (("dtype", a),)),
+            ("Sigmoid", (("step", 0),), ()), ("Mul", (("step", 0), ("step", 1)), ()),
+            ("QuantizeLinear", (("step", 2), ("const", 2), ("const", 3)), (("dtype", out),)))
+
+
 TEMPLATES = [qconv_gemm, qconv_depthwise, pytest.param(qconv_amx, marks=pytest.mark.skipif(
     not host_has_amx(), reason="no AMX on this host"))]
 
@@ -57,11 +63,16 @@ def test_kernel_equals_the_integer_reference(template, data):
         x_dtype=data.draw(st.sampled_from(["uint8", "int8"])),
         y_dtype=data.draw(st.sampled_from(["uint8", "int8"])), has_bias=data.draw(st.booleans()),
         groups=k if depthwise else 1)
-    if not depthwise and data.draw(st.booleans()):     # a fused residual block's program
+    program = "none" if depthwise else data.draw(st.sampled_from(["none", "residual", "silu"]))
+    if program == "residual":                     # a fused residual block's program
         extra = data.draw(st.sampled_from(["uint8", "int8"]))
         program = _residual_task(task.y_dtype, extra, data.draw(st.sampled_from(
             ["uint8", "int8"])), data.draw(st.booleans()), 1, 1, 1).program
         task = replace(task, program=program, extra=(extra,), consts=6)
+    elif program == "silu":                       # EfficientNet's quantized SiLU: a table
+        task = replace(task, program=_silu_program(task.y_dtype, data.draw(st.sampled_from(
+            ["uint8", "int8"]))), consts=4)
+        assert task.tabled
     configs = list(template.space(task).valid_configs()) \
         if task.out_w >= 1 and template.supports(task) else []
     if not configs:

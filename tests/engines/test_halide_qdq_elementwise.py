@@ -173,7 +173,7 @@ def test_a_program_of_one_8bit_input_is_a_table_equal_to_the_reference(a, out, s
         steps.append(("DequantizeLinear", (("step", 3), ("const", 2), ("const", 3)),
                       (("dtype", "uint8"),)))
     task = ElementwiseTask(1, 5, 6, 24, 1, 4, tuple(steps), out, (a,))
-    assert elementwise.lut_ready(task)
+    assert task.table_ready
     config = {**elementwise.space(task).sample(random.Random(seed)), "lut": True}
     inputs = task.random_inputs(seed)
     if out == "float32":                  # the dequantized output's zero point is a uint8's
@@ -188,7 +188,7 @@ def test_a_table_needs_one_8bit_input_and_no_per_channel_constant():
         ("DequantizeLinear", (("in", 0), ("const", 0), ("const", 1)), (("dtype", "uint8"),)),
         ("Mul", (("step", 0), ("channel", 2)), ())), "float32", ("uint8",))
     for task in (residual, per_channel):
-        assert not elementwise.lut_ready(task)
+        assert not task.table_ready
         assert "lut" not in {k.name for k in elementwise.space(task).knobs}
 
 
@@ -210,4 +210,4 @@ def test_a_quantized_silu_is_one_group_over_the_8bit_tensor():
     optimize(graph)
     (group,) = graph.nodes
     assert group.op == "FusedElementwise" and group.inputs[0].dtype == np.uint8
-    assert elementwise.lut_ready(ElementwiseTask.from_node(group))
+    assert ElementwiseTask.from_node(group).table_ready

@@ -73,6 +73,22 @@ class ElementwiseTask(Task):
         ops = [op for op, _, _ in self.program]
         return int("QuantizeLinear" in ops and any(op not in EXACT_STEPS for op in ops))
 
+    @property
+    def table_ready(self) -> bool:
+        """One 8-bit run-time input and no per-channel constant: the output is a function of
+        the input's 256 values (`table`)."""
+        return self.inputs == 1 and self.input_dtype(0) in ("uint8", "int8") and not any(
+            a is not None and a[0] == "channel" for _, args, _ in self.program for a in args)
+
+    def table(self, consts: np.ndarray | None) -> np.ndarray:
+        """The program's output at each of its input's 256 values, in input order (int8 from
+        −128), computed by the reference program: a kernel reading it is exact."""
+        info = np.iinfo(self.input_dtype(0))
+        values = np.arange(info.min, info.max + 1).astype(self.input_dtype(0))
+        consts = consts if self.consts else np.zeros(0, np.float32)
+        return np.ascontiguousarray(run_program(program_dicts(self.program), [values], consts,
+                                                (1,)), self.dtype)
+
     def input_dtype(self, i: int) -> str:
         return self.in_dtypes[i] if self.in_dtypes else "float32"
 

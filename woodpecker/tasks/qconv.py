@@ -103,6 +103,15 @@ class QConvTask(Task):
         return self.program_task().steps_off if self.program else 0
 
     @property
+    def tabled(self) -> bool:
+        """The fused program reads only the requantised value and computes a transcendental
+        step (a quantized SiLU): the kernel reads its output from the program's 256-entry
+        table (`ElementwiseTask.table`, passed in place of the constant vector) — one load
+        where the epilogue would evaluate the program per output, and exact."""
+        return bool(self.program) and not self.extra and self.program_task().table_ready \
+            and self.program_task().steps_off > 0
+
+    @property
     def flops(self) -> int:
         return 2 * self.n * self.k * self.out_h * self.out_w * (self.c // self.groups) \
             * self.kh * self.kw
@@ -157,9 +166,11 @@ class QConvTask(Task):
             beta = beta + inputs[B].astype(np.int64)
         mu = (np.float32(np.ravel(xs)[0]) * np.broadcast_to(
             np.ravel(ws), (self.k,)).astype(np.float32)) / np.float32(np.ravel(ys)[0])
+        rest = list(inputs[8 + self.has_bias:])
+        if self.tabled:
+            rest = [self.program_task().table(rest[0] if rest else None).astype(np.float32)]
         return [x, w, beta.astype(np.int32), mu.astype(np.float32),
-                np.array([x_zp], np.uint8), np.array([int(np.ravel(yz)[0])], np.int32),
-                *inputs[8 + self.has_bias:]]
+                np.array([x_zp], np.uint8), np.array([int(np.ravel(yz)[0])], np.int32), *rest]
 
     def describe(self) -> str:
         kind = "conv" if self.groups == 1 else "dwconv"

@@ -27,13 +27,10 @@ the program qualifies.
 
 from __future__ import annotations
 
-import numpy as np
-
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, program_expr
 from woodpecker.engines.halide.template_parts import compiled, halide_type
-from woodpecker.ops.fused import QDQ_STEPS, run_program
-from woodpecker.tasks import program_dicts
+from woodpecker.ops.fused import QDQ_STEPS
 from woodpecker.tasks.elementwise import ElementwiseTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
@@ -52,17 +49,10 @@ def _lanes_on_x(task: ElementwiseTask) -> bool:
     return task.c < 4
 
 
-def lut_ready(task: ElementwiseTask) -> bool:
-    """One 8-bit run-time input and no per-channel constant: the output is a function of the
-    input's 256 values."""
-    return task.inputs == 1 and task.input_dtype(0) in ("uint8", "int8") and \
-        not any(a is not None and a[0] == "channel" for _, args, _ in task.program for a in args)
-
-
 def space(task: ElementwiseTask, vector_registers: int = 16) -> KnobSpace:
     knobs = [Knob("vec", (4, 8, 16)), Knob("parallel", (False, True))]
     seeds = SEEDS
-    if lut_ready(task):
+    if task.table_ready:
         knobs.append(Knob("lut", (True, False)))
         seeds = tuple({**s, "lut": lut} for s in SEEDS for lut in (True, False))
     extent = task.w if _lanes_on_x(task) else task.c
@@ -79,11 +69,7 @@ def arguments(task: ElementwiseTask, config: dict, inputs: list) -> list:
     each of the 256 input values, in input order (int8 from −128)."""
     if not config.get("lut"):
         return list(inputs)
-    info = np.iinfo(task.input_dtype(0))
-    values = np.arange(info.min, info.max + 1).astype(task.input_dtype(0))
-    consts = inputs[1] if task.consts else np.zeros(0, np.float32)
-    table = run_program(program_dicts(task.program), [values], consts, (1,))
-    return [inputs[0], np.ascontiguousarray(table, task.dtype)]
+    return [inputs[0], task.table(inputs[1] if task.consts else None)]
 
 
 def build(task: ElementwiseTask, config: dict, threads: int = 2) -> AotKernel:
