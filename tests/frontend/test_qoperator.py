@@ -21,8 +21,8 @@ SHAPE = (1, 3, 12, 12)
 
 def _float_model() -> onnx.ModelProto:
     """Every op ONNX Runtime's QOperator quantizer gives a contrib integer op: a conv with its
-    SiLU (Sigmoid, Mul), a residual Add, LeakyRelu, average and global pools, Concat, Gemm and
-    MatMul."""
+    SiLU (Sigmoid, Mul), a residual Add, LeakyRelu, average and global pools, Concat, Gemm,
+    MatMul and Softmax."""
     rng = np.random.default_rng(0)
 
     def f(*s):
@@ -40,7 +40,8 @@ def _float_model() -> onnx.ModelProto:
              n("Conv", ["p1", "w3"], ["c3"], pads=[1, 1, 1, 1]),
              n("Concat", ["p1", "c3"], ["cc"], axis=1),
              n("GlobalAveragePool", ["cc"], ["g"]), n("Flatten", ["g"], ["fl"]),
-             n("Gemm", ["fl", "wg", "bg"], ["z"], transB=1), n("MatMul", ["z", "wm"], ["y"])]
+             n("Gemm", ["fl", "wg", "bg"], ["z"], transB=1), n("MatMul", ["z", "wm"], ["mm"]),
+             n("Softmax", ["mm"], ["y"], axis=-1)]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
@@ -159,7 +160,7 @@ def test_a_zero_point_left_out_is_zero_of_the_inputs_type():
 def test_an_element_type_the_graph_cannot_tell_is_one_line_naming_the_node():
     # the input comes from an op the rewrite does not know, and no zero point gives its type
     model = _contrib("QLinearSigmoid", ["t", "s", "", "s"])
-    model.graph.node.insert(0, helper.make_node("QLinearSoftmax", ["a", "s", "", "s"], ["t"],
-                                                domain=MS, name="soft"))
+    model.graph.node.insert(0, helper.make_node("QLinearReduceMean", ["a", "s", "", "s"], ["t"],
+                                                domain=MS, name="mean"))
     with pytest.raises(UnsupportedOpError, match="QLinearSigmoid node 'q'.*element type of 't'"):
         qdq_form(model)

@@ -4,16 +4,17 @@ standard ONNX ops that Woodpecker's import, passes and int8 kernels know.
 Contract: `qdq_form(model)` returns a copy of the ModelProto in which each node of an integer
 operator listed in `REWRITES` — ONNX's QLinearMatMul and ONNX Runtime's contrib ops
 (com.microsoft) QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
-QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat and QGemm, which ONNX Runtime's
-quantizer writes with `QuantFormat.QOperator` — is replaced by its definition: each quantized
-input dequantized (DequantizeLinear with the node's scale and zero point), the float operator,
-and the result quantized (QuantizeLinear with the output's scale and zero point; QGemm without
-an output scale gives float32). None where the model has no such node. QLinearConv stays (the
-IR has it: ops/quant_conv.py) unless `conv`: the QDQ form the libraries are offered
-(selection/library_first.py; OpenVINO 2026.4's ONNX reader refuses a per-channel QLinearConv,
-'The number of dequantization scale elements '64' must match the input shape dimension '3'',
-and runs the same conv in the QDQ form). Other contrib ops stay, and the import reports them
-as it does any op it does not know (the libraries then run the file whole).
+QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat, QLinearSoftmax and QGemm, which
+ONNX Runtime's quantizer writes with `QuantFormat.QOperator` — is replaced by its definition:
+each quantized input dequantized (DequantizeLinear with the node's scale and zero point), the
+float operator, and the result quantized (QuantizeLinear with the output's scale and zero
+point; QGemm without an output scale gives float32). None where the model has no such node.
+QLinearConv stays (the IR has it: ops/quant_conv.py) unless `conv`: the QDQ form the
+libraries are offered (selection/library_first.py; OpenVINO 2026.4's ONNX reader refuses a
+per-channel QLinearConv, 'The number of dequantization scale elements '64' must match the
+input shape dimension '3'', and runs the same conv in the QDQ form). Other contrib ops stay,
+and the import reports them as it does any op it does not know (the libraries then run the
+file whole).
 
 Why it is the same model: each contrib op is specified as exactly that composition (ONNX
 Runtime's contrib-op documentation); the passes then fold the groups back into integer work
@@ -170,6 +171,7 @@ def _zero_point_of_output(node: onnx.NodeProto) -> str | None:
     index = {"QuantizeLinear": 2, "QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7,
              "QLinearMul": 7, "QLinearSigmoid": 4, "QLinearLeakyRelu": 4,
              "QLinearGlobalAveragePool": 4, "QLinearAveragePool": 4, "QLinearConcat": 1,
+             "QLinearSoftmax": 4,
              "QGemm": 8}.get(node.op_type)
     if index is None:
         return None
@@ -234,6 +236,22 @@ def _rank(r: _Rewriter, node: onnx.NodeProto, name: str) -> int:
         return r.ranks[name]
     raise UnsupportedOpError(f"{node.op_type} node {node.name!r} with channels_last: the "
                              "rank of its input cannot be told from the node")
+
+
+def _softmax(r: _Rewriter, node: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """QLinearSoftmax: X, X_scale, X_zp, Y_scale, Y_zp; attributes axis and opset, the
+    Softmax version whose meaning it takes. Before opset 13 Softmax normalised over every axis
+    from `axis` on; that equals opset 13's over `axis` alone only for the last axis, so
+    another axis under an older opset stays as written (the libraries run it)."""
+    attrs = _attrs(node)
+    axis = int(attrs.get("axis", -1 if int(attrs.get("opset", 13)) >= 13 else 1))
+    rank = r.ranks.get(node.input[0])
+    if int(attrs.get("opset", 13)) < 13 and axis != -1 and (rank is None or axis != rank - 1):
+        return [node]
+    qx, x = r.dequantize(node, node.input[0], node.input[1], _arg(node, 2))
+    f, y = _float_op(r, node, "Softmax", [x], {"axis": axis})
+    return [qx, f, r.quantize(node, y, node.input[3], _arg(node, 4), node.input[0],
+                              node.output[0])]
 
 
 def _concat(r: _Rewriter, node: onnx.NodeProto) -> list[onnx.NodeProto]:
@@ -323,5 +341,6 @@ REWRITES: dict[tuple[str, str], Callable[[_Rewriter, onnx.NodeProto], list[onnx.
     (MS, "QLinearGlobalAveragePool"): _unary("GlobalAveragePool"),
     (MS, "QLinearAveragePool"): _unary("AveragePool"),
     (MS, "QLinearConcat"): _concat,
+    (MS, "QLinearSoftmax"): _softmax,
     (MS, "QGemm"): _gemm,
 }
