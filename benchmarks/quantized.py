@@ -134,7 +134,9 @@ def _library(make, data: bytes):
     try:
         return make(data, THREADS), None
     except Exception as e:  # noqa: BLE001 - the library's own error, recorded in the row
-        return None, (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__]
+        # OpenVINO's summary line names the op it could not convert
+        return None, next((ln for ln in lines if "failed for" in ln), lines[-1])[:200]
 
 
 def run_model(entry: dict, dynamic: bool, runs: int, tmp: Path, budget: str | None,
