@@ -29,25 +29,16 @@ def _float_model() -> onnx.ModelProto:
 
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory) -> onnx.ModelProto:
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(1)
-            self.batches = iter([{"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
-                                 for _ in range(4)])
+    from woodpecker.quantization.ptq import FeedReader
 
-        def get_next(self):
-            return next(self.batches, None)
-
+    rng = np.random.default_rng(1)
+    reader = FeedReader([{"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+                         for _ in range(4)])
     folder = tmp_path_factory.mktemp("qdq")
     onnx.save(_float_model(), folder / "float.onnx")
-    quantize_static(str(folder / "float.onnx"), str(folder / "int8.onnx"), Reader(),
+    quantize_static(str(folder / "float.onnx"), str(folder / "int8.onnx"), reader,
                     quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8)
     return onnx.load(folder / "int8.onnx")

@@ -54,18 +54,14 @@ def _feeds(seed: int) -> dict:
 
 @pytest.fixture(scope="module")
 def qoperator(tmp_path_factory) -> onnx.ModelProto:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from onnxruntime.quantization import QuantFormat, quantize_static
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter([_feeds(100 + s) for s in range(4)])
-
-        def get_next(self):
-            return next(self.batches, None)
+    from woodpecker.quantization.ptq import FeedReader
 
     folder = tmp_path_factory.mktemp("qoperator")
     onnx.save(_float_model(), folder / "float.onnx")
-    quantize_static(str(folder / "float.onnx"), str(folder / "int8.onnx"), Reader(),
+    quantize_static(str(folder / "float.onnx"), str(folder / "int8.onnx"),
+                    FeedReader([_feeds(100 + s) for s in range(4)]),
                     quant_format=QuantFormat.QOperator, per_channel=True)
     return onnx.load(folder / "int8.onnx")
 

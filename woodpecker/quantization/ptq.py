@@ -109,8 +109,9 @@ class Fallback:
         return asdict(self)
 
 
-class _Reader:
-    """ONNX Runtime's CalibrationDataReader over a list of feeds."""
+class FeedReader:
+    """ONNX Runtime's CalibrationDataReader over a list of feeds (its quantizers take any
+    object with `get_next`)."""
 
     def __init__(self, items: list[dict[str, np.ndarray]]) -> None:
         self.items = items
@@ -151,7 +152,7 @@ def _calibrate(src: Path, items, options: QuantizeOptions, cache: Path) -> None:
             contextlib.redirect_stdout(io.StringIO()):     # its calibrators print progress
         calibrator = create_calibrator(src, None, Path(tmp, "augmented.onnx").as_posix(),
                                        calibrate_method=_method(options), extra_options=extra)
-        calibrator.collect_data(_Reader(items))
+        calibrator.collect_data(FeedReader(items))
         save_tensors_data(calibrator.compute_data(), cache)
 
 
