@@ -309,8 +309,7 @@ _FNS = {
     "Gelu": lambda n: (lambda x, ap=n.attr("approximate", "none"):
                        _torch().nn.functional.gelu(x, approximate=ap)),
     "HardSwish": lambda n: _torch().nn.functional.hardswish,
-    "LeakyRelu": lambda n: (lambda x, a=n.attr("alpha", 0.01):
-                            _torch().nn.functional.leaky_relu(x, a)),
+    "LeakyRelu": lambda n: (lambda x, a=n.attr("alpha", 0.01): _torch().where(x < 0, x * a, x)),
     "HardSigmoid": lambda n: (lambda x, a=n.attr("alpha", 0.2), b=n.attr("beta", 0.5):
                               (x * a + b).clamp_(0, 1)),
     "Equal": lambda n: _torch().eq, "Where": lambda n: _torch().where,
