@@ -83,7 +83,6 @@ class _Rewriter:
                        for v in (*g.input, *g.output, *g.value_info)
                        if v.type.tensor_type.HasField("shape")}
         self.shapes.update({i.name: list(i.dims) for i in g.initializer})
-        self.ranks = {name: len(shape) for name, shape in self.shapes.items()}
         self.pending: list[onnx.NodeProto] = []   # nodes the next rewrite's nodes need first
         self.producer = {o: node for node in g.node for o in node.output}
         self.initializers: list[TensorProto] = []
@@ -165,14 +164,17 @@ _SAME_TYPE = frozenset({"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze",
                         "DepthToSpace", "SpaceToDepth", "Tile", "Expand"})
 
 
+# per quantizing op, the input holding its output's zero point
+_OUTPUT_ZERO_POINT = {"QuantizeLinear": 2, "QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7,
+                      "QLinearMul": 7, "QLinearSigmoid": 4, "QLinearLeakyRelu": 4,
+                      "QLinearGlobalAveragePool": 4, "QLinearAveragePool": 4,
+                      "QLinearConcat": 1, "QLinearSoftmax": 4, "QGemm": 8}
+
+
 def _zero_point_of_output(node: onnx.NodeProto) -> str | None:
     """The input naming the zero point of `node`'s quantized output ('' where the node leaves
     it out), or None where `node` does not quantize."""
-    index = {"QuantizeLinear": 2, "QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7,
-             "QLinearMul": 7, "QLinearSigmoid": 4, "QLinearLeakyRelu": 4,
-             "QLinearGlobalAveragePool": 4, "QLinearAveragePool": 4, "QLinearConcat": 1,
-             "QLinearSoftmax": 4,
-             "QGemm": 8}.get(node.op_type)
+    index = _OUTPUT_ZERO_POINT.get(node.op_type)
     if index is None:
         return None
     return node.input[index] if len(node.input) > index else ""
@@ -204,12 +206,11 @@ def _binary(op: str) -> Callable[[_Rewriter, onnx.NodeProto], list[onnx.NodeProt
     return rule
 
 
-def _unary(op: str, drop: tuple[str, ...] = ()
-           ) -> Callable[[_Rewriter, onnx.NodeProto], list[onnx.NodeProto]]:
-    """X, X_scale, X_zp, Y_scale, Y_zp around a float op taking the node's attributes (less
-    `drop`); with `channels_last` (pools) the float op runs on a transposed copy."""
+def _unary(op: str) -> Callable[[_Rewriter, onnx.NodeProto], list[onnx.NodeProto]]:
+    """X, X_scale, X_zp, Y_scale, Y_zp around a float op taking the node's attributes; with
+    `channels_last` (pools) the float op runs on a transposed copy."""
     def rule(r: _Rewriter, node: onnx.NodeProto) -> list[onnx.NodeProto]:
-        attrs = _attrs(node, drop + ("channels_last",))
+        attrs = _attrs(node, ("channels_last",))
         last = bool(_attrs(node).get("channels_last", 0))
         qx, x = r.dequantize(node, node.input[0], node.input[1], _arg(node, 2))
         nodes = [qx]
@@ -232,8 +233,8 @@ def _rank(r: _Rewriter, node: onnx.NodeProto, name: str) -> int:
     kernel = _attrs(node).get("kernel_shape")
     if kernel is not None:
         return len(kernel) + 2
-    if name in r.ranks:
-        return r.ranks[name]
+    if name in r.shapes:
+        return len(r.shapes[name])
     raise UnsupportedOpError(f"{node.op_type} node {node.name!r} with channels_last: the "
                              "rank of its input cannot be told from the node")
 
@@ -245,8 +246,9 @@ def _softmax(r: _Rewriter, node: onnx.NodeProto) -> list[onnx.NodeProto]:
     another axis under an older opset stays as written (the libraries run it)."""
     attrs = _attrs(node)
     axis = int(attrs.get("axis", -1 if int(attrs.get("opset", 13)) >= 13 else 1))
-    rank = r.ranks.get(node.input[0])
-    if int(attrs.get("opset", 13)) < 13 and axis != -1 and (rank is None or axis != rank - 1):
+    shape = r.shapes.get(node.input[0])
+    if int(attrs.get("opset", 13)) < 13 and axis != -1 and \
+            (shape is None or axis != len(shape) - 1):
         return [node]
     qx, x = r.dequantize(node, node.input[0], node.input[1], _arg(node, 2))
     f, y = _float_op(r, node, "Softmax", [x], {"axis": axis})

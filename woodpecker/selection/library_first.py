@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TextIO
 
 import numpy as np
@@ -128,7 +129,12 @@ class OriginalGraph:
         """The plans of a QOperator file's QDQ form (the same model in standard ops:
         frontend/qoperator.py) on each library that runs it; none for other files. Checked
         and timed with the other rewrites."""
-        return self._rewritten(qdq_form(self.proto, conv=True), QDQ_FORM, assembly)
+        return self._rewritten(self._qdq, QDQ_FORM, assembly)
+
+    @cached_property
+    def _qdq(self) -> onnx.ModelProto | None:
+        """A QOperator file's QDQ form, convs included (None for other files)."""
+        return qdq_form(self.proto, conv=True)
 
     def _rewritten(self, proto: onnx.ModelProto | None, label: str,
                    assembly: AssemblyOptions) -> dict[str, CompiledModel]:
@@ -142,10 +148,9 @@ class OriginalGraph:
         """ONNX Runtime running the user's graph as written (a QOperator file in its QDQ
         form), no graph optimisation: how far the same math in another order moves the
         outputs (`_check_outputs`)."""
-        model = (qdq_form(self.proto, conv=True) or self.proto).SerializeToString()
-
         def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-            session = new_session(model, assembly.target.threads, optimize=False)
+            session = new_session((self._qdq or self.proto).SerializeToString(),
+                                  assembly.target.threads, optimize=False)
             given = {**{k: np.asarray(v) for k, v in (self.input_values or {}).items()},
                      **feeds}
             wanted = {i.name for i in session.get_inputs()}

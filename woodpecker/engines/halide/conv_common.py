@@ -251,7 +251,7 @@ def program_output(hl, task, value, at: tuple, co, params: list):
     if not task.program:
         return value
     others, k = params[:len(task.extra)], params[len(task.extra):]
-    if getattr(task, "tabled", False):      # the program's table (tasks/qconv.py)
+    if task.tabled:      # the program's table (tasks/qconv.py)
         offset = 128 if task.y_dtype == "int8" else 0
         return hl.cast(halide_type(hl, task.out_dtype.name), k[0][hl.i32(value) + offset])
 
