@@ -160,3 +160,7 @@ def test_an_element_type_the_graph_cannot_tell_is_one_line_naming_the_node():
                                                 domain=MS, name="mean"))
     with pytest.raises(UnsupportedOpError, match="QLinearSigmoid node 'q'.*element type of 't'"):
         qdq_form(model)
+    # library-first then offers the libraries the file as written only
+    from woodpecker.selection.library_first import OriginalGraph
+
+    assert OriginalGraph(model)._qdq is None

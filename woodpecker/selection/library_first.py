@@ -52,7 +52,7 @@ from woodpecker.engines.choice import Choice
 from woodpecker.engines.names import ONNXRUNTIME
 from woodpecker.engines.ort_engine import new_session
 from woodpecker.engines.registry import get_engine
-from woodpecker.errors import ModelError, WoodpeckerError, first_line
+from woodpecker.errors import ModelError, UnsupportedOpError, WoodpeckerError, first_line
 from woodpecker.frontend.qdq_unsigned import unsigned_activations
 from woodpecker.frontend.qoperator import qdq_form
 from woodpecker.frontend.whole import whole_graph
@@ -133,8 +133,12 @@ class OriginalGraph:
 
     @cached_property
     def _qdq(self) -> onnx.ModelProto | None:
-        """A QOperator file's QDQ form, convs included (None for other files)."""
-        return qdq_form(self.proto, conv=True)
+        """A QOperator file's QDQ form, convs included (None for other files, and for one
+        whose rewrite cannot tell a tensor's type: the libraries then run it as written)."""
+        try:
+            return qdq_form(self.proto, conv=True)
+        except UnsupportedOpError:
+            return None
 
     def _rewritten(self, proto: onnx.ModelProto | None, label: str,
                    assembly: AssemblyOptions) -> dict[str, CompiledModel]:
