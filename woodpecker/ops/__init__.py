@@ -16,6 +16,7 @@ from woodpecker.ops import (  # noqa: F401
     pool,
     quant,
     quant_conv,
+    quant_dense,
     quant_matmul,
     resize,
     separable,
@@ -27,7 +28,7 @@ from woodpecker.ops.registry import OPS, OpDef, run_reference
 # each against its parts on their own kernels (selection/fusion.py)
 INTENSIVE = frozenset({chain.OP, attention.OP})
 # Woodpecker's own ops (made by passes, never read from a model)
-INTERNAL = frozenset({"StridedView", opaque.OP, quant_matmul.OP})
+INTERNAL = frozenset({"StridedView", opaque.OP, quant_matmul.OP, quant_dense.OP})
 SUPPORTED = sorted(name for name in OPS if not name.startswith("Fused") and name not in INTERNAL)
 
 __all__ = ["INTENSIVE", "OPS", "OpDef", "SUPPORTED", "run_reference"]

@@ -18,6 +18,11 @@ scale x_scale·w_scale (within float32 rounding); the Conv's output read by one
 QuantizeLinear alone (per tensor) and not a graph output. Runs first, before constant folding
 turns the weights' DequantizeLinear into float weights.
 
+Likewise DequantizeLinear → MatMul or Gemm → QuantizeLinear over constant 2-d weights (per
+tensor or per output column; Gemm with alpha and beta 1, A not transposed and an int32 bias as
+above) becomes one QLinearDense (ops/quant_dense.py, `_fold_dense`): the same identity with a
+(K, N) product — a classifier's last Gemm, a transformer's projections.
+
 Likewise DequantizeLinear → MaxPool → QuantizeLinear with the same per-tensor scale and zero
 point becomes the MaxPool of the 8-bit tensor (`_fold_maxpool`; exact, see there).
 """
@@ -29,6 +34,7 @@ import numpy as np
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.pattern import producer
 from woodpecker.ops.quant import QUANT_TYPES
+from woodpecker.ops.quant_dense import OP
 
 
 def _scalar(v: Value | None) -> bool:
@@ -62,41 +68,108 @@ def _bias_ok(dq: Node | None, x_scale: float, w_scale: np.ndarray) -> bool:
     return bool(np.allclose(got, want, rtol=1e-6, atol=0))
 
 
-def _fold(graph: Graph, conv: Node) -> bool:
-    dx, dw = _dq(conv.inputs[0]), _dq(conv.inputs[1])
-    if dx is None or dw is None or dx.inputs[0].data is not None or \
-            dx.inputs[0].dtype not in QUANT_TYPES or not _scalar(dx.inputs[1]):
-        return False
-    wq = dw.inputs[0]
-    m = conv.inputs[1].shape[0]
-    if wq.data is None or wq.dtype not in QUANT_TYPES or \
-            (dw.inputs[1].data.size != 1 and (dw.attr("axis", 1) % wq.data.ndim != 0
-                                             or dw.inputs[1].data.size != m)):
-        return False
-    out = conv.outputs[0]
+def _activation(v: Value) -> Node | None:
+    """The per-tensor DequantizeLinear of a run-time 8-bit tensor making `v`."""
+    dx = _dq(v)
+    if dx is None or dx.inputs[0].data is not None or dx.inputs[0].dtype not in QUANT_TYPES \
+            or not _scalar(dx.inputs[1]):
+        return None
+    return dx
+
+
+def _sole_quantize(graph: Graph, out: Value) -> Node | None:
+    """The per-tensor QuantizeLinear that alone reads `out` (not a graph output)."""
     if graph.is_output(out) or len(out.consumers) != 1:
-        return False
+        return None
     q = out.consumers[0]
     if q.op != "QuantizeLinear" or q.inputs[0] is not out or not _scalar(q.inputs[1]) or \
             (q.input(2) is not None and not _scalar(q.input(2))):
-        return False
-    bias = conv.input(2)
-    db = _dq(bias) if bias is not None else None
-    w_scale = np.broadcast_to(np.ravel(dw.inputs[1].data), (m,))
-    if bias is not None and not _bias_ok(db, float(dx.inputs[1].data.ravel()[0]), w_scale):
-        return False
+        return None
+    return q
+
+
+def _replace(graph: Graph, node: Node, q: Node, op: str, inputs: list, attrs: dict) -> None:
+    """`node` and its QuantizeLinear `q` replaced by one `op` node writing q's output."""
+    index = graph.nodes.index(node)
+    result = q.outputs[0]
+    graph.remove_node(q)
+    graph.remove_node(node)
+    graph.add_node(op, inputs, [result], attrs, name=node.name, index=index)
+
+
+def _parameters(graph: Graph, dx: Node, dw: Node, wq: Value, q: Node, db: Node | None) -> list:
+    """The folded node's inputs after x: x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B."""
     y_zp = q.input(2) if q.input(2) is not None else graph.const(np.zeros((), np.uint8),
                                                                  "zero_point")
     inputs = [dx.inputs[0], dx.inputs[1], _zero_point(graph, dx, dx.inputs[0].dtype),
-              wq, dw.inputs[1], _zero_point(graph, dw, wq.dtype), q.inputs[1], y_zp]
+              wq, dw.inputs[1], _zero_point(graph, dw, dw.inputs[0].dtype), q.inputs[1], y_zp]
+    return inputs + ([db.inputs[0]] if db is not None else [])
+
+
+def _weights(dw: Node | None, axis: int, m: int) -> bool:
+    """A constant 8-bit weight tensor, per tensor or with `m` scales along `axis`."""
+    if dw is None:
+        return False
+    wq, scale = dw.inputs[0], dw.inputs[1].data
+    return wq.data is not None and wq.dtype in QUANT_TYPES and (
+        scale.size == 1 or (dw.attr("axis", 1) % wq.data.ndim == axis and scale.size == m))
+
+
+def _bias(graph_bias: Value | None, dx: Node, dw: Node, m: int) -> tuple[bool, Node | None]:
+    """(foldable, the bias's DequantizeLinear): no bias, or an int32 one of scale
+    x_scale·w_scale."""
+    if graph_bias is None:
+        return True, None
+    db = _dq(graph_bias)
+    w_scale = np.broadcast_to(np.ravel(dw.inputs[1].data), (m,))
+    return _bias_ok(db, float(dx.inputs[1].data.ravel()[0]), w_scale), db
+
+
+def _fold(graph: Graph, conv: Node) -> bool:
+    dx, dw = _activation(conv.inputs[0]), _dq(conv.inputs[1])
+    m = conv.inputs[1].shape[0]
+    if dx is None or not _weights(dw, 0, m):
+        return False
+    q = _sole_quantize(graph, conv.outputs[0])
+    if q is None:
+        return False
+    ok, db = _bias(conv.input(2), dx, dw, m)
+    if not ok:
+        return False
+    # the geometry the shape rule resolved stays the same
+    _replace(graph, conv, q, "QLinearConv", _parameters(graph, dx, dw, dw.inputs[0], q, db),
+             dict(conv.attrs))
+    return True
+
+
+def _fold_dense(graph: Graph, node: Node) -> bool:
+    """DequantizeLinear → MatMul (constant (K, N) weights) or Gemm (2-d, alpha and beta 1, A
+    not transposed, an int32 bias) → QuantizeLinear as one QLinearDense (ops/quant_dense.py);
+    Gemm's transposed weights are stored transposed once, their per-row scales per column."""
+    w = node.inputs[1]
+    trans = node.op == "Gemm" and node.attr("transB", 0)
+    if w.shape is None or len(w.shape) != 2 or node.op == "Gemm" and (
+            node.attr("transA", 0) or node.attr("alpha", 1.0) != 1.0
+            or node.attr("beta", 1.0) != 1.0 or len(node.inputs[0].shape or ()) != 2):
+        return False
+    dx, dw = _activation(node.inputs[0]), _dq(w)
+    n = w.shape[0] if trans else w.shape[1]
+    if dx is None or not _weights(dw, 0 if trans else 1, n) or dw.inputs[0].data.ndim != 2:
+        return False
+    q = _sole_quantize(graph, node.outputs[0])
+    bias = node.input(2) if node.op == "Gemm" else None
+    if q is None or bias is not None and (bias.shape is None or int(np.prod(bias.shape)) != n):
+        return False
+    ok, db = _bias(bias, dx, dw, n)
+    if not ok:
+        return False
+    wq = dw.inputs[0]
+    if trans:
+        wq = graph.const(np.ascontiguousarray(wq.data.T), f"{wq.name}_transposed")
+    inputs = _parameters(graph, dx, dw, wq, q, db)
     if db is not None:
-        inputs.append(db.inputs[0])
-    attrs = dict(conv.attrs)          # the geometry the shape rule resolved stays the same
-    index = graph.nodes.index(conv)
-    result = q.outputs[0]
-    graph.remove_node(q)
-    graph.remove_node(conv)
-    graph.add_node("QLinearConv", inputs, [result], attrs, name=conv.name, index=index)
+        inputs[-1] = graph.const(np.ravel(db.inputs[0].data).astype(np.int32), "bias")
+    _replace(graph, node, q, OP, inputs, {})
     return True
 
 
@@ -139,6 +212,7 @@ def _fold_maxpool(graph: Graph, pool: Node) -> bool:
 
 def fold_qdq(graph: Graph) -> int:
     folded = sum(_fold(graph, n) for n in list(graph.nodes) if n.op == "Conv")
+    folded += sum(_fold_dense(graph, n) for n in list(graph.nodes) if n.op in ("MatMul", "Gemm"))
     folded += sum(_fold_maxpool(graph, n) for n in list(graph.nodes) if n.op == "MaxPool")
     if folded:
         graph.dce()

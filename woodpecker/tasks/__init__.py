@@ -2,7 +2,7 @@
 Identical layers map to equal tasks and so share one tuning result (Woodpecker-DL §3.1).
 
 Every kind of task (conv2d, sepconv, dense, pool, rows, elementwise, attention, chain, resize,
-conv_transpose, qconv2d, qdense) offers the same interface, so extraction, the measurement
+conv_transpose, qconv2d, qmatmul, qdense) offers the same interface, so extraction, the measurement
 worker, the tuner, system-level selection and the Halide engine handle them alike:
 
 - `kind`, `layout` ("NHWC": the kernel reads and writes channels-innermost activations and the
@@ -143,7 +143,7 @@ def task_kinds() -> dict[str, type]:
     from woodpecker.tasks.dense import DenseTask
     from woodpecker.tasks.elementwise import ElementwiseTask
     from woodpecker.tasks.pool import PoolTask
-    from woodpecker.tasks.qconv import QConvTask
+    from woodpecker.tasks.qconv import QConvTask, QMatMulTask
     from woodpecker.tasks.qdense import QDenseTask
     from woodpecker.tasks.resize import ResizeTask
     from woodpecker.tasks.rows import RowTask
@@ -151,7 +151,7 @@ def task_kinds() -> dict[str, type]:
 
     return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask, ElementwiseTask,
                                 SeparableTask, ChainTask, AttentionTask, ResizeTask,
-                                ConvTransposeTask, QConvTask, QDenseTask)}
+                                ConvTransposeTask, QConvTask, QMatMulTask, QDenseTask)}
 
 
 def task_from_node(node: Node) -> Task | None:

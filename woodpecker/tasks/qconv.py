@@ -29,6 +29,7 @@ these stays on its library.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,8 @@ from woodpecker.ops.quant_conv import (
     X,
     qlinear_conv,
 )
+from woodpecker.ops.quant_dense import OP as DENSE
+from woodpecker.ops.quant_dense import qlinear_dense
 from woodpecker.tasks import NHWC, Task, program_dicts, program_steps
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.elementwise import ElementwiseTask
@@ -85,6 +88,11 @@ class QConvTask(Task):
     @property
     def out_shape(self) -> tuple[int, ...]:
         return (self.n, self.out_h, self.out_w, self.k)
+
+    @property
+    def x_view(self) -> tuple[int, ...] | None:
+        """The shape the kernel sees the run-time input as: its own (NHWC) for a conv."""
+        return None
 
     @property
     def out_dtype(self) -> np.dtype:
@@ -213,3 +221,52 @@ class QConvTask(Task):
         if not self.program:
             return y
         return self.program_task().reference([y, *inputs[n_conv:]])
+
+
+@dataclass(frozen=True)
+class QMatMulTask(QConvTask):
+    """The qmatmul task: a QLinearDense (ops/quant_dense.py) — x (…, K) times constant int8
+    weights (K, N), requantised — computed as the 1×1 int8 conv it is over the rows as one
+    line of M = ∏ x.shape[:-1] pixels of K channels (n = h = 1, w = M, c = K, k = N): the
+    row-major (…, K) input *is* that conv's NHWC input, so the qconv templates compute it
+    unchanged, reading x and writing the (…, N) output through views of those shapes
+    (`x_view`, `out_shape`). Weights, scales, zero points and bias reach the kernel exactly as
+    a QLinearConv's (`constant` gives the (K, N) weights as HWIO (1, 1, K, N))."""
+
+    kind = "qmatmul"
+    layout = ""
+    ops = frozenset({DENSE})
+
+    @property
+    def x_view(self) -> tuple[int, ...] | None:
+        return (1, 1, self.w, self.c)
+
+    @classmethod
+    def from_node(cls, node: Node) -> "QMatMulTask":
+        if node.op not in cls.ops:
+            raise ValueError(f"{node.op} node {node.name!r} is not a static int8 MatMul")
+        if any(node.inputs[i].data is None for i in (XS, XZ, W, WS, WZ, YS, YZ)) or \
+                (node.input(B) is not None and node.inputs[B].data is None):
+            raise ValueError(f"{node.name!r}: quantization parameters computed at run time")
+        if node.inputs[W].dtype != np.int8 or np.any(node.inputs[WZ].data != 0):
+            raise ValueError(f"{node.name!r}: weights not symmetric int8")
+        k, n = node.inputs[W].shape
+        m = math.prod(node.inputs[X].shape[:-1])
+        return cls(1, k, 1, m, n, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), node.inputs[X].dtype.name,
+                   node.inputs[YZ].dtype.name, node.input(B) is not None)
+
+    def constant(self, node: Node, i: int) -> np.ndarray:
+        """The (K, N) weights as HWIO (1, 1, K, N); every other input as it is."""
+        a = node.inputs[i].data
+        return a.reshape(1, 1, *a.shape) if i == W else a
+
+    def describe(self) -> str:
+        return (f"int8 dense {self.w}x{self.c} . {self.c}x{self.k} ({self.x_dtype} in, "
+                f"{self.y_dtype} out)" + (" +bias" if self.has_bias else ""))
+
+    def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """ops/quant_dense.py's QLinearDense on the node's inputs, (1, 1, M, N)."""
+        args = list(inputs)
+        args[X] = inputs[X].reshape(self.w, self.c)
+        args[W] = inputs[W].reshape(self.c, self.k)
+        return qlinear_dense({}, *args).reshape(self.out_shape)

@@ -36,12 +36,12 @@ class HalideEngine(Engine):
     layouts = frozenset({"", NHWC})
     caps = Capabilities(generated=True)
 
-    # integer convolutions (tasks/qconv.py): 8-bit activations and weights, int32 biases,
-    # float32 scales; dynamically quantized MatMuls (tasks/qdense.py); element-wise groups
-    # with Q/DQ steps; max pools over 8-bit tensors
+    # integer convolutions and static int8 MatMuls (tasks/qconv.py): 8-bit activations and
+    # weights, int32 biases, float32 scales; dynamically quantized MatMuls (tasks/qdense.py);
+    # element-wise groups with Q/DQ steps; max pools over 8-bit tensors
     INTEGER_OPS = frozenset({"QLinearConv", "FusedElementwise", "MaxPool",
                              "DynamicQuantizeMatMul", "FusedDynamicQuantizeMatMul",
-                             "FusedQLinearConv"})
+                             "FusedQLinearConv", "QLinearDense"})
     INTEGER_DTYPES = frozenset({"uint8", "int8", "int32", "float32"})
 
     def available(self) -> bool:

@@ -57,6 +57,7 @@ from woodpecker.tasks.qconv import QConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 KIND = "qconv2d"
+KINDS = (KIND, "qmatmul")     # a static int8 MatMul is a 1×1 conv (tasks/qconv.QMatMulTask)
 TILE = 16           # pixels per tile = output channels per tile (one 16 × 16 int32 tile)
 GROUP = 4           # bytes one int32 lane sums
 MAX_STEPS = 16      # rows of a weight tile: 16 × 4 = 64 input channels per tdpbusd
@@ -139,7 +140,8 @@ def arguments(task: QConvTask, config: dict, inputs: list) -> list:
 
 
 def views(task: QConvTask) -> list:
-    return [None] * (7 + len(task.extra) + bool(task.consts))
+    """The input as the task sees it (`x_view`), every other argument in its own shape."""
+    return [task.x_view] + [None] * (6 + len(task.extra) + bool(task.consts))
 
 
 def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:

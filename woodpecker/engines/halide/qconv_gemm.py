@@ -44,6 +44,7 @@ from woodpecker.tasks.qconv import QConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 KIND = "qconv2d"
+KINDS = (KIND, "qmatmul")     # a static int8 MatMul is a 1×1 conv (tasks/qconv.QMatMulTask)
 GROUP = 4           # bytes one 32-bit lane of vpdpbusd sums
 
 SEEDS = ({"vec": 16, "co_block": 2, "x_block": 8, "parallel": "p"},
@@ -84,9 +85,11 @@ def arguments(task: QConvTask, config: dict, inputs: list) -> list:
 
 def views(task: QConvTask) -> list:
     """The output, NHWC, seen as (N, OH·OW, K), and so are a fused program's other inputs; the
+    input as the task sees it (`x_view`: a MatMul's rows as one line of pixels); the other
     arguments as they are."""
     pixels = (task.n, task.out_h * task.out_w, task.k)
-    return [None] * 6 + [pixels] * len(task.extra) + [None] * bool(task.consts) + [pixels]
+    return [task.x_view] + [None] * 5 + [pixels] * len(task.extra) + \
+        [None] * bool(task.consts) + [pixels]
 
 
 def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:

@@ -1,6 +1,7 @@
 """The schedule templates and how a template's kernel is called.
 
-Every template module offers `KIND` (the task kind it computes), `supports(task)`,
+Every template module offers `KIND` (the task kind it computes; `KINDS`, where it computes
+several: the int8 conv templates also compute qmatmul tasks, 1×1 convs), `supports(task)`,
 `space(task, vector_registers)`, `views(task)`, `build(task, config, threads)` and optionally
 `weights(task, config, w)` (argument 1 turned into the layout the kernel reads) or, for a
 kernel with several weight arguments, `arguments(task, config, inputs)` (every argument).
@@ -71,7 +72,7 @@ def templates_for(task) -> tuple[str, ...]:
     module's `COMPUTE`, float32 where it names none) and supporting it."""
     modules = {t: template_module(t) for t in TEMPLATES}
     compute = getattr(task, "compute", "float32")
-    return tuple(t for t, m in modules.items() if m.KIND == task.kind
+    return tuple(t for t, m in modules.items() if task.kind in getattr(m, "KINDS", (m.KIND,))
                  and compute in getattr(m, "COMPUTE", ("float32",)) and m.supports(task))
 
 
