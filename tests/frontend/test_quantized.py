@@ -118,3 +118,20 @@ def test_a_quantized_classifier_imports_without_opaque_nodes(tmp_path):
         None, {"image": x})[0]
     np.testing.assert_allclose(run_graph(graph, {"image": x})["logits"], want, rtol=1e-5,
                                atol=1e-5)
+
+
+def test_a_one_element_scale_vector_is_per_tensor_whatever_the_axis():
+    """ONNX Runtime's static quantizer writes a LayerNorm's int32 bias (rank 1) with a (1,)
+    scale, a scalar zero point and the axis left at its default 1: per tensor, as ONNX Runtime
+    reads it (its import failed on the axis)."""
+    g = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["b", "s", "z"], ["y"], name="bias")], "b", [],
+        [helper.make_tensor_value_info("y", 1, [4])],
+        [numpy_helper.from_array(np.arange(4, dtype=np.int32) - 2, "b"),
+         numpy_helper.from_array(np.array([0.5], np.float32), "s"),
+         numpy_helper.from_array(np.int32(0), "z")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    graph = import_onnx(model)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {})[0]
+    np.testing.assert_array_equal(run_graph(graph, {})["y"], want)

@@ -46,7 +46,9 @@ def _check_params(node: Node, data_of: DataOf, quantized_i: int) -> None:
     if len(scale_shape) > 1:
         raise ModelError(f"{where(node)}: its scale must be a scalar or a 1-D tensor, got shape "
                          f"{scale_shape}")
-    if len(scale_shape) == 1 and scale_shape[0] != 1 or len(scale_shape) == 1 and x_shape:
+    # a one-element scale vector is per tensor whatever the axis, as ONNX Runtime reads it (its
+    # static quantizer writes one for a LayerNorm's int32 bias, rank 1, axis left at 1)
+    if len(scale_shape) == 1 and scale_shape[0] != 1:
         axis = norm_axis(node, int(node.attr("axis", 1)), len(x_shape))
         if scale_shape[0] != x_shape[axis]:
             raise ModelError(f"{where(node)}: {scale_shape[0]} scales for axis {axis} of an "
