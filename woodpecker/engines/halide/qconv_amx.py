@@ -250,7 +250,10 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
             xp.compute_root().parallel(py)
         out.split(ox, xo, xi, TILE, hl.TailStrategy.ShiftInwards)
         order = (oci, xi, oco, xo) if config["channels"] == "inner" else (oci, xi, xo, oco)
-        out.reorder(*order, oy, n).parallel(oy)
+        out.reorder(*order, oy, n)
+        # one output row (a MatMul's rows, tasks/qconv.QMatMulTask): the outer tile loop in
+        # parallel instead, or the kernel runs on one thread
+        out.parallel(order[3] if task.out_h * task.n == 1 else oy)
         accm.compute_at(out, order[2])
         acc.compute_at(accm, lane)
     acc.store_in(hl.MemoryType(AMX_TILE)).vectorize(pixel[0]).vectorize(pixel[1])
