@@ -1,12 +1,15 @@
 """fold_qdq: DequantizeLinear → Conv → QuantizeLinear becomes one QLinearConv whose integer
 reference equals ONNX Runtime's output on the QDQ file bit for bit (hypothesis over shapes,
-groups, strides, pads, zero points, per-tensor and per-channel weights, biases); patterns that
-are not exact stay as they are."""
+groups, strides, pads, zero points, per-tensor and per-channel weights, biases); a max pool,
+reshape, transpose, … between matching Q/DQ runs on the 8-bit tensor; patterns that are not
+exact stay as they are (static MatMul/Gemm: tests/engines/test_halide_qmatmul.py)."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -151,3 +154,53 @@ def test_a_maxpool_between_matching_qdq_runs_on_the_8_bit_tensor():
                                                                                    {"x": x})
         np.testing.assert_array_equal(run_graph(graph, {"x": x})["y"], want[0])
     assert optimize(import_onnx(_pool_model(np.uint8, 3, 0.1, 1)))["fold_qdq"] == 0
+
+
+def _move_model(op: str, dtype, scale_out: float) -> bytes:
+    """x (8-bit, 2×6×4) → DequantizeLinear → `op` → QuantizeLinear (scale_out, same zp)."""
+    ins, attrs, inits, shape = ["xf"], {}, [], None
+    if op == "Reshape":
+        ins.append("shape")
+        inits.append(numpy_helper.from_array(np.array([2, 3, 8], np.int64), "shape"))
+        shape = [2, 3, 8]
+    elif op in ("Squeeze", "Unsqueeze"):
+        ins.append("axes")
+        inits.append(numpy_helper.from_array(np.array([0 if op == "Unsqueeze" else 1],
+                                                      np.int64), "axes"))
+        shape = [1, 2, 6, 4] if op == "Unsqueeze" else None
+    elif op == "Transpose":
+        attrs, shape = {"perm": [0, 2, 1]}, [2, 4, 6]
+    elif op == "Flatten":
+        attrs, shape = {"axis": 2}, [12, 4]
+    x_shape = [2, 1, 24] if op == "Squeeze" else [2, 6, 4]
+    shape = shape or [2, 24]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xf"]),
+             helper.make_node(op, ins, ["m"], **attrs),
+             helper.make_node("QuantizeLinear", ["m", "so", "z"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "move", [helper.make_tensor_value_info("x", T[np.dtype(dtype)], x_shape)],
+        [helper.make_tensor_value_info("y", T[np.dtype(dtype)], shape)],
+        inits + [numpy_helper.from_array(np.float32(0.05), "s"),
+                 numpy_helper.from_array(np.float32(scale_out), "so"),
+                 numpy_helper.from_array(np.array(7, dtype), "z")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]) \
+        .SerializeToString()
+
+
+@pytest.mark.parametrize("op", ["Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_a_move_between_matching_qdq_moves_the_8_bit_tensor(op, dtype):
+    """DQ → Reshape/Transpose/… → Q with one scale and zero point (a quantized transformer's
+    head reshapes) is the op on the 8-bit input: ONNX Runtime's output bit for bit; another
+    output scale stays."""
+    model = _move_model(op, dtype, 0.05)
+    graph = import_onnx(model)
+    assert optimize(graph)["fold_qdq"] == 1
+    assert [n.op for n in graph.nodes] == [op]
+    info = np.iinfo(dtype)
+    shape = [d.dim_value for d in onnx.load_from_string(model).graph.input[0].type
+             .tensor_type.shape.dim]
+    x = np.random.default_rng(0).integers(info.min, info.max + 1, shape).astype(dtype)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(run_graph(graph, {"x": x})["y"], want[0])
+    assert optimize(import_onnx(_move_model(op, dtype, 0.1)))["fold_qdq"] == 0

@@ -23,8 +23,9 @@ tensor or per output column; Gemm with alpha and beta 1, A not transposed and an
 above) becomes one QLinearDense (ops/quant_dense.py, `_fold_dense`): the same identity with a
 (K, N) product — a classifier's last Gemm, a transformer's projections.
 
-Likewise DequantizeLinear → MaxPool → QuantizeLinear with the same per-tensor scale and zero
-point becomes the MaxPool of the 8-bit tensor (`_fold_maxpool`; exact, see there).
+Likewise DequantizeLinear → MaxPool, Reshape, Transpose, Flatten, Squeeze or Unsqueeze →
+QuantizeLinear with the same per-tensor scale and zero point becomes that op on the 8-bit
+tensor (`_fold_move`; exact, see there).
 """
 
 from __future__ import annotations
@@ -187,33 +188,40 @@ def _same_quantization(dq: Node, q: Node) -> bool:
             and zp_q.ravel()[0] == zp_d.ravel()[0])
 
 
-def _fold_maxpool(graph: Graph, pool: Node) -> bool:
-    """DequantizeLinear → MaxPool → QuantizeLinear with one scale and zero point is the MaxPool
-    of the 8-bit input itself: DQ is increasing (scale > 0), so the maximum commutes with it,
-    and Q undoes DQ exactly; padding, never a maximum, stays padding."""
-    dq = _dq(pool.inputs[0])
-    out = pool.outputs[0]
+# Ops that commute with dequantizing when the QuantizeLinear after them undoes it: they move
+# or pick values (Reshape, Transpose, …) or take their maximum (MaxPool: DQ is increasing, scale
+# > 0; padding, never a maximum, stays padding). Their later inputs (a shape, axes) stay.
+MOVES = frozenset({"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze"})
+
+
+def _fold_move(graph: Graph, node: Node) -> bool:
+    """DequantizeLinear → a `MOVES` op → QuantizeLinear with one scale and zero point is that op
+    on the 8-bit input itself: Q undoes DQ exactly, so the values it moves come out as they went
+    in — a quantized ResNet's max pool, a quantized transformer's head reshapes and
+    transposes."""
+    dq = _dq(node.inputs[0])
+    out = node.outputs[0]
     if dq is None or dq.inputs[0].data is not None or dq.inputs[0].dtype not in QUANT_TYPES \
             or not _scalar(dq.inputs[1]) or graph.is_output(out) or len(out.consumers) != 1 \
             or any(o is not None and (o.consumers or graph.is_output(o))
-                   for o in pool.outputs[1:]):
+                   for o in node.outputs[1:]):
         return False
     q = out.consumers[0]
     if q.op != "QuantizeLinear" or q.inputs[0] is not out or not _same_quantization(dq, q):
         return False
-    index = graph.nodes.index(pool)
+    index = graph.nodes.index(node)
     result = q.outputs[0]
     graph.remove_node(q)
-    graph.remove_node(pool)
-    graph.add_node("MaxPool", [dq.inputs[0]], [result], dict(pool.attrs), name=pool.name,
-                   index=index)
+    graph.remove_node(node)
+    graph.add_node(node.op, [dq.inputs[0], *node.inputs[1:]], [result], dict(node.attrs),
+                   name=node.name, index=index)
     return True
 
 
 def fold_qdq(graph: Graph) -> int:
     folded = sum(_fold(graph, n) for n in list(graph.nodes) if n.op == "Conv")
     folded += sum(_fold_dense(graph, n) for n in list(graph.nodes) if n.op in ("MatMul", "Gemm"))
-    folded += sum(_fold_maxpool(graph, n) for n in list(graph.nodes) if n.op == "MaxPool")
+    folded += sum(_fold_move(graph, n) for n in list(graph.nodes) if n.op in MOVES)
     if folded:
         graph.dce()
     return folded
