@@ -9,6 +9,8 @@ node is exported as; patterns that are not exact stay as they are."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -17,12 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.engines.test_halide_qdq_elementwise import _residual_task
 from tests.passes.test_fold_qdq import run_graph
 from woodpecker.engines.halide import qconv_amx, qconv_gemm
 from woodpecker.engines.halide.host import host_has_amx
 from woodpecker.engines.halide.templates import kernel_arguments, templates_for
 from woodpecker.frontend.onnx_import import import_onnx
-from woodpecker.ops.quant_dense import OP
+from woodpecker.ops.quant_dense import FUSED, OP
 from woodpecker.passes import optimize
 from woodpecker.tasks import task_from_node
 from woodpecker.tasks.qconv import QMatMulTask
@@ -127,6 +130,14 @@ def test_the_conv_templates_compute_it_exactly(template, data):
                        x_dtype=data.draw(st.sampled_from(["uint8", "int8"])),
                        y_dtype=data.draw(st.sampled_from(["uint8", "int8"])),
                        has_bias=data.draw(st.booleans()))
+    program = data.draw(st.sampled_from(["none", "bias", "residual"]))
+    if program == "bias":              # DQ → Add one value per column → Q (fuse_qdense_program)
+        task = replace(task, program=_bias_program(task.y_dtype), consts=4 + n)
+    elif program == "residual":        # DQ → Add DQ(a second 8-bit input) → Q
+        extra = data.draw(st.sampled_from(["uint8", "int8"]))
+        task = replace(task, program=_residual_task(task.y_dtype, extra, data.draw(
+            st.sampled_from(["uint8", "int8"])), False, 1, 1, 1).program, extra=(extra,),
+            consts=6)
     configs = list(template.space(task).valid_configs()) if template.supports(task) else []
     if not configs:
         return
@@ -134,10 +145,18 @@ def test_the_conv_templates_compute_it_exactly(template, data):
     inputs = task.random_inputs(data.draw(st.integers(0, 1000)))
     want = task.reference(inputs)
     inputs[0] = inputs[0].reshape(*lead, k)
+    if task.extra:                     # the residual as the node has it, (…, N)
+        inputs[8 + task.has_bias] = inputs[8 + task.has_bias].reshape(*lead, n)
     kernel = template.build(task, config, threads=2)
     got = kernel(*kernel_arguments(template, task, config, inputs))
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
+def _bias_program(a: str) -> tuple:
+    return (("DequantizeLinear", (("in", 0), ("const", 0), ("const", 1)), (("dtype", a),)),
+            ("Add", (("step", 0), ("channel", 4)), ()),
+            ("QuantizeLinear", (("step", 1), ("const", 2), ("const", 3)), (("dtype", a),)))
 
 
 def test_the_int8_conv_templates_are_offered():
@@ -186,8 +205,9 @@ def test_a_quantized_mlp_runs_its_products_on_the_int8_kernels(tmp_path):
     model = woodpecker.compile(str(path), engines=("halide", "numpy"),
                                tune=TuneOptions(budget="30s", max_trials=2),
                                tuning_log=str(tmp_path / "log.jsonl"))
-    dense = [n for n in model.plan.graph.nodes if n.op == OP]
-    assert len(dense) == 2
+    # the MatMul's bias Add after it joins its epilogue; the Gemm holds its bias
+    dense = [n for n in model.plan.graph.nodes if n.op in (OP, FUSED)]
+    assert sorted(n.op for n in dense) == [FUSED, OP]
     assert {model.plan.choices[n.name].engine for n in dense} == {"halide"}
     assert {model.plan.choices[n.name].kernel.template for n in dense} <= \
         {"qconv_gemm", "qconv_amx"}
@@ -204,5 +224,46 @@ def test_a_library_runs_the_node_as_its_qdq_form(tmp_path):
 
     path, feeds = _mlp(tmp_path, np.random.default_rng(6))
     model = woodpecker.compile(str(path), engines=("onnxruntime", "numpy"))
-    assert OP in {n.op for n in model.plan.graph.nodes}
+    assert {OP, FUSED} <= {n.op for n in model.plan.graph.nodes}
     np.testing.assert_array_equal(model.run(feeds)["y"], _ort(path.read_bytes(), feeds["x"]))
+
+
+def test_a_projection_with_bias_and_residual_fuses_into_one_node(tmp_path):
+    """A transformer's output projection as ONNX Runtime's static quantizer writes it —
+    DQ → MatMul → Q, DQ → Add bias → Q, DQ → Add the block's input (its own DQ) → Q — is one
+    FusedQLinearDense whose program holds both additions; its reference, its kernel through
+    the engine's plan, and ONNX Runtime agree bit for bit."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    import woodpecker
+    from woodpecker.options import TuneOptions
+    from woodpecker.quantization.ptq import FeedReader
+
+    rng = np.random.default_rng(7)
+    w, b = rng.standard_normal((48, 48)) * 0.2, rng.standard_normal(48) * 0.1
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Add", ["a", "x"], ["y"])]
+    g = helper.make_graph(nodes, "proj", [helper.make_tensor_value_info("x", 1, [1, 20, 48])],
+                          [helper.make_tensor_value_info("y", 1, [1, 20, 48])],
+                          [numpy_helper.from_array(w.astype(np.float32), "w"),
+                           numpy_helper.from_array(b.astype(np.float32), "b")])
+    fp32, int8 = tmp_path / "proj.onnx", tmp_path / "proj_int8.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), fp32)
+    feeds = [{"x": rng.standard_normal((1, 20, 48)).astype(np.float32)} for _ in range(8)]
+    quantize_static(str(fp32), str(int8), FeedReader(feeds), quant_format=QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    graph = import_onnx(str(int8))
+    assert optimize(graph)["fuse_qdense_programs"] == 1
+    node = next(n for n in graph.nodes if n.op == FUSED)
+    assert [s["op"] for s in node.attrs["program"]].count("Add") == 2
+    x = {"x": rng.standard_normal((1, 20, 48)).astype(np.float32)}
+    want = _ort(int8.read_bytes(), x["x"])
+    np.testing.assert_array_equal(run_graph(graph, x)["y"], want)
+    model = woodpecker.compile(str(int8), engines=("halide", "numpy"),
+                               tune=TuneOptions(budget="20s", max_trials=2),
+                               tuning_log=str(tmp_path / "log.jsonl"))
+    fused = next(n for n in model.plan.graph.nodes if n.op == FUSED)
+    assert model.plan.choices[fused.name].engine == "halide"
+    np.testing.assert_array_equal(model.run(x)["y"], want)

@@ -286,13 +286,43 @@ def _dynamic_matmul():
         return onnx.load(dst)
 
 
+def _static_matmul():
+    """`x` (1, 8, 6, 6) times a (6, 8) matrix plus a bias, statically quantized (QDQ) by ONNX
+    Runtime's quantizer: the product and its bias Add between Q/DQ."""
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    from woodpecker.quantization.ptq import FeedReader
+
+    rng = np.random.default_rng(8)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [6, 8], rng.standard_normal(48).tolist())
+    b = helper.make_tensor("b", TensorProto.FLOAT, [8], rng.standard_normal(8).tolist())
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                           helper.make_node("Add", ["m", "b"], ["y"])], "static",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 8])],
+                          [w, b])
+    feeds = [{"x": rand(1, 8, 6, 6, seed=10 + i)} for i in range(4)]
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "f.onnx", Path(tmp) / "q.onnx"
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+        quantize_static(src, dst, FeedReader(feeds), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        return onnx.load(dst)
+
+
 MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv,
           "simplify_reshapes": _renamed_axes, "expose_epilogues": _scaled_attention,
           "split_copied_concats": _shared_concats, "fuse_separable": _separable,
           "fuse_gelu": _conv_gelu, "fuse_rmsnorm": _rmsnorm, "fold_qdq": _qdq_conv,
-          "fold_dynamic_matmul": _dynamic_matmul, "fuse_qconv_programs": _qdq_conv}
+          "fold_dynamic_matmul": _dynamic_matmul, "fuse_qconv_programs": _qdq_conv,
+          "fuse_qdense_programs": _static_matmul}
 # the passes a pass rewrites the output of (run before it, and in the graph it is compared with)
-BEFORE = {"fuse_qconv_programs": ("fold_qdq", "fuse_elementwise")}
+BEFORE = {"fuse_qconv_programs": ("fold_qdq", "fuse_elementwise"),
+          "fuse_qdense_programs": ("fold_qdq", "fold_constants")}
 
 
 @pytest.mark.parametrize("name", DEFAULT)

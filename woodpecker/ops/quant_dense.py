@@ -26,6 +26,7 @@ import numpy as np
 
 from woodpecker.errors import ModelError
 from woodpecker.ir.graph import Node, Value
+from woodpecker.ops.fused import QDQ_STEPS, program_dtype, run_program, runtime_count
 from woodpecker.ops.quant import QUANT_TYPES, check_scale
 from woodpecker.ops.quant_conv import requantize
 from woodpecker.ops.registry import DataOf, composite, dtype_of, numel, op, shape_of, where
@@ -117,3 +118,83 @@ def parts(node: Node) -> list[Node]:
 
 
 composite(OP, parts)
+
+
+# -- FusedQLinearDense: a QLinearDense and the element-wise chain after it ---------------------
+# (passes/fuse_qdense_program.py: a statically quantized transformer's DequantizeLinear → Add
+# bias → QuantizeLinear after each projection, the residual DequantizeLinear → Add →
+# QuantizeLinear after the last ones). Inputs: the QLinearDense's nine (B may be None), the
+# program's other run-time inputs (the output's shape), its constant vector if any; `program`
+# (ops/fused.py's steps) reads the requantised 8-bit output as run-time input 0, and its
+# "channel" constants are one per output column (the last axis). The same values as the nodes
+# it replaces, in one pass.
+FUSED = "Fused" + OP
+N_DENSE = 9
+
+
+def _fused_infer(node: Node, data_of: DataOf):
+    (shape, dtype), = _infer(node, data_of)
+    return [(shape, program_dtype(node.attrs["program"], dtype))]
+
+
+def _fused_flops(node: Node) -> int:
+    return _flops(node) + numel(node.outputs[0].shape) * len(node.attrs["program"])
+
+
+@op(FUSED, _fused_infer, _fused_flops)
+def fused_qlinear_dense(attrs, *inputs):
+    program = attrs["program"]
+    y = qlinear_dense(attrs, *inputs[:N_DENSE])
+    n = runtime_count(program) - 1
+    rest = list(inputs[N_DENSE:])
+    consts = rest[n].astype(np.float32) if len(rest) > n else np.zeros(0, np.float32)
+    out = run_program(program, [y, *rest[:n]], consts, (y.shape[-1],))
+    return np.asarray(out, program_dtype(program, y.dtype))
+
+
+def fused_parts(node: Node) -> list[Node]:
+    """The QLinearDense (its output a value named after `node`) and the program's steps as the
+    standard nodes they are, constants as scalars or one value per column."""
+    program, y = node.attrs["program"], node.outputs[0]
+    dense_out = Value(f"{node.name}/dense", y.shape, node.inputs[YZ].dtype)
+    dense = Node(OP, node.name, list(node.inputs[:N_DENSE]), [dense_out], {})
+    dense_out.producer = dense
+    n = runtime_count(program) - 1
+    others = list(node.inputs[N_DENSE:N_DENSE + n])
+    consts = node.inputs[N_DENSE + n].data if len(node.inputs) > N_DENSE + n else None
+    columns = y.shape[-1]
+    steps: list[Value] = []
+    parts = [dense]
+
+    def arg(ref, k: int, j: int) -> Value | None:
+        if ref is None:
+            return None
+        kind, i = ref
+        if kind == "in":
+            return dense_out if i == 0 else others[i - 1]
+        if kind == "step":
+            return steps[i]
+        data = consts[i:i + (1 if kind == "const" else columns)].astype(np.float32)
+        data = data.reshape(() if kind == "const" else (columns,))
+        return Value(f"{node.name}/step{k}_arg{j}", data.shape, data.dtype, data=data)
+
+    for k, step in enumerate(program):
+        args = [arg(a, k, j) for j, a in enumerate(step["args"])]
+        attrs = dict(step.get("attrs", {}))
+        if step["op"] in QDQ_STEPS:      # the zero point back in its 8-bit type
+            dtype = np.dtype(attrs.pop("dtype"))
+            args[2] = Value(args[2].name, (), dtype, data=args[2].data.astype(dtype))
+            out_dtype = dtype if step["op"] == "QuantizeLinear" else np.dtype(np.float32)
+        else:
+            out_dtype = np.dtype(np.float32)
+        last = k == len(program) - 1
+        v = y if last else Value(f"{node.name}/step{k}", y.shape, out_dtype)
+        part = Node(step["op"], f"{node.name}/step{k}", args, [v], attrs)
+        if not last:
+            v.producer = part
+        steps.append(v)
+        parts.append(part)
+    return parts
+
+
+composite(FUSED, fused_parts)

@@ -25,6 +25,7 @@ from woodpecker.passes.fuse_elementwise import fuse_elementwise
 from woodpecker.passes.fuse_epilogue import fuse_epilogues
 from woodpecker.passes.fuse_prologue import fuse_prologues
 from woodpecker.passes.fuse_qconv_program import fuse_qconv_programs
+from woodpecker.passes.fuse_qdense_program import fuse_qdense_programs
 from woodpecker.passes.fuse_separable import fuse_separable
 from woodpecker.passes.gelu import fuse_gelu
 from woodpecker.passes.global_pool import reduce_mean_to_pool
@@ -47,6 +48,7 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "fuse_epilogues": fuse_epilogues,
     "fuse_elementwise": fuse_elementwise,
     "fuse_qconv_programs": fuse_qconv_programs,    # after fuse_elementwise
+    "fuse_qdense_programs": fuse_qdense_programs,  # after fold_constants
     "fuse_prologues": fuse_prologues,
     "split_copied_concats": split_copied_concats,
     "fuse_chains": fuse_chains,

@@ -95,8 +95,12 @@ def _group(graph: Graph, root: Node, taken: set[int]) -> list[Node]:
     return group
 
 
-def element_program(nodes: list[Node]) -> tuple[list[dict], list[Value], list[float]]:
-    """The steps of `nodes` (in graph order), their run-time inputs and the constant vector."""
+def element_program(nodes: list[Node], per_channel=None,
+                    ) -> tuple[list[dict], list[Value], list[float]]:
+    """The steps of `nodes` (in graph order), their run-time inputs and the constant vector;
+    `per_channel(v, shape)` gives a non-scalar constant's values, one per channel (by default
+    along axis 1 of a 4-d tensor; a product's output columns for passes/fuse_qdense_program.py)."""
+    per_channel = per_channel or _per_channel
     step_of: dict[int, int] = {}
     inputs: list[Value] = []
     consts: list[float] = []
@@ -112,7 +116,7 @@ def element_program(nodes: list[Node]) -> tuple[list[dict], list[Value], list[fl
         if v.is_const:
             if v.data.size == 1:
                 return constant(v.data, "const")
-            return constant(_per_channel(v, shape), "channel")
+            return constant(per_channel(v, shape), "channel")
         if id(v) in step_of:
             return ["step", step_of[id(v)]]
         if v not in inputs:

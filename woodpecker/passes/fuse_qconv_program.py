@@ -21,7 +21,7 @@ from woodpecker.ops.fused import runtime_count
 from woodpecker.ops.quant_conv import FUSED, N_CONV
 
 
-def _remapped(program: list[dict], first: int) -> list[dict]:
+def remapped(program: list[dict], first: int) -> list[dict]:
     """`program` with run-time input `first` moved to position 0 (the others shift up)."""
     def ref(a):
         if a is None or a[0] != "in":
@@ -52,7 +52,7 @@ def _fuse(graph: Graph, group: Node) -> bool:
     others = [x for j, x in enumerate(group.inputs[:n]) if j != i]
     inputs = list(conv.inputs) + [None] * (N_CONV - len(conv.inputs)) + others + \
         list(group.inputs[n:])
-    attrs = {**conv.attrs, "program": _remapped(program, i)}
+    attrs = {**conv.attrs, "program": remapped(program, i)}
     out = group.outputs[0]
     index = graph.nodes.index(conv)
     graph.remove_node(group)

@@ -50,11 +50,23 @@ from woodpecker.ops.quant_conv import (
     X,
     qlinear_conv,
 )
+from woodpecker.ops.quant_dense import FUSED as FUSED_DENSE
 from woodpecker.ops.quant_dense import OP as DENSE
 from woodpecker.ops.quant_dense import qlinear_dense
 from woodpecker.tasks import NHWC, Task, program_dicts, program_steps
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.elementwise import ElementwiseTask
+
+
+def fused_program(node: Node) -> tuple[tuple, tuple[str, ...], int]:
+    """A fused node's (program, its other run-time inputs' types, its constant vector's
+    length) — the inputs after the integer op's nine; nothing for the op alone."""
+    if "program" not in node.attrs:
+        return (), (), 0
+    n_in = runtime_count(node.attrs["program"])
+    extra = tuple(v.dtype.name for v in node.inputs[N_CONV:N_CONV + n_in - 1])
+    rest = node.inputs[N_CONV + n_in - 1:]
+    return program_steps(node.attrs["program"]), extra, rest[0].data.size if rest else 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,11 @@ class QConvTask(Task):
     @property
     def x_view(self) -> tuple[int, ...] | None:
         """The shape the kernel sees the run-time input as: its own (NHWC) for a conv."""
+        return None
+
+    @property
+    def extra_view(self) -> tuple[int, ...] | None:
+        """The shape the kernel sees the program's other run-time inputs as: their own."""
         return None
 
     @property
@@ -141,17 +158,10 @@ class QConvTask(Task):
         if node.inputs[W].dtype != np.int8 or np.any(node.inputs[WZ].data != 0):
             raise ValueError(f"{node.name!r}: weights not symmetric int8")
         p, a = node.attrs["_pads"], node.attrs
-        program, extra, consts = (), (), 0
-        if node.op == FUSED:
-            program = program_steps(a["program"])
-            n_in = runtime_count(a["program"])
-            extra = tuple(v.dtype.name for v in node.inputs[N_CONV:N_CONV + n_in - 1])
-            rest = node.inputs[N_CONV + n_in - 1:]
-            consts = rest[0].data.size if rest else 0
         return cls(n, c, h, w, k, kh, kw, tuple(a["strides"]), (p[0], p[1], p[2], p[3]),
                    tuple(a["dilations"]), node.inputs[X].dtype.name,
-                   node.inputs[YZ].dtype.name, node.input(B) is not None, groups, program,
-                   extra, consts)
+                   node.inputs[YZ].dtype.name, node.input(B) is not None, groups,
+                   *fused_program(node))
 
     def constant(self, node: Node, i: int) -> np.ndarray:
         """Node input `i`'s constant as the task's arguments hold it: OIHW weights as HWIO,
@@ -235,11 +245,15 @@ class QMatMulTask(QConvTask):
 
     kind = "qmatmul"
     layout = ""
-    ops = frozenset({DENSE})
+    ops = frozenset({DENSE, FUSED_DENSE})
 
     @property
     def x_view(self) -> tuple[int, ...] | None:
         return (1, 1, self.w, self.c)
+
+    @property
+    def extra_view(self) -> tuple[int, ...] | None:
+        return self.out_shape
 
     @classmethod
     def from_node(cls, node: Node) -> "QMatMulTask":
@@ -253,7 +267,8 @@ class QMatMulTask(QConvTask):
         k, n = node.inputs[W].shape
         m = math.prod(node.inputs[X].shape[:-1])
         return cls(1, k, 1, m, n, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), node.inputs[X].dtype.name,
-                   node.inputs[YZ].dtype.name, node.input(B) is not None)
+                   node.inputs[YZ].dtype.name, node.input(B) is not None, 1,
+                   *fused_program(node))
 
     def constant(self, node: Node, i: int) -> np.ndarray:
         """The (K, N) weights as HWIO (1, 1, K, N); every other input as it is."""
@@ -261,12 +276,18 @@ class QMatMulTask(QConvTask):
         return a.reshape(1, 1, *a.shape) if i == W else a
 
     def describe(self) -> str:
+        program = " +" + "+".join(op for op, _, _ in self.program) if self.program else ""
         return (f"int8 dense {self.w}x{self.c} . {self.c}x{self.k} ({self.x_dtype} in, "
-                f"{self.y_dtype} out)" + (" +bias" if self.has_bias else ""))
+                f"{self.out_dtype.name} out)" + (" +bias" if self.has_bias else "") + program)
 
     def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
-        """ops/quant_dense.py's QLinearDense on the node's inputs, (1, 1, M, N)."""
-        args = list(inputs)
+        """ops/quant_dense.py's QLinearDense on the node's inputs, (1, 1, M, N), then the
+        fused program if any."""
+        n_dense = 8 + self.has_bias
+        args = list(inputs[:n_dense])
         args[X] = inputs[X].reshape(self.w, self.c)
         args[W] = inputs[W].reshape(self.c, self.k)
-        return qlinear_dense({}, *args).reshape(self.out_shape)
+        y = qlinear_dense({}, *args).reshape(self.out_shape)
+        if not self.program:
+            return y
+        return self.program_task().reference([y, *inputs[n_dense:]])

@@ -41,7 +41,7 @@ class HalideEngine(Engine):
     # element-wise groups with Q/DQ steps; max pools over 8-bit tensors
     INTEGER_OPS = frozenset({"QLinearConv", "FusedElementwise", "MaxPool",
                              "DynamicQuantizeMatMul", "FusedDynamicQuantizeMatMul",
-                             "FusedQLinearConv", "QLinearDense"})
+                             "FusedQLinearConv", "QLinearDense", "FusedQLinearDense"})
     INTEGER_DTYPES = frozenset({"uint8", "int8", "int32", "float32"})
 
     def available(self) -> bool:

@@ -140,8 +140,10 @@ def arguments(task: QConvTask, config: dict, inputs: list) -> list:
 
 
 def views(task: QConvTask) -> list:
-    """The input as the task sees it (`x_view`), every other argument in its own shape."""
-    return [task.x_view] + [None] * (6 + len(task.extra) + bool(task.consts))
+    """The input and a fused program's other inputs as the task sees them (`x_view`,
+    `extra_view`), every other argument in its own shape."""
+    return [task.x_view] + [None] * 5 + [task.extra_view] * len(task.extra) + \
+        [None] * (1 + bool(task.consts))
 
 
 def weights(task: QConvTask, config: dict, w: np.ndarray) -> np.ndarray:
