@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.engines.test_halide_qdq_elementwise import _residual_task
-from tests.passes.test_fold_qdq import run_graph
+from tests.passes.test_fold_qdq import quant_params, run_graph
 from woodpecker.engines.halide import qconv_amx, qconv_gemm
 from woodpecker.engines.halide.host import host_has_amx
 from woodpecker.engines.halide.templates import kernel_arguments, templates_for
@@ -39,12 +39,7 @@ def _model(rng, lead: tuple, k: int, n: int, gemm: bool = False, trans: bool = F
     """x (float, lead + (K,)) → Q → DQ → MatMul (or Gemm) with DQ'd int8 weights [+ DQ'd
     int32 bias] → Q → DQ → out."""
     w = rng.integers(-64, 64, (n, k) if trans else (k, n)).astype(np.int8)  # 7 bits: AVX2 pairs
-    ws = (10.0 ** rng.uniform(-3, -1, n if per_column else 1)).astype(np.float32)
-    xs = np.float32(10.0 ** rng.uniform(-2, 0))
-    info = np.iinfo(act)
-    xz = np.asarray(rng.integers(info.min, info.max + 1), act)
-    ys = np.float32(10.0 ** rng.uniform(-1, 1))
-    yz = np.asarray(rng.integers(info.min, info.max + 1), act)
+    ws, xs, xz, ys, yz = quant_params(rng, act, n if per_column else 1)
     inits = [numpy_helper.from_array(a, name) for a, name in (
         (w, "wq"), (ws if per_column else ws.reshape(()), "ws"),
         (np.zeros(ws.shape, np.int8) if per_column else np.int8(0), "wz"),

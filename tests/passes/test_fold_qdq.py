@@ -21,15 +21,22 @@ from woodpecker.passes import optimize
 T = {np.dtype(np.int8): TensorProto.INT8, np.dtype(np.uint8): TensorProto.UINT8}
 
 
-def _model(rng, n, c, m, hw, k, groups, stride, pad, act, per_channel, bias,
-           conv_reads_elsewhere=False) -> bytes:
-    w = rng.integers(-64, 64, (m, c // groups, k, k)).astype(np.int8)  # 7 bits: no AVX2 u8s8
-    ws = (10.0 ** rng.uniform(-3, -1, m if per_channel else 1)).astype(np.float32)  # saturation
-    xs = np.float32(10.0 ** rng.uniform(-2, 0))
+def quant_params(rng, act, channels: int) -> tuple:
+    """Weight scales (`channels` of them: saturation and rounding both exercised), the input's
+    scale and zero point and the output's, as a QDQ file holds them."""
+    ws = (10.0 ** rng.uniform(-3, -1, channels)).astype(np.float32)
     info = np.iinfo(act)
+    xs = np.float32(10.0 ** rng.uniform(-2, 0))
     xz = np.asarray(rng.integers(info.min, info.max + 1), act)
     ys = np.float32(10.0 ** rng.uniform(-1, 1))
     yz = np.asarray(rng.integers(info.min, info.max + 1), act)
+    return ws, xs, xz, ys, yz
+
+
+def _model(rng, n, c, m, hw, k, groups, stride, pad, act, per_channel, bias,
+           conv_reads_elsewhere=False) -> bytes:
+    w = rng.integers(-64, 64, (m, c // groups, k, k)).astype(np.int8)  # 7 bits: no AVX2 u8s8
+    ws, xs, xz, ys, yz = quant_params(rng, act, m if per_channel else 1)
     inits = [numpy_helper.from_array(a, name) for a, name in (
         (w, "wq"), (ws if per_channel else ws.reshape(()), "ws"), (np.zeros(ws.shape, np.int8)
                                                                   if per_channel else

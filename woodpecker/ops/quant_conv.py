@@ -44,12 +44,15 @@ def grouped_shapes(node: Node, xi: int, wi: int) -> tuple[tuple, tuple]:
     return x, w
 
 
-def _infer(node: Node, data_of: DataOf):
-    x, w = grouped_shapes(node, X, W)
+def check_operands(node: Node, data_of: DataOf, channels: int) -> None:
+    """The 8-bit operands, scales and zero points of an integer op laid out as QLinearConv's
+    first eight inputs (QLinearDense's too), one ModelError line naming the node: 8-bit types,
+    one scale and zero point per tensor (per output channel for the weights: `channels`),
+    positive finite scales, zero points of their tensor's type."""
     for i, what in ((X, "input"), (W, "weight"), (YZ, "output zero point")):
         if dtype_of(node, i) not in QUANT_TYPES:
             raise ModelError(f"{where(node)}: its {what} is {dtype_of(node, i)} (int8 or uint8)")
-    for si, zi, qi, what, n in ((XS, XZ, X, "input", 1), (WS, WZ, W, "weight", w[0]),
+    for si, zi, qi, what, n in ((XS, XZ, X, "input", 1), (WS, WZ, W, "weight", channels),
                                 (YS, YZ, YZ, "output", 1)):
         for i, kind in ((si, "scale"), (zi, "zero point")):
             s = shape_of(node, i)
@@ -59,6 +62,11 @@ def _infer(node: Node, data_of: DataOf):
         if dtype_of(node, zi) != dtype_of(node, qi):
             raise ModelError(f"{where(node)}: its {what} zero point is {dtype_of(node, zi)}, "
                              f"the {what} {dtype_of(node, qi)} (mixed int8/uint8)")
+
+
+def _infer(node: Node, data_of: DataOf):
+    x, w = grouped_shapes(node, X, W)
+    check_operands(node, data_of, w[0])
     if node.input(B) is not None and dtype_of(node, B) != np.int32:
         raise ModelError(f"{where(node)}: its bias is {dtype_of(node, B)} (int32)")
     kernel = bias_and_kernel(_bias_view(node), w, w[0])

@@ -27,8 +27,7 @@ import numpy as np
 from woodpecker.errors import ModelError
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ops.fused import QDQ_STEPS, program_dtype, run_program, runtime_count
-from woodpecker.ops.quant import QUANT_TYPES, check_scale
-from woodpecker.ops.quant_conv import requantize
+from woodpecker.ops.quant_conv import check_operands, requantize
 from woodpecker.ops.registry import DataOf, composite, dtype_of, numel, op, shape_of, where
 
 OP = "QLinearDense"
@@ -40,19 +39,7 @@ def _infer(node: Node, data_of: DataOf):
     if len(w) != 2 or not x or x[-1] != w[0]:
         raise ModelError(f"{where(node)}: input {x} and weights {w} do not multiply "
                          "((…, K) by (K, N))")
-    for i, what in ((X, "input"), (W, "weight"), (YZ, "output zero point")):
-        if dtype_of(node, i) not in QUANT_TYPES:
-            raise ModelError(f"{where(node)}: its {what} is {dtype_of(node, i)} (int8 or uint8)")
-    for si, zi, qi, what, n in ((XS, XZ, X, "input", 1), (WS, WZ, W, "weight", w[1]),
-                                (YS, YZ, YZ, "output", 1)):
-        for i, kind in ((si, "scale"), (zi, "zero point")):
-            s = shape_of(node, i)
-            if numel(s) not in (1, n) or len(s) > 1:
-                raise ModelError(f"{where(node)}: its {what} {kind} has shape {s}")
-        check_scale(node, data_of, si, f"{what} scale")
-        if dtype_of(node, zi) != dtype_of(node, qi):
-            raise ModelError(f"{where(node)}: its {what} zero point is {dtype_of(node, zi)}, "
-                             f"the {what} {dtype_of(node, qi)} (mixed int8/uint8)")
+    check_operands(node, data_of, w[1])
     bias = node.input(B)
     if bias is not None and (bias.dtype != np.int32 or numel(bias.shape) != w[1]):
         raise ModelError(f"{where(node)}: its bias is {bias.dtype} {bias.shape} "
