@@ -116,12 +116,12 @@ def _weights(dw: Node | None, axis: int, m: int) -> bool:
         scale.size == 1 or (dw.attr("axis", 1) % wq.data.ndim == axis and scale.size == m))
 
 
-def _bias(graph_bias: Value | None, dx: Node, dw: Node, m: int) -> tuple[bool, Node | None]:
+def _bias(bias: Value | None, dx: Node, dw: Node, m: int) -> tuple[bool, Node | None]:
     """(foldable, the bias's DequantizeLinear): no bias, or an int32 one of scale
     x_scale·w_scale."""
-    if graph_bias is None:
+    if bias is None:
         return True, None
-    db = _dq(graph_bias)
+    db = _dq(bias)
     w_scale = np.broadcast_to(np.ravel(dw.inputs[1].data), (m,))
     return _bias_ok(db, float(dx.inputs[1].data.ravel()[0]), w_scale), db
 

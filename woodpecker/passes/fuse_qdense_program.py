@@ -96,7 +96,7 @@ def _fuse(graph: Graph, dense: Node) -> bool:
         return False
     order = {id(n): k for k, n in enumerate(graph.nodes)}
     nodes = sorted(chain, key=lambda n: order[id(n)])
-    program, inputs, consts = element_program(nodes, lambda v, shape: _per_column(v, shape))
+    program, inputs, consts = element_program(nodes, _per_column)
     first = inputs.index(dense.outputs[0])
     others = [v for i, v in enumerate(inputs) if i != first]
     ins = list(dense.inputs) + [None] * (N_DENSE - len(dense.inputs)) + others

@@ -58,6 +58,16 @@ from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.elementwise import ElementwiseTask
 
 
+def _check_constants(node: Node) -> None:
+    """ValueError (the node stays on its library) unless the weights, scales, zero points and
+    bias are constants and the weights symmetric int8 — the variant the templates compute."""
+    if any(node.inputs[i].data is None for i in (XS, XZ, W, WS, WZ, YS, YZ)) or \
+            (node.input(B) is not None and node.inputs[B].data is None):
+        raise ValueError(f"{node.name!r}: quantization parameters computed at run time")
+    if node.inputs[W].dtype != np.int8 or np.any(node.inputs[WZ].data != 0):
+        raise ValueError(f"{node.name!r}: weights not symmetric int8")
+
+
 def fused_program(node: Node) -> tuple[tuple, tuple[str, ...], int]:
     """A fused node's (program, its other run-time inputs' types, its constant vector's
     length) — the inputs after the integer op's nine; nothing for the op alone."""
@@ -151,12 +161,7 @@ class QConvTask(Task):
         if groups != 1 and not groups == c == k:
             raise ValueError(f"{node.name!r}: grouped int8 convs (other than depthwise) are "
                              "not built")
-        consts = [node.inputs[i] for i in (XS, XZ, W, WS, WZ, YS, YZ)]
-        if any(v.data is None for v in consts) or \
-                (node.input(B) is not None and node.inputs[B].data is None):
-            raise ValueError(f"{node.name!r}: quantization parameters computed at run time")
-        if node.inputs[W].dtype != np.int8 or np.any(node.inputs[WZ].data != 0):
-            raise ValueError(f"{node.name!r}: weights not symmetric int8")
+        _check_constants(node)
         p, a = node.attrs["_pads"], node.attrs
         return cls(n, c, h, w, k, kh, kw, tuple(a["strides"]), (p[0], p[1], p[2], p[3]),
                    tuple(a["dilations"]), node.inputs[X].dtype.name,
@@ -259,11 +264,7 @@ class QMatMulTask(QConvTask):
     def from_node(cls, node: Node) -> "QMatMulTask":
         if node.op not in cls.ops:
             raise ValueError(f"{node.op} node {node.name!r} is not a static int8 MatMul")
-        if any(node.inputs[i].data is None for i in (XS, XZ, W, WS, WZ, YS, YZ)) or \
-                (node.input(B) is not None and node.inputs[B].data is None):
-            raise ValueError(f"{node.name!r}: quantization parameters computed at run time")
-        if node.inputs[W].dtype != np.int8 or np.any(node.inputs[WZ].data != 0):
-            raise ValueError(f"{node.name!r}: weights not symmetric int8")
+        _check_constants(node)
         k, n = node.inputs[W].shape
         m = math.prod(node.inputs[X].shape[:-1])
         return cls(1, k, 1, m, n, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), node.inputs[X].dtype.name,
