@@ -180,8 +180,25 @@ def test_a_window_unfolded_into_the_channels_is_exact(task):
     """`input: unfold` (the window's columns as channels of one deeper step) on stems, int8
     input, dilation, uneven pads and a batch of two."""
     for channels in ("inner", "outer"):
-        config = {"walk": "rows", "channels": channels, "input": "unfold"}
+        config = {"walk": "rows", "channels": channels, "input": "unfold", "parallel": "pixels"}
         assert qconv_amx.space(task).is_valid(config)
         inputs = task.random_inputs(channels == "inner")
         np.testing.assert_array_equal(_run(task, config, inputs, qconv_amx),
                                       task.reference(inputs))
+
+
+@pytest.mark.skipif(not host_has_amx(), reason="no AMX on this host")
+@pytest.mark.parametrize("task", [
+    QConvTask(1, 64, 7, 7, 40, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1)),     # a partial last tile
+    QConvTask(2, 128, 14, 14, 64, 1, 1, (2, 2), (0, 0, 0, 0), (1, 1), y_dtype="int8"),
+    QConvTask(1, 96, 9, 9, 48, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), x_dtype="int8"),
+], ids=["3x3-partial-tile", "1x1-stride-2-batch-2", "int8-in"])
+def test_channel_tiles_in_parallel_are_exact(task):
+    """`parallel: channels` (the flat walk with the channel tiles as the parallel loop, the
+    schedule small images want) is exact, with and without a fused residual program."""
+    config = {"walk": "flat", "channels": "outer", "input": "copy", "parallel": "channels"}
+    program = _residual_task(task.y_dtype, "uint8", "uint8", True, 1, 1, 1).program
+    for t in (task, replace(task, program=program, extra=("uint8",), consts=6)):
+        assert qconv_amx.space(t).is_valid(config)
+        inputs = t.random_inputs(1)
+        np.testing.assert_array_equal(_run(t, config, inputs, qconv_amx), t.reference(inputs))

@@ -63,11 +63,12 @@ GROUP = 4           # bytes one int32 lane sums
 MAX_STEPS = 16      # rows of a weight tile: 16 × 4 = 64 input channels per tdpbusd
 AMX_TILE = 8        # Halide's MemoryType::AMXTile (not exported to Python)
 
-SEEDS = ({"walk": "rows", "channels": "inner", "input": "copy"},
-         {"walk": "flat", "channels": "outer", "input": "copy"},
-         {"walk": "rows", "channels": "outer", "input": "copy"},
-         {"walk": "rows", "channels": "outer", "input": "direct"},
-         {"walk": "rows", "channels": "inner", "input": "unfold"})
+SEEDS = ({"walk": "rows", "channels": "inner", "input": "copy", "parallel": "pixels"},
+         {"walk": "flat", "channels": "outer", "input": "copy", "parallel": "channels"},
+         {"walk": "rows", "channels": "outer", "input": "copy", "parallel": "pixels"},
+         {"walk": "rows", "channels": "outer", "input": "direct", "parallel": "pixels"},
+         {"walk": "rows", "channels": "inner", "input": "unfold", "parallel": "pixels"},
+         {"walk": "flat", "channels": "outer", "input": "copy", "parallel": "pixels"})
 
 
 def supports(task) -> bool:
@@ -112,7 +113,7 @@ def _flat_pixels(task: QConvTask) -> int:
 
 def space(task: QConvTask, vector_registers: int = 32) -> KnobSpace:
     knobs = [Knob("walk", ("rows", "flat")), Knob("channels", ("inner", "outer")),
-             Knob("input", ("copy", "direct", "unfold"))]
+             Knob("input", ("copy", "direct", "unfold")), Knob("parallel", ("pixels", "channels"))]
     constraints = [
         Constraint("a row of 16 pixels per tile",
                    lambda c: c["walk"] != "rows" or task.out_w >= TILE),
@@ -120,6 +121,8 @@ def space(task: QConvTask, vector_registers: int = 32) -> KnobSpace:
                    lambda c: c["walk"] != "flat" or _flat_pixels(task) >= TILE),
         Constraint("the flat walk computes a channel tile over every pixel",
                    lambda c: c["walk"] != "flat" or c["channels"] == "outer"),
+        Constraint("channel tiles in parallel: the flat walk",
+                   lambda c: c["parallel"] != "channels" or c["walk"] == "flat"),
         Constraint("the input read in place: a row walk over uint8 input without padding "
                    "whose channels fill the steps",
                    lambda c: c["input"] != "direct" or (c["walk"] == "rows" and _in_place(task))),
@@ -243,8 +246,13 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     if flat:
         xp.bound(f, 0, (task.h + pt + task.pads[2] + sy) * wp)
         xp.compute_root().parallel(f, wp)
-        out.reorder(oci, ox, oy, oco, n).parallel(oy)
-        accm.compute_at(out, oco).parallel(p)
+        out.reorder(oci, ox, oy, oco, n)
+        if config.get("parallel") == "channels":
+            out.parallel(oco)
+            accm.compute_at(out, oco)
+        else:
+            out.parallel(oy)
+            accm.compute_at(out, oco).parallel(p)
         acc.compute_at(accm, p)
     else:
         xo, xi = hl.Var("xo"), hl.Var("xi")
