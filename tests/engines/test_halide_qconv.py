@@ -67,7 +67,8 @@ def test_kernel_equals_the_integer_reference(template, data):
     if program == "residual":                     # a fused residual block's program
         extra = data.draw(st.sampled_from(["uint8", "int8"]))
         program = _residual_task(task.y_dtype, extra, data.draw(st.sampled_from(
-            ["uint8", "int8"])), data.draw(st.booleans()), 1, 1, 1).program
+            ["uint8", "int8"])), data.draw(st.booleans()), 1, 1, 1,
+            data.draw(st.booleans())).program
         task = replace(task, program=program, extra=(extra,), consts=6)
     elif program == "silu":                       # EfficientNet's quantized SiLU: a table
         task = replace(task, program=_silu_program(task.y_dtype, data.draw(st.sampled_from(
@@ -195,10 +196,12 @@ def test_a_window_unfolded_into_the_channels_is_exact(task):
 ], ids=["3x3-partial-tile", "1x1-stride-2-batch-2", "int8-in"])
 def test_channel_tiles_in_parallel_are_exact(task):
     """`parallel: channels` (the flat walk with the channel tiles as the parallel loop, the
-    schedule small images want) is exact, with and without a fused residual program."""
+    schedule small images want) is exact, with and without a fused residual program (its
+    QuantizeLinear dividing or multiplying by the reciprocal)."""
     config = {"walk": "flat", "channels": "outer", "input": "copy", "parallel": "channels"}
-    program = _residual_task(task.y_dtype, "uint8", "uint8", True, 1, 1, 1).program
-    for t in (task, replace(task, program=program, extra=("uint8",), consts=6)):
+    programs = [_residual_task(task.y_dtype, "uint8", "uint8", True, 1, 1, 1, reciprocal).program
+                for reciprocal in (False, True)]
+    for t in [task] + [replace(task, program=p, extra=("uint8",), consts=6) for p in programs]:
         assert qconv_amx.space(t).is_valid(config)
         inputs = t.random_inputs(1)
         np.testing.assert_array_equal(_run(t, config, inputs, qconv_amx), t.reference(inputs))

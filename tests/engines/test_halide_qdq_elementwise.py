@@ -25,24 +25,26 @@ from woodpecker.tasks.elementwise import ElementwiseTask
 _ONNX_TYPE = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8}
 
 
-def _residual_task(a: str, b: str, out: str, relu: bool, c: int, h: int, w: int
-                   ) -> ElementwiseTask:
+def _residual_task(a: str, b: str, out: str, relu: bool, c: int, h: int, w: int,
+                   reciprocal: bool = False) -> ElementwiseTask:
+    """`reciprocal`: the QuantizeLinear marked to multiply by its scale's reciprocal
+    (ops/fused.with_reciprocals; the reference does the same)."""
     steps = [("DequantizeLinear", (("in", 0), ("const", 0), ("const", 1)), (("dtype", a),)),
              ("DequantizeLinear", (("in", 1), ("const", 2), ("const", 3)), (("dtype", b),)),
              ("Add", (("step", 0), ("step", 1)), ())]
     if relu:
         steps.append(("Relu", (("step", 2),), ()))
     steps.append(("QuantizeLinear", (("step", len(steps) - 1), ("const", 4), ("const", 5)),
-                  (("dtype", out),)))
+                  (("dtype", out),) + ((("reciprocal", True),) if reciprocal else ())))
     return ElementwiseTask(1, h, w, c, 2, 6, tuple(steps), out, (a, b))
 
 
 @settings(max_examples=20, deadline=None)
 @given(st.sampled_from(["uint8", "int8"]), st.sampled_from(["uint8", "int8"]),
        st.sampled_from(["uint8", "int8"]), st.booleans(), st.integers(4, 40),
-       st.integers(1, 6), st.integers(0, 2**16))
-def test_a_qdq_residual_kernel_equals_the_reference(a, b, out, relu, c, h, seed):
-    task = _residual_task(a, b, out, relu, c, h, 7)
+       st.integers(1, 6), st.integers(0, 2**16), st.booleans())
+def test_a_qdq_residual_kernel_equals_the_reference(a, b, out, relu, c, h, seed, reciprocal):
+    task = _residual_task(a, b, out, relu, c, h, 7, reciprocal)
     assert templates_for(task) == ("elementwise",)
     config = elementwise.space(task).sample(random.Random(seed))
     inputs = task.random_inputs(seed)

@@ -17,8 +17,10 @@ from woodpecker.passes import optimize
 C, HW = 16, 6
 
 
-def _block(seed: int = 0, act=np.uint8) -> bytes:
-    """x, r (1, 16, 6, 6) quantized; conv(x) + r → Relu → quantized → dequantized out."""
+def _block(seed: int = 0, act=np.uint8, quantized_r: bool = False, out_scale: float = 0.1
+           ) -> bytes:
+    """x, r (1, 16, 6, 6) quantized; conv(x) + r → Relu → quantized → dequantized out
+    (`quantized_r`: r an 8-bit input of the file, no QuantizeLinear of its own)."""
     rng = np.random.default_rng(seed)
     info = np.iinfo(act)
     zp = lambda: np.asarray(rng.integers(info.min // 2, info.max // 2 + 1), act)  # noqa: E731
@@ -26,19 +28,22 @@ def _block(seed: int = 0, act=np.uint8) -> bytes:
         (rng.integers(-64, 64, (C, C, 3, 3)).astype(np.int8), "wq"),
         (rng.uniform(0.002, 0.01, C).astype(np.float32), "ws"), (np.zeros(C, np.int8), "wz"),
         (np.float32(0.03), "xs"), (zp(), "xz"), (np.float32(0.05), "rs"), (zp(), "rz"),
-        (np.float32(0.2), "ys"), (zp(), "yz"), (np.float32(0.1), "os"), (zp(), "oz"))]
+        (np.float32(0.2), "ys"), (zp(), "yz"), (np.float32(out_scale), "os"), (zp(), "oz"))]
     q = lambda x, s, z, y: helper.make_node("QuantizeLinear", [x, s, z], [y])  # noqa: E731
     dq = lambda x, s, z, y, **kw: helper.make_node("DequantizeLinear", [x, s, z], [y], **kw)  # noqa: E731,E501
     nodes = [q("x", "xs", "xz", "xq"), dq("xq", "xs", "xz", "xd"),
              dq("wq", "ws", "wz", "wd", axis=0),
              helper.make_node("Conv", ["xd", "wd"], ["y"], pads=[1, 1, 1, 1]),
              q("y", "ys", "yz", "yq"), dq("yq", "ys", "yz", "yd"),
-             q("r", "rs", "rz", "rq"), dq("rq", "rs", "rz", "rd"),
+             *([] if quantized_r else [q("r", "rs", "rz", "rq")]), dq("rq", "rs", "rz", "rd"),
              helper.make_node("Add", ["yd", "rd"], ["s"]), helper.make_node("Relu", ["s"], ["a"]),
              q("a", "os", "oz", "aq"), dq("aq", "os", "oz", "out")]
     shape = [1, C, HW, HW]
-    g = helper.make_graph(nodes, "block", [helper.make_tensor_value_info(n, TensorProto.FLOAT,
-                                                                         shape) for n in "xr"],
+    r = helper.make_tensor_value_info("rq", helper.np_dtype_to_tensor_dtype(np.dtype(act)),
+                                      shape) if quantized_r else \
+        helper.make_tensor_value_info("r", TensorProto.FLOAT, shape)
+    g = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         shape), r],
                           [helper.make_tensor_value_info("out", TensorProto.FLOAT, shape)], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
 

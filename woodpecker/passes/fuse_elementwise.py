@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.ir.graph import Graph, Node, Value
-from woodpecker.ops.fused import ELEMENTWISE, QDQ_STEPS
+from woodpecker.ops.fused import ELEMENTWISE, QDQ_STEPS, with_reciprocals
 
 
 def eligible(node: Node) -> bool:
@@ -140,7 +140,7 @@ def element_program(nodes: list[Node], per_channel=None,
             program.append({"op": n.op, "args": [ref(v, shape) for v in n.inputs],
                             "attrs": attrs})
         step_of[id(n.outputs[0])] = len(program) - 1
-    return program, inputs, consts
+    return with_reciprocals(program, [v.dtype for v in inputs], consts), inputs, consts
 
 
 def fuse_elementwise(graph: Graph) -> int:

@@ -221,7 +221,9 @@ def step_expr(hl, op: str, args: list, attrs: dict):
     if op == "QuantizeLinear":        # saturate(round_half_even(x / scale) + zp), kept in float
         x, scale, zp = args
         info = np.iinfo(attrs["dtype"])
-        return hl.clamp(hl.round(x / scale) + zp, float(info.min), float(info.max))
+        # marked `reciprocal` where that is exact (ops/fused.with_reciprocals)
+        q = x * (hl.f32(1.0) / scale) if attrs.get("reciprocal") else x / scale
+        return hl.clamp(round_to_8_bits(hl, q) + zp, float(info.min), float(info.max))
     return activation(hl, args[0], (op,))
 
 
@@ -237,6 +239,28 @@ def program_expr(hl, program: tuple, value_of):
     return values[-1]
 
 
+# 1.5 · 2^23: (x + ROUNDER) − ROUNDER is x rounded half to even for |x| < 2^22 (the sum's
+# last mantissa bit is the ones' place) and within 2 of x beyond
+ROUNDER = 12582912.0
+
+
+def round_to_8_bits(hl, x):
+    """x rounded half to even wherever an 8-bit bound does not saturate it: exact for
+    |x| < 2^22, within 2 of x beyond (so past every 8-bit bound still), NaN and ±inf kept —
+    one add and one subtract of a 16-lane vector (strict_float, or LLVM would fold them),
+    where Halide 21's `round` splits it into two 8-lane `vroundps` and a shuffle."""
+    return hl.strict_float(x + hl.f32(ROUNDER) - hl.f32(ROUNDER))
+
+
+def requantised(hl, task, total, mu, y_zp):
+    """An int8 conv's output value as int32 within its 8-bit type's range:
+    saturate(round_half_even(float32(total) · μ) + y_zp), `total` its int32 sum with β and
+    `mu` its channel's μ (tasks/qconv.py), `y_zp` the kernel's zero-point parameter."""
+    info = np.iinfo(task.y_dtype)
+    return hl.clamp(hl.i32(round_to_8_bits(hl, hl.f32(total) * mu)) + y_zp[0],
+                    int(info.min), int(info.max))
+
+
 def program_params(hl, task, dims: int) -> list:
     """An int8 conv's fused program's arguments (tasks/qconv.py): its other run-time inputs
     (`dims`-d, as the output is indexed) and its constant vector if any."""
@@ -245,15 +269,17 @@ def program_params(hl, task, dims: int) -> list:
 
 
 def program_output(hl, task, value, at: tuple, co, params: list):
-    """The int8 conv's output at `at` (channel `co`): its requantised 8-bit `value`, through
-    the task's fused program if any (run-time input 0 is `value`, the others `params` read at
-    `at`), under strict_float as the element-wise kernels (bit-exact with the references)."""
+    """The int8 conv's output at `at` (channel `co`): its requantised `value` (int32 within
+    the 8-bit range, `requantised`) in its 8-bit type, or through the task's fused program
+    if any (run-time input 0 is `value` — as int32, sparing a round trip through 8 bits —,
+    the others `params` read at `at`), under strict_float as the element-wise kernels
+    (bit-exact with the references)."""
     if not task.program:
-        return value
+        return hl.cast(halide_type(hl, task.y_dtype), value)
     others, k = params[:len(task.extra)], params[len(task.extra):]
     if task.tabled:      # the program's table (tasks/qconv.py)
         offset = 128 if task.y_dtype == "int8" else 0
-        return hl.cast(halide_type(hl, task.out_dtype.name), k[0][hl.i32(value) + offset])
+        return hl.cast(halide_type(hl, task.out_dtype.name), k[0][value + offset])
 
     def value_of(ref):
         kind, i = ref

@@ -50,7 +50,7 @@ from dataclasses import replace
 import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.conv_common import program_output, program_params
+from woodpecker.engines.halide.conv_common import program_output, program_params, requantised
 from woodpecker.engines.halide.host import host_has_amx
 from woodpecker.engines.halide.template_parts import compiled, halide_type, padded_channels
 from woodpecker.tasks.qconv import QConvTask
@@ -225,13 +225,10 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     accm = acc.in_()
     total = (accm[co % TILE, oy * wp + ox, n, co // TILE] if flat else
              accm[co % TILE, ox, oy, n, co // TILE]) + beta[co]
-    info = np.iinfo(task.y_dtype)
-    value = hl.clamp(hl.i32(hl.round(hl.f32(total) * mu[co])) + y_zp[0],
-                     int(info.min), int(info.max))
     out = hl.Func("out")
     extra = program_params(hl, task, 4)
-    out[co, ox, oy, n] = program_output(hl, task, hl.u8(value) if task.y_dtype == "uint8" else
-                                        hl.i8(value), (co, ox, oy, n), co, extra)
+    out[co, ox, oy, n] = program_output(hl, task, requantised(hl, task, total, mu[co], y_zp),
+                                        (co, ox, oy, n), co, extra)
 
     oco, oci = hl.Var("oco"), hl.Var("oci")
     out.output_buffer().dim(0).set_min(0)

@@ -13,10 +13,8 @@ Weights: the node's HWIO (kh, kw, 1, C) seen as (kh, kw, C), read as they are.
 
 from __future__ import annotations
 
-import numpy as np
-
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.conv_common import window_space
+from woodpecker.engines.halide.conv_common import program_output, requantised, window_space
 from woodpecker.engines.halide.template_parts import (
     compiled,
     halide_type,
@@ -75,11 +73,9 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     acc = hl.Func("acc")
     acc[c, ox, oy, n] = beta[c]
     acc[c, ox, oy, n] += hl.i32(hl.i16(tap) * hl.i16(w[c, r.x, r.y]))
-    info = np.iinfo(task.y_dtype)
-    value = hl.clamp(hl.i32(hl.round(hl.f32(acc[c, ox, oy, n]) * mu[c])) + y_zp[0],
-                     int(info.min), int(info.max))
     out = hl.Func("out")
-    out[c, ox, oy, n] = hl.u8(value) if task.y_dtype == "uint8" else hl.i8(value)
+    out[c, ox, oy, n] = program_output(hl, task, requantised(hl, task, acc[c, ox, oy, n], mu[c],
+                                                             y_zp), (c, ox, oy, n), c, [])
     upd = register_tile(hl, out, acc, (c, ox, oy, n), (r.x, r.y), config["vec"],
                         config["c_block"], config["x_block"], config["parallel"])
     if config["unroll_k"]:

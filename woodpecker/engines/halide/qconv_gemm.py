@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.conv_common import program_output, program_params
+from woodpecker.engines.halide.conv_common import program_output, program_params, requantised
 from woodpecker.engines.halide.template_parts import (
     compiled,
     halide_type,
@@ -134,13 +134,10 @@ def build(task: QConvTask, config: dict, threads: int = 2) -> AotKernel:
     acc[lane, p, tile, n] = beta[tile * t + lane]
     acc[lane, p, tile, n] += hl.i32(hl.i16(tap) * hl.i16(
         w[r[0], lane, (r[3] * task.kw + r[2]) * q + r[1], tile]))
-    info = np.iinfo(task.y_dtype)
-    scaled = hl.round(hl.f32(acc[co % t, p, co // t, n]) * mu[co])
-    value = hl.clamp(hl.i32(scaled) + y_zp[0], int(info.min), int(info.max))
     out = hl.Func("out")
     extra = program_params(hl, task, 3)
-    out[co, p, n] = program_output(hl, task, hl.u8(value) if task.y_dtype == "uint8" else
-                                   hl.i8(value), (co, p, n), co, extra)
+    out[co, p, n] = program_output(hl, task, requantised(hl, task, acc[co % t, p, co // t, n],
+                                                         mu[co], y_zp), (co, p, n), co, extra)
 
     oco, oci, po, pi = hl.Var("oco"), hl.Var("oci"), hl.Var("po"), hl.Var("pi")
     out.output_buffer().dim(0).set_min(0)
