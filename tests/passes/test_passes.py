@@ -314,12 +314,33 @@ def _static_matmul():
         return onnx.load(dst)
 
 
+def _rows_qdq():
+    """`x` seen as (8, 6, 6), quantized, plus a constant per last-axis value, requantized and
+    dequantized: Q/DQ around an addition over a 3-d tensor."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(a, n) for a, n in (
+        (np.array([8, 6, 6], np.int64), "rows"), (np.array([1, 8, 6, 6], np.int64), "back"),
+        (np.float32(0.02), "s"), (np.uint8(128), "z"), (np.float32(0.03), "s2"),
+        (np.uint8(120), "z2"), (rng.standard_normal(6).astype(np.float32), "bias"))]
+    nodes = [helper.make_node("Reshape", ["x", "rows"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "s", "z"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "s", "z"], ["rd"]),
+             helper.make_node("Add", ["rd", "bias"], ["a"]),
+             helper.make_node("QuantizeLinear", ["a", "s2", "z2"], ["aq"]),
+             helper.make_node("DequantizeLinear", ["aq", "s2", "z2"], ["ad"]),
+             helper.make_node("Reshape", ["ad", "back"], ["y"])]
+    g = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 8, 6, 6])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 8, 6, 6])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+
+
 MODELS = {"reduce_mean_to_pool": _conv_mean, "fuse_prologues": _relu_conv,
           "simplify_reshapes": _renamed_axes, "expose_epilogues": _scaled_attention,
           "split_copied_concats": _shared_concats, "fuse_separable": _separable,
           "fuse_gelu": _conv_gelu, "fuse_rmsnorm": _rmsnorm, "fold_qdq": _qdq_conv,
           "fold_dynamic_matmul": _dynamic_matmul, "fuse_qconv_programs": _qdq_conv,
-          "fuse_qdense_programs": _static_matmul}
+          "fuse_qdense_programs": _static_matmul, "fuse_row_elementwise": _rows_qdq}
 # the passes a pass rewrites the output of (run before it, and in the graph it is compared with)
 BEFORE = {"fuse_qconv_programs": ("fold_qdq", "fuse_elementwise"),
           "fuse_qdense_programs": ("fold_qdq", "fold_constants")}

@@ -82,10 +82,11 @@ def _slice_view(node, aliases, outputs, engines, index) -> Alias | None:
 
 def _strided_readers_only(v: Value, engines, index) -> bool:
     """Every reader of `v` is a generated kernel reading it once through its strides: a conv
-    as its activation, or a fused element-wise group as any input."""
+    as its activation, or a 4-d fused element-wise group as any input (one of another rank
+    reads its inputs through a reshape, tasks/elementwise.ElementwiseRowsTask)."""
     return all(get_engine(engines[index[id(c)]]).caps.generated and c.inputs.count(v) == 1
-               and (c.op in STRIDED_ALL_INPUTS or (c.op in STRIDED_READERS
-                                                   and c.inputs[0] is v))
+               and ((c.op in STRIDED_ALL_INPUTS and len(c.outputs[0].shape) == 4)
+                    or (c.op in STRIDED_READERS and c.inputs[0] is v))
                for c in v.consumers)
 
 

@@ -10,7 +10,13 @@ from woodpecker.engines.base import NUMERIC, BuildContext, Capabilities, Engine,
 from woodpecker.engines.choice import KernelSpec
 from woodpecker.ir.graph import Node
 from woodpecker.ops import OPS, run_reference
-from woodpecker.ops.fused import built_steps, reference_step, run_program, runtime_count
+from woodpecker.ops.fused import (
+    built_steps,
+    channel_shape,
+    reference_step,
+    run_program,
+    runtime_count,
+)
 from woodpecker.ops.opaque import OP as OPAQUE
 from woodpecker.ops.shape import slice_index
 
@@ -72,7 +78,7 @@ def _program_into(node: Node):
     n = runtime_count(program)
     consts = np.ascontiguousarray(node.inputs[n].data, np.float32).reshape(-1) \
         if len(node.inputs) > n else np.zeros(0, np.float32)
-    channels = (1, node.inputs[0].shape[1], 1, 1)
+    channels = channel_shape(tuple(node.inputs[0].shape))
     steps = built_steps(program, lambda step: _UFUNCS.get(step["op"]) or reference_step(step))
 
     def into(outs, *xs):

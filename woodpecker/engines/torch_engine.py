@@ -19,15 +19,8 @@ from woodpecker.engines.base import BuildContext, Capabilities, Engine, Kernel, 
 from woodpecker.engines.choice import KernelSpec
 from woodpecker.ir.graph import Node
 from woodpecker.ir.pattern import const_inputs
-from woodpecker.ops import chain, separable
-from woodpecker.ops.fused import (
-    ACTIVATIONS,
-    BASE_INPUTS,
-    built_steps,
-    run_program,
-    runtime_count,
-    split_operands,
-)
+from woodpecker.ops import chain, fused, separable
+from woodpecker.ops.fused import ACTIVATIONS, BASE_INPUTS, built_steps, run_program, runtime_count
 from woodpecker.ops.shape import slice_index
 
 # torch.from_numpy warns once about read-only arrays (views of constants); kernels never write
@@ -212,7 +205,7 @@ def _conv(node: Node, consts: list):
         if node.attrs.get("prologue") else None
 
     def run(x, w, b=None, *operands):
-        operands, vectors = split_operands(a, operands)
+        operands, vectors = fused.split_operands(a, operands)
         if prologue is not None:
             x = prologue([x, *vectors], ())
         if pre is not None:
@@ -356,7 +349,7 @@ def _fused_elementwise(node: Node, consts: list):
     program = node.attrs["program"]
     n = runtime_count(program)
     scalars = consts[n].reshape(-1) if len(consts) > n else _torch().zeros(0)
-    run = _program(program, (1, node.outputs[0].shape[1], 1, 1))
+    run = _program(program, fused.channel_shape(tuple(node.outputs[0].shape)))
     return lambda *xs: run(list(xs), scalars)
 
 

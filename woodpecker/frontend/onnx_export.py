@@ -16,7 +16,13 @@ from onnx import helper, numpy_helper
 import woodpecker.ops  # noqa: F401 - registers every op, the composite ones' parts included
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ir.types import to_onnx_type
-from woodpecker.ops.fused import BASE_INPUTS, QDQ_STEPS, runtime_count, split_operands
+from woodpecker.ops.fused import (
+    BASE_INPUTS,
+    QDQ_STEPS,
+    channel_shape,
+    runtime_count,
+    split_operands,
+)
 from woodpecker.ops.opaque import OP as OPAQUE
 from woodpecker.ops.opaque import carried_graph, opsets
 from woodpecker.ops.registry import PARTS
@@ -216,7 +222,8 @@ def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, 
     constants become initializers shaped to broadcast over `y` (scalars, or per channel)."""
     inits: list[onnx.TensorProto] = []
 
-    channels = y.shape[1]
+    shape = channel_shape(tuple(y.shape))
+    channels = max(shape)
     # constants are float32 where the program's result is 8-bit (its QuantizeLinear's)
     float_type = np.float32 if y.dtype.kind in "iu" else y.dtype
 
@@ -226,12 +233,13 @@ def _program_protos(program: list[dict], inputs: list[str], consts: np.ndarray, 
         return inits[-1].name
 
     def constant(kind: str, i: int, per_channel: bool = False) -> str:
-        """A program constant shaped to broadcast over `y`: a scalar or (1, C, 1, 1); with
+        """A program constant shaped to broadcast over `y`: a scalar or per channel
+        (ops/fused.channel_shape: (1, C, 1, 1) for 4-d, (C,) along the last axis else); with
         `per_channel`, (C,) either way (as BatchNormalization takes them)."""
         data = consts[i:i + (1 if kind == "const" else channels)]
         if per_channel:
             return initializer(np.broadcast_to(data, (channels,)))
-        return initializer(data.reshape(() if kind == "const" else (1, channels, 1, 1)))
+        return initializer(data.reshape(() if kind == "const" else shape))
 
     outs: list[str] = []
     protos = []

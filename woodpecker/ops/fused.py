@@ -213,8 +213,15 @@ def _fused_elementwise(attrs, *inputs):
     constant_type = np.float32 if out.kind in "iu" or inputs[0].dtype.kind in "iu" \
         else inputs[0].dtype
     consts = inputs[n].astype(constant_type) if len(inputs) > n else np.zeros(0)
-    channels = (1, inputs[0].shape[1], 1, 1)
-    return np.asarray(run_program(program, list(inputs[:n]), consts, channels), dtype=out)
+    return np.asarray(run_program(program, list(inputs[:n]), consts,
+                                  channel_shape(inputs[0].shape)), dtype=out)
+
+
+def channel_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """How a FusedElementwise's per-channel constants broadcast over its tensors: along axis 1
+    of a 4-d one (NCHW channels, passes/fuse_elementwise.FOUR_D), along the last axis of any
+    other rank (`ROWS`)."""
+    return (1, shape[1], 1, 1) if len(shape) == 4 else (shape[-1],)
 
 
 def channelwise_elementwise(node: Node) -> bool:

@@ -21,7 +21,7 @@ from woodpecker.passes.fold_dynamic_matmul import fold_dynamic_matmul
 from woodpecker.passes.fold_qdq import fold_qdq
 from woodpecker.passes.fuse_attention import fuse_attention
 from woodpecker.passes.fuse_chain import fuse_chains
-from woodpecker.passes.fuse_elementwise import fuse_elementwise
+from woodpecker.passes.fuse_elementwise import fuse_elementwise, fuse_row_elementwise
 from woodpecker.passes.fuse_epilogue import fuse_epilogues
 from woodpecker.passes.fuse_prologue import fuse_prologues
 from woodpecker.passes.fuse_qconv_program import fuse_qconv_programs
@@ -49,6 +49,7 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "fuse_elementwise": fuse_elementwise,
     "fuse_qconv_programs": fuse_qconv_programs,    # after fuse_elementwise
     "fuse_qdense_programs": fuse_qdense_programs,  # after fold_constants
+    "fuse_row_elementwise": fuse_row_elementwise,  # after fuse_qdense_programs
     "fuse_prologues": fuse_prologues,
     "split_copied_concats": split_copied_concats,
     "fuse_chains": fuse_chains,

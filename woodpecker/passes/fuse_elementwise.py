@@ -18,10 +18,16 @@ normalises its pooling branches) joins as x · a + b per channel, a = scale / sq
 b = bias − mean · a. A single eligible node becomes a group of one. Per-tensor QuantizeLinear
 and DequantizeLinear join as steps too (issue 53: a quantized model's Q/DQ pairs around its
 additions folded, never run as passes of their own): the group's inputs and output may then be
-8-bit.
+8-bit. Groups over tensors of another rank (a statically quantized transformer's (batch,
+tokens, features)) are made by a later pass, `fuse_row_elementwise` (rule `ROWS`): the same
+growth, constants per last axis, computed in the tensors' own layout (tasks/elementwise.py),
+and only where a Q/DQ step joins.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,30 +39,35 @@ def eligible(node: Node) -> bool:
     """An element-wise node over one 4-d float32 shape, its constants scalars or per channel
     (a BatchNormalization: its four parameters constant); or a per-tensor QuantizeLinear /
     DequantizeLinear between float32 and 8 bits (`_qdq_eligible`)."""
+    return _eligible(node, FOUR_D)
+
+
+def _eligible(node: Node, rule: "GroupRule") -> bool:
     if node.op in QDQ_STEPS:
-        return _qdq_eligible(node)
+        return _qdq_eligible(node, rule)
     if node.op not in ELEMENTWISE + ("BatchNormalization",) or len(node.outputs) != 1:
         return False
     y = node.outputs[0]
-    if y.dtype != np.float32 or y.shape is None or len(y.shape) != 4:
+    if y.dtype != np.float32 or y.shape is None or not rule.rank(len(y.shape)):
         return False
     if node.op == "BatchNormalization":
-        return all(v is not None and v.is_const for v in node.inputs[1:5])
+        return rule is FOUR_D and all(v is not None and v.is_const for v in node.inputs[1:5])
     for v in node.inputs:
         if v is None:
             continue
         if v.is_const:
-            if v.data.size != 1 and _per_channel(v, y.shape) is None:
+            if v.data.size != 1 and rule.per_channel(v, y.shape) is None:
                 return False
         elif tuple(v.shape) != tuple(y.shape) or v.dtype != y.dtype:
             return False
     return True
 
 
-def _qdq_eligible(node: Node) -> bool:
-    """A 4-d QuantizeLinear (float32 → int8/uint8) or DequantizeLinear (int8/uint8 → float32)
-    with a constant scalar scale and zero point: one more step of the group, so a quantized
-    model's DequantizeLinear → Add → Relu → QuantizeLinear is one pass over 8-bit tensors."""
+def _qdq_eligible(node: Node, rule: "GroupRule") -> bool:
+    """A QuantizeLinear (float32 → int8/uint8) or DequantizeLinear (int8/uint8 → float32) of
+    the rule's rank with a constant scalar scale and zero point: one more step of the group,
+    so a quantized model's DequantizeLinear → Add → Relu → QuantizeLinear is one pass over
+    8-bit tensors."""
     x, y = node.inputs[0], node.outputs[0]
     params = node.inputs[1:3]
     if len(node.inputs) != 3 or any(v is None or not v.is_const or v.data.size != 1
@@ -65,7 +76,7 @@ def _qdq_eligible(node: Node) -> bool:
     eight = (np.dtype(np.uint8), np.dtype(np.int8))
     a, b = (x.dtype, y.dtype) if node.op == "DequantizeLinear" else (y.dtype, x.dtype)
     return (a in eight and b == np.float32 and params[1].dtype == a and x.shape is not None
-            and len(x.shape) == 4 and tuple(x.shape) == tuple(y.shape))
+            and rule.rank(len(x.shape)) and tuple(x.shape) == tuple(y.shape))
 
 
 def _per_channel(v: Value, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -76,7 +87,36 @@ def _per_channel(v: Value, shape: tuple[int, ...]) -> np.ndarray | None:
     return v.data.reshape(-1)
 
 
-def _group(graph: Graph, root: Node, taken: set[int]) -> list[Node]:
+def per_last_axis(v: Value, shape: tuple[int, ...]) -> np.ndarray | None:
+    """A constant's values, one per index of the last axis, when it broadcasts over all the
+    others (a bias of N values after a (…, N) product)."""
+    s = tuple(v.shape)
+    if not s or s[-1] != shape[-1] or any(d != 1 for d in s[:-1]) or len(s) > len(shape):
+        return None
+    return v.data.reshape(-1)
+
+
+@dataclass(frozen=True)
+class GroupRule:
+    """Which element-wise groups a pass makes: of which ranks (`rank`), constants along which
+    axis (`per_channel`: a constant's values per channel, or None), and which groups are worth
+    a node (`keep`)."""
+
+    rank: Callable[[int], bool]
+    per_channel: Callable[[Value, tuple[int, ...]], np.ndarray | None]
+    keep: Callable[[list[Node]], bool]
+
+
+# 4-d groups, computed in NHWC like the convolutions around them, constants per axis 1
+FOUR_D = GroupRule(lambda r: r == 4, _per_channel, lambda nodes: True)
+# groups over tensors of any other rank (a transformer's (batch, tokens, features)), constants
+# per last axis, computed in their own layout; only where a Q/DQ step joins (issue 53: no Q/DQ
+# pass of its own) — a float model's element-wise nodes there stay as they were
+ROWS = GroupRule(lambda r: 0 < r != 4, per_last_axis,
+                 lambda nodes: any(n.op in QDQ_STEPS for n in nodes))
+
+
+def _group(graph: Graph, root: Node, taken: set[int], rule: GroupRule) -> list[Node]:
     """The root and, transitively, every eligible producer whose value only the group reads
     — all its readers in the group, so a value read twice inside joins too (a SiLU's x
     feeds its Sigmoid and its Mul; quantized, its DequantizeLinear then joins the group, which
@@ -87,7 +127,7 @@ def _group(graph: Graph, root: Node, taken: set[int]) -> list[Node]:
         for node in list(group):
             for v in node.inputs:
                 p = None if v is None or v.is_const else v.producer
-                if p is None or id(p) in taken or p in group or not eligible(p) or \
+                if p is None or id(p) in taken or p in group or not _eligible(p, rule) or \
                         graph.is_output(v) or any(r not in group for r in v.consumers):
                     continue
                 group.append(p)
@@ -144,18 +184,30 @@ def element_program(nodes: list[Node], per_channel=None,
 
 
 def fuse_elementwise(graph: Graph) -> int:
+    return fuse_groups(graph, FOUR_D)
+
+
+def fuse_row_elementwise(graph: Graph) -> int:
+    """The groups of rank other than 4 that hold a Q/DQ step (`ROWS`): a statically quantized
+    transformer's DequantizeLinear → Add → QuantizeLinear around its residual sums and GELU.
+    Runs after fuse_qdense_programs, which takes the chains right after its products first."""
+    return fuse_groups(graph, ROWS)
+
+
+def fuse_groups(graph: Graph, rule: GroupRule) -> int:
     taken: set[int] = set()
     groups = []
     for root in reversed(list(graph.nodes)):
-        if id(root) in taken or not eligible(root):
+        if id(root) in taken or not _eligible(root, rule):
             continue
-        group = _group(graph, root, taken)
+        group = _group(graph, root, taken, rule)
         taken.update(id(n) for n in group)
-        groups.append(group)
+        if rule.keep(group):
+            groups.append(group)
     for group in groups:
         order = {id(n): k for k, n in enumerate(graph.nodes)}
         nodes = sorted(group, key=lambda n: order[id(n)])
-        program, inputs, consts = element_program(nodes)
+        program, inputs, consts = element_program(nodes, rule.per_channel)
         root = nodes[-1]
         ins = list(inputs)
         if consts:

@@ -22,7 +22,7 @@ import numpy as np
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ops.fused import ELEMENTWISE, QDQ_STEPS
 from woodpecker.ops.quant_dense import FUSED, N_DENSE, OP
-from woodpecker.passes.fuse_elementwise import element_program
+from woodpecker.passes.fuse_elementwise import element_program, per_last_axis
 from woodpecker.passes.fuse_qconv_program import remapped
 
 
@@ -31,15 +31,6 @@ def _per_tensor(node: Node) -> bool:
     params = node.inputs[1:3]
     return len(node.inputs) == 3 and all(v is not None and v.is_const and v.data.size == 1
                                          for v in params)
-
-
-def _per_column(v: Value, shape: tuple[int, ...]) -> np.ndarray | None:
-    """A constant's values, one per output column, when it broadcasts over all but the last
-    axis."""
-    s = tuple(v.shape)
-    if not s or s[-1] != shape[-1] or any(d != 1 for d in s[:-1]) or len(s) > len(shape):
-        return None
-    return v.data.reshape(-1)
 
 
 def _side(graph: Graph, node: Node, v: Value, shape) -> Node | None | bool:
@@ -66,7 +57,7 @@ def _step(graph: Graph, node: Node, v: Value, shape) -> list[Node] | None:
         if u is None or u is v:
             continue
         if u.is_const:
-            if u.data.size != 1 and _per_column(u, shape) is None:
+            if u.data.size != 1 and per_last_axis(u, shape) is None:
                 return None
             continue
         side = _side(graph, node, u, shape)
@@ -96,7 +87,7 @@ def _fuse(graph: Graph, dense: Node) -> bool:
         return False
     order = {id(n): k for k, n in enumerate(graph.nodes)}
     nodes = sorted(chain, key=lambda n: order[id(n)])
-    program, inputs, consts = element_program(nodes, _per_column)
+    program, inputs, consts = element_program(nodes, per_last_axis)
     first = inputs.index(dense.outputs[0])
     others = [v for i, v in enumerate(inputs) if i != first]
     ins = list(dense.inputs) + [None] * (N_DENSE - len(dense.inputs)) + others

@@ -141,7 +141,7 @@ def task_kinds() -> dict[str, type]:
     from woodpecker.tasks.conv import ConvTask
     from woodpecker.tasks.conv_transpose import ConvTransposeTask
     from woodpecker.tasks.dense import DenseTask
-    from woodpecker.tasks.elementwise import ElementwiseTask
+    from woodpecker.tasks.elementwise import ElementwiseRowsTask, ElementwiseTask
     from woodpecker.tasks.pool import PoolTask
     from woodpecker.tasks.qconv import QConvTask, QMatMulTask
     from woodpecker.tasks.qdense import QDenseTask
@@ -150,6 +150,7 @@ def task_kinds() -> dict[str, type]:
     from woodpecker.tasks.separable import SeparableTask
 
     return {t.kind: t for t in (ConvTask, DenseTask, PoolTask, RowTask, ElementwiseTask,
+                                ElementwiseRowsTask,
                                 SeparableTask, ChainTask, AttentionTask, ResizeTask,
                                 ConvTransposeTask, QConvTask, QMatMulTask, QDenseTask)}
 

@@ -4,6 +4,7 @@ only the order of the loop, so the layout pass's conversions are the ones it sav
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,16 +52,20 @@ class ElementwiseTask(Task):
 
     @classmethod
     def from_node(cls, node: Node) -> "ElementwiseTask":
+        """A 4-d group's task (NHWC), or a group of another rank's `ElementwiseRowsTask`."""
         program = node.attrs["program"]
         y = node.outputs[0]
-        if len(y.shape) != 4:
-            raise ValueError(f"{node.name!r}: not a 4-d element-wise group")
-        n, c, h, w = y.shape
+        if not y.shape:
+            raise ValueError(f"{node.name!r}: an element-wise group over a scalar")
+        if len(y.shape) == 4:
+            kind, (n, c, h, w) = cls, y.shape
+        else:
+            kind, (n, h, w, c) = ElementwiseRowsTask, (1, math.prod(y.shape[:-1]), 1, y.shape[-1])
         k = runtime_count(program)
         consts = node.inputs[k].data.size if len(node.inputs) > k else 0
         types = tuple(v.dtype.name for v in node.inputs[:k])
-        return cls(n, h, w, c, k, consts, program_steps(program), y.dtype.name,
-                   () if set(types) <= {"float32"} else types)
+        return kind(n, h, w, c, k, consts, program_steps(program), y.dtype.name,
+                    () if set(types) <= {"float32"} else types)
 
     @property
     def steps_off(self) -> int:
@@ -132,3 +137,19 @@ class ElementwiseTask(Task):
         consts = inputs[self.inputs] if self.consts else np.zeros(0, np.float32)
         return np.asarray(run_program(program_dicts(self.program), inputs[:self.inputs], consts,
                                       (self.c,)), self.dtype)
+
+
+@dataclass(frozen=True)
+class ElementwiseRowsTask(ElementwiseTask):
+    """An element-wise group over a tensor of another rank than 4 (passes/fuse_elementwise.
+    ROWS: a statically quantized transformer's (batch, tokens, features)), computed in the
+    tensor's own row-major layout: its M = ∏ shape[:-1] rows of C = shape[-1] values are the
+    NHWC (1, M, 1, C) the element-wise template computes (per-channel constants along the last
+    axis), which the kernel reads and writes through views of that shape (`view`)."""
+
+    kind = "elementwise_rows"
+    layout = ""
+
+    @property
+    def view(self) -> tuple[int, ...]:
+        return self.out_shape

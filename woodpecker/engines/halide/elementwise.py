@@ -31,10 +31,11 @@ from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, program_expr
 from woodpecker.engines.halide.template_parts import compiled, halide_type
 from woodpecker.ops.fused import QDQ_STEPS
-from woodpecker.tasks.elementwise import ElementwiseTask
+from woodpecker.tasks.elementwise import ElementwiseRowsTask, ElementwiseTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 KIND = "elementwise"
+KINDS = (KIND, "elementwise_rows")    # a group of another rank, as NHWC (1, rows, 1, C)
 
 SEEDS = ({"vec": 8, "parallel": True},)
 
@@ -61,7 +62,14 @@ def space(task: ElementwiseTask, vector_registers: int = 16) -> KnobSpace:
     return KnobSpace(knobs, constraints, seeds)
 
 
-views = own_shapes
+def views(task: ElementwiseTask) -> list | None:
+    """Each array in its own shape (4-d groups), or a group of another rank's inputs and
+    output as the (1, rows, 1, C) the kernel computes (tasks/elementwise.ElementwiseRowsTask;
+    the constants, or `lut`'s table in their place — a table's program has Q/DQ constants —,
+    as they are)."""
+    if not isinstance(task, ElementwiseRowsTask):
+        return own_shapes(task)
+    return [task.view] * task.inputs + [None] * bool(task.consts) + [task.view]
 
 
 def arguments(task: ElementwiseTask, config: dict, inputs: list) -> list:
