@@ -31,7 +31,17 @@ Two walks over the output pixels (knob `walk`): `rows` — tiles of 16 pixels al
 shifted inwards at its end (needs 16 pixels a row); `flat` — the padded image as one row of
 Wp-wide lines, the output at p = oy·Wp + ox with ox < Wp, so every tile has 16 pixels whatever
 the width, at the cost of computing the Wp − OW pixels past each row's end (stride 2 computes
-twice the pixels it keeps).
+twice the pixels it keeps). On the flat walk the parallel loop (knob `parallel`) is the
+output rows, each computing its pixel tiles one channel tile after another (`pixels`), or the
+channel tiles, each computing every pixel tile (`channels`): at 7² or 14² the former launched
+the thread pool twice per 16 channels, which cost more than the tiles (ResNet-50's 1×1
+512→2048 at 7² 0.525 ms against 0.112, 3×3 512→512 at 7² 0.286 against 0.173).
+
+One accumulator tile at a time: Halide 21's lowering (ExtractTileOperations) takes one tile per
+AMX allocation and refuses a nested one ("Already in AMX allocation"), so the 2 × 2 blocks of
+accumulators that reuse each loaded input and weight tile twice (oneDNN's brgemm) cannot be
+written here; upstream Halide split allocations into several tiles after the 21.0 release (its
+MultiRamp sub-tiles), which PyPI does not carry yet.
 
 Measured on Emerald Rapids (2 threads, exact against the reference): 3×3 64→64 at 56²
 0.157 ms (1472 GOP/s) in one session, 0.27 ms in another (OpenVINO's AMX conv: 0.15 in its
