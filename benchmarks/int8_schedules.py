@@ -81,8 +81,9 @@ def cases() -> list[tuple[str, str, dict]]:
     flat = {"walk": "flat", "channels": "outer", "input": "copy"}
     out = [("parallel", name, {p: _runner(t, {**flat, "parallel": p})
                                for p in ("pixels", "channels")}) for name, t in FLAT.items()]
+    rows = {"walk": "rows", "channels": "outer", "input": "direct", "parallel": "pixels"}
     for name, t in RESIDUAL.items():
-        config = {"walk": "rows", "channels": "outer", "input": "direct", "parallel": "pixels"}
+        config = rows if qconv_amx.space(t).is_valid(rows) else {**flat, "parallel": "channels"}
         out.append(("reciprocal", name, {
             v: _runner(replace(t, program=residual_program(v == "multiply"), extra=("uint8",),
                                consts=6), config) for v in ("divide", "multiply")}))
