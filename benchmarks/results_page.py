@@ -165,9 +165,22 @@ def _precision(doc: dict) -> tuple[list[str], dict]:   # precision.py's files
         {"models": len(out), "machine": _machine(doc.get("machine"), doc.get("versions"))}
 
 
+def _schedules(doc: dict) -> tuple[list[str], dict]:   # int8_schedules.py's files
+    out = []
+    for r in doc["rows"]:
+        first, second = r["variants"]
+        q = r["paired_ratio"]["quartiles"]
+        out.append([r["choice"], r["layer"], f"{first} {_f(r['median_ms'][first])}",
+                    f"{second} {_f(r['median_ms'][second])}",
+                    f"{_f(r['paired_ratio']['median'])} ({_f(q[0])}-{_f(q[1])})"])
+    return _table(["choice", "layer", "first, ms", "second, ms",
+                   "second ÷ first, paired median (quartiles)"], out), \
+        {"models": len(out), "machine": _machine(doc.get("machine"), doc.get("versions"))}
+
+
 KINDS: dict[str, Callable[[dict], tuple[list[str], dict]]] = {"open_world": _open_world,
     "tuned_e2e": _tuned_e2e, "torch_compile": _torch_compile, "quantized": _quantized,
-    "precision": _precision}
+    "precision": _precision, "schedules": _schedules}
 
 
 def _section(s: ResultSet) -> list[str]:

@@ -60,6 +60,14 @@ SETS = (
               "30 interleaved rounds against ONNX Runtime and OpenVINO on the same file.",
               "python benchmarks/quantized.py --models hf_distilbert --budget 3m --runs 30 "
               "--json {file}"),
+    ResultSet("int8-schedules-emr", "Int8 kernel schedules, each choice both ways", "schedules",
+              "int8_schedules_emr.json",
+              "Issue 53: qconv_amx's kernels on ResNet-50's layers, hot caches, interleaved "
+              "blocks of calls, each output checked against the reference first — the flat "
+              "walk (14² and 7² layers) with its pixel tiles or its channel tiles in parallel, "
+              "and a residual program's QuantizeLinear dividing by its scale or multiplying "
+              "by the reciprocal.",
+              "python benchmarks/int8_schedules.py --runs 600 --json {file}"),
     ResultSet("quantized-untuned-emr", "Quantized models: the same int8 file on every runtime "
               "(untuned)", "quantized", "quantized_untuned_emr.json",
               "Issue 53 before int8 kernels: `woodpecker quantize` (percentile, 16 photo crops or "

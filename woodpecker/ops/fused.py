@@ -132,9 +132,10 @@ def with_reciprocals(program: list[dict], in_dtypes: list[np.dtype],
 
     Why: a 16-lane division costs an x86 vector unit about ten cycles, a product half of
     one; in an int8 conv's fused residual program (a quantized ResNet's DequantizeLinear →
-    Add → QuantizeLinear) the division was a third of the program's time. Near a tie the
+    Add → QuantizeLinear) the division was a quarter to a third of the program's time (the
+    product: 0.88-0.95 of the conv's time, benchmarks/int8_schedules.py). Near a tie the
     product can round the other way (about one value in 65536 does); then the step stays a
-    division. Measured on ResNet-50's 16 residual programs (Emerald Rapids): 14 marked."""
+    division. Of ResNet-50's 16 residual programs (`woodpecker quantize`d), 14 are marked."""
     n = runtime_count(program)
     if n > 2 or any(np.dtype(d).kind not in "iu" or np.dtype(d).itemsize != 1
                     for d in in_dtypes[:n]) or len(in_dtypes) < n or \
