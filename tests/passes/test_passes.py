@@ -262,6 +262,20 @@ def _qdq_conv():
                                         per_channel=True, bias=True))
 
 
+def _matmul_bias(seed: int):
+    """The float graph `x` (1, 8, 6, 6) times a (6, 8) matrix plus a bias, which the quantized
+    product models below quantize."""
+    rng = np.random.default_rng(seed)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [6, 8], rng.standard_normal(48).tolist())
+    b = helper.make_tensor("b", TensorProto.FLOAT, [8], rng.standard_normal(8).tolist())
+    return helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                              helper.make_node("Add", ["m", "b"], ["y"])], "product",
+                             [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                            [1, 8, 6, 6])],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                            [1, 8, 6, 8])], [w, b])
+
+
 def _dynamic_matmul():
     """`x` (1, 8, 6, 6) times a (6, 8) matrix plus a bias, dynamically quantized by ONNX
     Runtime's quantizer: DynamicQuantizeLinear → MatMulInteger → Cast → Mul → Add."""
@@ -271,14 +285,7 @@ def _dynamic_matmul():
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    rng = np.random.default_rng(6)
-    w = helper.make_tensor("w", TensorProto.FLOAT, [6, 8], rng.standard_normal(48).tolist())
-    b = helper.make_tensor("b", TensorProto.FLOAT, [8], rng.standard_normal(8).tolist())
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]),
-                           helper.make_node("Add", ["m", "b"], ["y"])], "dyn",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 8])],
-                          [w, b])
+    g = _matmul_bias(6)
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "f.onnx", Path(tmp) / "q.onnx"
         onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
@@ -297,14 +304,7 @@ def _static_matmul():
 
     from woodpecker.quantization.ptq import FeedReader
 
-    rng = np.random.default_rng(8)
-    w = helper.make_tensor("w", TensorProto.FLOAT, [6, 8], rng.standard_normal(48).tolist())
-    b = helper.make_tensor("b", TensorProto.FLOAT, [8], rng.standard_normal(8).tolist())
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]),
-                           helper.make_node("Add", ["m", "b"], ["y"])], "static",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 8])],
-                          [w, b])
+    g = _matmul_bias(8)
     feeds = [{"x": rand(1, 8, 6, 6, seed=10 + i)} for i in range(4)]
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "f.onnx", Path(tmp) / "q.onnx"

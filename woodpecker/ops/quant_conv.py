@@ -131,13 +131,21 @@ FUSED = "FusedQLinearConv"
 N_CONV = 9
 
 
-def _fused_infer(node: Node, data_of: DataOf):
-    (shape, dtype), = _infer(node, data_of)
-    return [(shape, program_dtype(node.attrs["program"], dtype))]
+def with_program(infer, flops):
+    """A product's shape/type inference and FLOP count → those of the product with a fused
+    element-wise program after it (`attrs["program"]`): the program's result type, one FLOP
+    per step per output."""
+    def fused_infer(node: Node, data_of: DataOf):
+        (shape, dtype), = infer(node, data_of)
+        return [(shape, program_dtype(node.attrs["program"], dtype))]
+
+    def fused_flops(node: Node) -> int:
+        return flops(node) + numel(node.outputs[0].shape) * len(node.attrs["program"])
+
+    return fused_infer, fused_flops
 
 
-def _fused_flops(node: Node) -> int:
-    return _flops(node) + numel(node.outputs[0].shape) * len(node.attrs["program"])
+_fused_infer, _fused_flops = with_program(_infer, _flops)
 
 
 def fused_parts(node: Node) -> list[Node]:

@@ -27,7 +27,7 @@ import numpy as np
 from woodpecker.errors import ModelError
 from woodpecker.ir.graph import Node, Value
 from woodpecker.ops.fused import QDQ_STEPS, program_dtype, run_program, runtime_count
-from woodpecker.ops.quant_conv import check_operands, requantize
+from woodpecker.ops.quant_conv import check_operands, requantize, with_program
 from woodpecker.ops.registry import DataOf, composite, dtype_of, numel, op, shape_of, where
 
 OP = "QLinearDense"
@@ -119,13 +119,7 @@ FUSED = "Fused" + OP
 N_DENSE = 9
 
 
-def _fused_infer(node: Node, data_of: DataOf):
-    (shape, dtype), = _infer(node, data_of)
-    return [(shape, program_dtype(node.attrs["program"], dtype))]
-
-
-def _fused_flops(node: Node) -> int:
-    return _flops(node) + numel(node.outputs[0].shape) * len(node.attrs["program"])
+_fused_infer, _fused_flops = with_program(_infer, _flops)
 
 
 @op(FUSED, _fused_infer, _fused_flops)
@@ -170,6 +164,7 @@ def fused_parts(node: Node) -> list[Node]:
         attrs = dict(step.get("attrs", {}))
         if step["op"] in QDQ_STEPS:      # the zero point back in its 8-bit type
             dtype = np.dtype(attrs.pop("dtype"))
+            attrs.pop("reciprocal", None)   # the program's form of the same values
             args[2] = Value(args[2].name, (), dtype, data=args[2].data.astype(dtype))
             out_dtype = dtype if step["op"] == "QuantizeLinear" else np.dtype(np.float32)
         else:
