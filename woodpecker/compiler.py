@@ -19,7 +19,13 @@ from woodpecker.deadline import Deadline
 from woodpecker.engines import names
 from woodpecker.engines.base import BuildContext
 from woodpecker.engines.registry import get_engine, parse_engines
-from woodpecker.errors import DynamicShapeError, ModelError, UnsupportedOpError, first_line
+from woodpecker.errors import (
+    DynamicShapeError,
+    ModelError,
+    UnsupportedOpError,
+    WoodpeckerError,
+    first_line,
+)
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.options import CompileOptions, Precision, ScheduleKind
 from woodpecker.runtime.compiled import CompiledModel
@@ -76,6 +82,11 @@ def compile(model: Any, options: CompileOptions | None = None, *,
         model = export_module(model, example_inputs)
     proto = load_model_proto(model)
     tgt = Target.parse(target, opts.threads, opts.force_threads)
+    if tgt.device is not None:
+        raise WoodpeckerError(
+            f"whole-model plans for {tgt.device.describe()} are not built yet: the GPU kernel "
+            "templates (engines/halide/gpu) build and are checked, but the GPU runtime and "
+            "engines are still to come (issue 54); compile for target cpu")
     allowed = parse_engines(opts.engines)
     meta = {"source_sha256": hashlib.sha256(proto.SerializeToString()).hexdigest(),
             "options": opts.to_json(), "engines_allowed": allowed}

@@ -1,4 +1,9 @@
-"""Target: the machine a plan is compiled for (kind, thread count, CPU and its vector ISA).
+"""Target: the machine a plan is compiled for (kind, thread count, CPU and its vector ISA, and
+for the `cuda` kind the GPU: gpu/devices.py).
+
+`Target.parse("cuda")` takes this host's first CUDA device (gpu/driver.py); `cuda:h100` or
+`cuda:sm_80` names a device to build for on a machine without it (issue 54: build here, run
+there) — its plan then refuses to load on a host without a device of that capability.
 
 `machine_facts()` names the machine in benchmark results: the CPU's model name and its
 family/model numbers with the microarchitecture they identify (an "AMD EPYC" is a Zen 3, 4 or
@@ -13,6 +18,8 @@ import platform
 from dataclasses import asdict, dataclass, field
 
 from woodpecker.errors import WoodpeckerError
+from woodpecker.gpu import driver
+from woodpecker.gpu.devices import GpuDevice, halide_capability, known_device
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile")
 
@@ -140,28 +147,46 @@ class Target:
     arch: str = field(default_factory=platform.machine)
     cpu: str = ""
     isa: tuple[str, ...] = ()
+    device: GpuDevice | None = None        # the `cuda` kind's GPU
 
     @classmethod
     def parse(cls, spec: "str | Target | None", threads: int | None = None,
               force_threads: bool = False) -> "Target":
         if isinstance(spec, Target):
             return spec
-        kind = (spec or "cpu").strip().lower()
-        if kind != "cpu":
-            raise WoodpeckerError(f"unknown target {spec!r}; this build supports: cpu")
+        kind, _, device = (spec or "cpu").strip().lower().partition(":")
+        if kind not in ("cpu", "cuda") or (kind == "cpu" and device):
+            raise WoodpeckerError(f"unknown target {spec!r}; this build supports: cpu, cuda, "
+                                  "cuda:DEVICE (h100, a100, sm_80 ...)")
         cpu, isa = cpu_info()
         n = check_threads(threads, force_threads) if threads is not None else default_threads()
-        return cls("cpu", n, platform.machine(), cpu, tuple(isa))
+        gpu = _gpu(device) if kind == "cuda" else None
+        return cls(kind, n, platform.machine(), cpu, tuple(isa), gpu)
 
     @property
     def record_key(self) -> str:
         """What a tuning record is measured for (tune/records.py): the architecture, the vector
-        extensions and the thread count; a kernel's speed on another is no guide here."""
+        extensions and the thread count; a kernel's speed on another is no guide here. A GPU
+        kernel's: the device and its capability ("cuda:nvidia-h100-80gb-hbm3:sm_90")."""
+        if self.device is not None:
+            return f"cuda:{self.device.slug}:sm_{self.device.capability}"
         return f"{self.arch}:{','.join(self.isa)}:{self.threads}t"
+
+    @property
+    def halide_target(self) -> str:
+        """The Halide target string kernels for this target are compiled for: the host's, with
+        CUDA of the newest capability the device runs (gpu/devices.halide_capability)."""
+        if self.device is None:
+            return "host"
+        return f"host-cuda-cuda_capability_{halide_capability(self.device.capability)}"
 
     def incompatibility(self, host: "Target | None" = None) -> str | None:
         """Why code compiled for this target cannot run on `host` (default: this machine):
         another architecture, or vector extensions the host lacks; None when it can."""
+        if self.device is not None:
+            why = _device_missing(self.device, host)
+            if why is not None:
+                return why
         host = host or Target.parse("cpu")
         if self.arch and host.arch and self.arch != host.arch:
             return f"it was compiled for {self.arch}, this host is {host.arch}"
@@ -175,6 +200,10 @@ class Target:
     def to_json(self) -> dict:
         d = asdict(self)
         d["isa"] = list(self.isa)
+        if self.device is None:
+            d.pop("device")
+        else:
+            d["device"] = self.device.to_json()
         return d
 
     @classmethod
@@ -183,11 +212,46 @@ class Target:
             threads = check_threads(d["threads"], force=True)
         except WoodpeckerError as e:
             raise ValueError(f"target {e}") from None
+        if d["kind"] not in ("cpu", "cuda") or (d["kind"] == "cuda") != ("device" in d):
+            raise ValueError(f"target kind {d['kind']!r} with{'' if 'device' in d else 'out'} "
+                             "a device")
+        device = GpuDevice.from_json(d["device"]) if "device" in d else None
         return cls(d["kind"], threads, d.get("arch", ""), d.get("cpu", ""),
-                   tuple(d.get("isa", ())))
+                   tuple(d.get("isa", ())), device)
 
     @property
     def run_threads(self) -> int:
         """The threads a plan for this target runs with here: its own count, but never more
         than this host's cores (a plan compiled on a larger machine still runs, correctly)."""
         return min(self.threads, default_threads())
+
+
+def _gpu(spec: str) -> GpuDevice:
+    """The device of a `cuda[:spec]` target: this host's first (no spec), else the named one;
+    one WoodpeckerError line otherwise."""
+    if spec:
+        try:
+            return known_device(spec)
+        except ValueError as e:
+            raise WoodpeckerError(str(e)) from None
+    try:
+        return driver.host_device()
+    except driver.NoDevice as e:
+        raise WoodpeckerError(f"target cuda: {e}; to build for a device elsewhere name it, "
+                              "e.g. --target cuda:h100 or cuda:sm_80") from None
+
+
+def _device_missing(device: GpuDevice, host: "Target | None") -> str | None:
+    """Why code built for `device` cannot run here: no CUDA device, or none new enough (the
+    PTX of `halide_capability` JIT-compiles for any newer one); None when one can. `host`: a
+    target standing for another host (its device; none: it has none)."""
+    need = halide_capability(device.capability)
+    if host is not None:
+        if host.device is None or host.device.capability < need:
+            return f"it was built for {device.describe()}, and that host has no such device"
+        return None
+    try:
+        driver.host_device(need)
+    except driver.NoDevice as e:
+        return f"it was built for {device.describe()}: {e}"
+    return None

@@ -1,0 +1,125 @@
+"""GPU schedule templates without a GPU (issue 54, device-free CI): each builds to PTX for two
+compute capabilities, its register tiles stay in registers, its constraints reject configs a
+device cannot launch, and the same loop nest run on this CPU (HostMapping) equals the task's
+reference for drawn shapes and configs."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from woodpecker.engines.halide.gpu import conv, dense, elementwise
+from woodpecker.engines.halide.gpu.build import build_gpu, build_host, ptx_of
+from woodpecker.errors import EngineError
+from woodpecker.target import Target
+from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.dense import DenseTask
+from woodpecker.tasks.elementwise import ElementwiseTask
+
+T4, A100 = Target.parse("cuda:t4"), Target.parse("cuda:a100")
+
+
+def _dense(m=64, k=96, n=128, batch=1, weights=True, bias="row", relu=True) -> DenseTask:
+    return DenseTask(batch=batch, m=m, k=k, n=n, weights=weights, bias=bias, residuals=(),
+                     epilogue=(("Relu",),) if relu else ())
+
+
+def _conv(c=16, hw=12, k=64, kernel=3, stride=1, residual=False) -> ConvTask:
+    pad = kernel // 2
+    return ConvTask(n=1, c=c, h=hw, w=hw, k=k, kh=kernel, kw=kernel, stride=(stride, stride),
+                    pads=(pad,) * 4, dilation=(1, 1), groups=1, has_bias=True,
+                    epilogue=(("Add",), ("Relu",)) if residual else (("Relu",),))
+
+
+def _elementwise(h=5, w=7, c=24) -> ElementwiseTask:
+    return ElementwiseTask(1, h, w, c, 2, 1, (
+        ("Add", (("in", 0), ("in", 1)), ()), ("Mul", (("step", 0), ("const", 0)), ()),
+        ("Relu", (("step", 1),), ())))
+
+
+CASES = [(dense, _dense()), (conv, _conv()), (elementwise, _elementwise())]
+
+
+@pytest.mark.parametrize("module, task", CASES, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize("target", [T4, A100], ids=["sm_75", "sm_80"])
+def test_seeds_build_to_ptx_in_registers(module, task, target):
+    space = module.space(task, target.device)
+    assert space.seeds, "a template's seeds fit its example task"
+    for config in space.seeds:
+        built = build_gpu(module, task, config, target)
+        assert built.sm == {75: 75, 80: 80}[target.device.capability]
+        assert built.kernels and built.path.exists()
+        assert "cuda_capability" in built.target
+        assert "__local_depot" not in built.ptx, "a register tile spilled to local memory"
+        assert built.ptx.count("fma.rn.f32") + built.ptx.count("add.f32") > 0
+        again = build_gpu(module, task, config, target)      # cached: the same object
+        assert again.path == built.path and again.ptx == built.ptx
+
+
+def test_staged_operands_are_read_from_shared_memory():
+    task = _dense(m=32, k=64, n=64)
+    config = {"threads_n": 16, "threads_m": 4, "reg_n": 2, "reg_m": 2, "k_step": 4,
+              "stage": "ab"}
+    assert dense.space(task, A100.device).is_valid(config)
+    ptx = build_gpu(dense, task, config, A100).ptx
+    assert "ld.shared" in ptx and "st.shared" in ptx and "bar.sync" in ptx
+    wconf = {"threads_c": 8, "threads_x": 4, "reg_c": 2, "reg_x": 1, "c_step": 4,
+             "unroll_window": True, "stage": "w"}
+    assert "ld.shared" in build_gpu(conv, _conv(), wconf, A100).ptx
+
+
+def test_constraints_reject_what_a_device_cannot_launch():
+    space = dense.space(_dense(m=256, k=4096, n=256), A100.device)
+    base = {"threads_n": 16, "threads_m": 8, "reg_n": 4, "reg_m": 4, "k_step": 8, "stage": "none"}
+    assert space.is_valid(base)
+    assert not space.is_valid({**base, "threads_n": 64, "threads_m": 32})     # 2048 threads
+    assert not space.is_valid({**base, "threads_n": 8, "threads_m": 1})       # not a warp
+    assert not space.is_valid({**base, "stage": "b"})        # 64 columns × 4096 rows: 1 MiB
+    assert not space.is_valid({**base, "threads_m": 32, "reg_m": 8, "reg_n": 4,
+                               "threads_n": 32})             # registers × threads
+    small = conv.space(_conv(c=256, k=64), A100.device)
+    wide = {"threads_c": 16, "threads_x": 4, "reg_c": 4, "reg_x": 1, "c_step": 4,
+            "unroll_window": True}
+    assert small.is_valid({**wide, "stage": "none"}) and not small.is_valid({**wide, "stage": "w"})
+
+
+def test_an_object_without_gpu_code_is_refused():
+    with pytest.raises(EngineError, match="no GPU code"):
+        ptx_of(b"\x7fELF host code only\0")
+    with pytest.raises(EngineError, match="cuda target"):
+        build_gpu(dense, _dense(), dense.SEEDS[0], Target.parse("cpu"))
+
+
+def _check_on_host(module, task, seed: int) -> None:
+    space = module.space(task, A100.device)
+    config = space.sample(random.Random(seed))
+    inputs = task.random_inputs(seed)
+    got = build_host(module, task, config)(*module.arguments(task, config, inputs))
+    np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4,
+                               err_msg=str(config))
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(1, 70), st.sampled_from([4, 8, 36, 64]), st.sampled_from([32, 64, 96]),
+       st.integers(1, 2), st.booleans(), st.sampled_from(["", "row", "full"]),
+       st.integers(0, 2**16))
+def test_dense_on_the_host_mapping_equals_the_reference(m, k, n, batch, weights, bias, seed):
+    _check_on_host(dense, _dense(m, k, n, batch, weights, bias), seed)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from([4, 8, 12]), st.integers(7, 15), st.sampled_from([32, 48, 64]),
+       st.sampled_from([1, 3]), st.integers(1, 2), st.booleans(), st.integers(0, 2**16))
+def test_conv_on_the_host_mapping_equals_the_reference(c, hw, k, kernel, stride, residual,
+                                                       seed):
+    _check_on_host(conv, _conv(c, hw, k, kernel, stride, residual), seed)
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 9), st.integers(1, 40), st.integers(0, 2**16))
+def test_elementwise_on_the_host_mapping_equals_the_reference(h, w, c, seed):
+    _check_on_host(elementwise, _elementwise(h, w, c), seed)

@@ -1,0 +1,125 @@
+"""2-d convolution, NHWC, on a GPU: direct, register-tiled in implicit-GEMM order (output
+channels × output pixels as the product's columns × rows, the reduction over input channels
+and the window), with the fused epilogue in the same kernel.
+
+Algorithm (conv_direct.py's, Halide's innermost-first order): out[co, x, y, n] = epilogue(b[co]
++ Σ_{ci,kx,ky} w[co, ci, kx, ky] · in[ci, x·s + kx·d − p, y·s + ky·d − p, n]) for numpy NHWC
+input and output and HWIO weights; the input's zero padding is a bounds check on the read.
+
+Each block computes (threads_c · reg_c) output channels × (threads_x · reg_x) pixels of one
+output row of one image (blocks over channel tiles, pixel tiles and rows × images); each
+thread a reg_c × reg_x register tile. Threads along the channels read consecutive weights
+(HWIO: output channels innermost), so a warp's weight loads coalesce; reg_c channels per
+thread are one vector load. `c_step` input channels per reduction step are unrolled with the
+whole window (`unroll_window`) or its rows only. `stage`: `w` stages the block's weights (its
+channels × every input channel and tap) in shared memory, valid where they fit the block's
+shared memory (dense.py says why Halide 21 stages whole slabs).
+
+Supported: ungrouped convs of float32 NHWC input without a prologue (depthwise convs have
+their own template; grouped, NCHW-read and prologue convs stay with the other engines).
+"""
+
+from __future__ import annotations
+
+from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs, own_shapes
+from woodpecker.engines.halide.gpu.mapping import gpu_constraints
+from woodpecker.gpu.devices import GpuDevice
+from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks.space import Constraint, Knob, KnobSpace
+
+KIND = "conv2d"
+
+SEEDS = ({"threads_c": 16, "threads_x": 8, "reg_c": 4, "reg_x": 2, "c_step": 4,
+          "unroll_window": True, "stage": "none"},
+         {"threads_c": 32, "threads_x": 4, "reg_c": 2, "reg_x": 1, "c_step": 4,
+          "unroll_window": True, "stage": "none"})
+
+
+def supports(task: ConvTask) -> bool:
+    return type(task) is ConvTask and task.dtype == "float32" and task.groups == 1 \
+        and not task.reads_nchw and not task.prologue \
+        and all(step[0] in EPILOGUE_OPS for step in task.epilogue)
+
+
+def _tile(c: dict) -> tuple[int, int]:
+    return c["threads_c"] * c["reg_c"], c["threads_x"] * c["reg_x"]
+
+
+def space(task: ConvTask, device: GpuDevice) -> KnobSpace:
+    knobs = [Knob("threads_c", (8, 16, 32, 64)), Knob("threads_x", (1, 2, 4, 8, 16)),
+             Knob("reg_c", (1, 2, 4)), Knob("reg_x", (1, 2, 4, 7)), Knob("c_step", (1, 2, 4, 8)),
+             Knob("unroll_window", (False, True)), Knob("stage", ("none", "w"))]
+    window = task.kh * task.kw
+
+    def shared(c: dict) -> int:
+        return 4 * _tile(c)[0] * task.c * window if c["stage"] == "w" else 0
+
+    constraints = [
+        *gpu_constraints(device, lambda c: c["threads_c"] * c["threads_x"], shared=shared,
+                         registers=lambda c: c["reg_c"] * c["reg_x"] + c["reg_c"] + c["reg_x"]),
+        Constraint("the block's tile within the output channels and the row",
+                   lambda c: _tile(c)[0] <= task.k and _tile(c)[1] <= task.out_w),
+        Constraint("the reduction step divides the input channels",
+                   lambda c: task.c % c["c_step"] == 0),
+    ]
+    return KnobSpace(knobs, constraints, SEEDS)
+
+
+def views(task: ConvTask) -> list:
+    return own_shapes(task)
+
+
+def arguments(task: ConvTask, config: dict, inputs: list) -> list:
+    return list(inputs)
+
+
+def define(hl, task: ConvTask, config: dict, mapping):
+    io = ConvInputs(hl, task)
+    w_in = io.w.in_()
+    co, ox, oy, n = hl.Var("co"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
+    r = hl.RDom([(0, task.c), (0, task.kw), (0, task.kh)], "r")
+    (sy, sx), (dy, dx) = task.stride, task.dilation
+    x_at = io.padded[r[0], ox * sx + r[1] * dx - task.pads[1], oy * sy + r[2] * dy - task.pads[0],
+                     n]
+    acc = hl.Func("acc")
+    acc[co, ox, oy, n] = io.bias(co)
+    acc[co, ox, oy, n] += w_in[co, r[0], r[1], r[2]] * x_at
+    out = io.output(acc[co, ox, oy, n], (co, ox, oy, n))
+    _schedule(hl, config, mapping, out, acc, r, (co, ox, oy, n), w_in)
+    return out, io.params
+
+
+def _schedule(hl, config, mapping, out, acc, r, axes, w_in) -> None:
+    co, ox, oy, n = axes
+    bc, bx = _tile(config)
+    rc, rx = config["reg_c"], config["reg_x"]
+    cb, xb, ct, xt, cr, xr = (hl.Var(v) for v in ("cb", "xb", "ct", "xt", "cr", "xr"))
+    shift = hl.TailStrategy.ShiftInwards
+    out.tile(co, ox, cb, xb, ct, xt, bc, bx, shift).tile(ct, xt, ct, xt, cr, xr, rc, rx, shift)
+    out.reorder(cr, xr, ct, xt, cb, xb, oy, n).fuse(oy, n, oy)
+    mapping.blocks(out, cb, xb, oy)
+    mapping.threads(out, ct, xt)
+    mapping.vectorize(out, cr, rc)
+    out.unroll(xr)
+    acc.compute_at(out, ct)
+    mapping.vectorize(acc, co, rc)
+    acc.unroll(ox)
+    upd = acc.update()
+    ro, ri = hl.RVar("ro"), hl.RVar("ri")
+    upd.split(r[0], ro, ri, config["c_step"]).reorder(co, ox, ri, r[1], ro, r[2])
+    mapping.vectorize(upd, co, rc)
+    upd.unroll(ox).unroll(ri)
+    if config["unroll_window"]:
+        upd.unroll(r[1])
+    if config["stage"] == "w":
+        w_in.compute_at(out, cb)
+        mapping.shared(w_in)
+        wc, wr = w_in.args()[0], w_in.args()[1]
+        wco, wro, wci, wri = hl.Var("wco"), hl.Var("wro"), hl.Var("wci"), hl.Var("wri")
+        w_in.tile(wc, wr, wco, wro, wci, wri, config["threads_c"], config["threads_x"],
+                  hl.TailStrategy.GuardWithIf)
+        mapping.threads(w_in, wci, wri)
+    else:            # each step's weights in registers: one vector load of reg_c channels
+        w_in.compute_at(acc, ri).store_in(hl.MemoryType.Register)
+        w_in.unroll(w_in.args()[0])
+        mapping.vectorize(w_in, w_in.args()[0], rc)
