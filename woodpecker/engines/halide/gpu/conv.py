@@ -15,8 +15,9 @@ whole window (`unroll_window`) or its rows only. `stage`: `w` stages the block's
 channels × every input channel and tap) in shared memory, valid where they fit the block's
 shared memory (dense.py says why Halide 21 stages whole slabs).
 
-Supported: ungrouped convs of float32 NHWC input without a prologue (depthwise convs have
-their own template; grouped, NCHW-read and prologue convs stay with the other engines).
+Supported: ungrouped float32 convs without a prologue, of NHWC input or of a model input read
+where it lies in NCHW (a stem conv's few channels: `ConvTask.x_layout`). Depthwise and
+grouped convs are not computed yet.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ SEEDS = ({"threads_c": 16, "threads_x": 8, "reg_c": 4, "reg_x": 2, "c_step": 4,
 
 def supports(task: ConvTask) -> bool:
     return type(task) is ConvTask and task.dtype == "float32" and task.groups == 1 \
-        and not task.reads_nchw and not task.prologue \
+        and not task.prologue \
         and all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
 

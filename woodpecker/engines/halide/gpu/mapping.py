@@ -88,14 +88,11 @@ class HostMapping:
 
 def gpu_constraints(device: GpuDevice, threads, shared=None, registers=None) -> list[Constraint]:
     """The constraints of a GPU config on `device`, from the template's counts per config:
-    `threads(c)` per block (whole warps, at most the device's limit), `shared(c)` bytes of
+    `threads(c)` per block (at most the device's limit; a block of part of a warp is valid, the
+tiny layers' only choice, and slow elsewhere, which the tuner measures), `shared(c)` bytes of
     shared memory per block, `registers(c)` per thread (estimated; see the module notes)."""
-    out = [
-        Constraint(f"at most {device.max_threads_per_block} threads per block",
-                   lambda c: threads(c) <= device.max_threads_per_block),
-        Constraint(f"whole warps of {device.warp} threads per block",
-                   lambda c: threads(c) % device.warp == 0),
-    ]
+    out = [Constraint(f"at most {device.max_threads_per_block} threads per block",
+                      lambda c: threads(c) <= device.max_threads_per_block)]
     if shared is not None:
         out.append(Constraint(f"at most {device.shared_per_block} bytes of shared memory per "
                               "block", lambda c: shared(c) <= device.shared_per_block))

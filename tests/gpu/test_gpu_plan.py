@@ -1,0 +1,179 @@
+"""GPU plans without a GPU (issue 54): a plan builds here, its walk run on this CPU with the
+plan's own offsets equals ONNX Runtime, it opens in a fresh process with only numpy on the
+import path and refuses a host without its device, and a tampered plan is one PlanError."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from woodpecker.compiler_gpu import check_on_host, compile_gpu
+from woodpecker.errors import PlanError, WoodpeckerError
+from woodpecker.runtime.gpu_plan import GpuPlan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _small_model(seed: int = 0) -> onnx.ModelProto:
+    """Conv → ReLU → max pool → conv + residual → global pool → flatten → Gemm."""
+    rng = np.random.default_rng(seed)
+
+    def init(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32),
+                                       name)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "p1"], ["s2"]),
+        helper.make_node("Relu", ["s2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [init("w1", 32, 3, 3, 3), init("b1", 32), init("w2", 32, 32, 3, 3), init("b2", 32),
+         init("wf", 10, 32), init("bf", 10)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def small_plan(tmp_path_factory):
+    model = _small_model()
+    folder = compile_gpu(model, tmp_path_factory.mktemp("gpu") / "plan", "cuda:a100")
+    return model, folder
+
+
+def _ort(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_a_gpu_plan_walked_on_the_host_equals_onnx_runtime(small_plan):
+    model, folder = small_plan
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    got = check_on_host(folder, {"x": x})["y"]
+    np.testing.assert_allclose(got, _ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    doc = json.loads((folder / "plan.json").read_text())
+    assert [s["template"] for s in doc["steps"]] == ["conv", "pool", "conv", "pool", "dense"]
+    assert all(s["sm"] == 80 for s in doc["steps"])
+    assert doc["inputs"][0]["to_device"] is None     # the stem conv reads NCHW where it lies
+    assert doc["values"]["f"]["alias"] == "g"         # Flatten is a view of the pool's bytes
+
+
+def test_the_plan_opens_with_numpy_alone_and_refuses_a_host_without_its_device(small_plan,
+                                                                               tmp_path):
+    _, folder = small_plan
+    only = tmp_path / "site"
+    only.mkdir()
+    numpy_dir = Path(np.__file__).parent
+    for d in (numpy_dir, numpy_dir.with_name("numpy.libs")):
+        if d.exists():
+            (only / d.name).symlink_to(d)
+    script = (
+        "import sys\n"
+        f"sys.path[:0] = [{str(ROOT)!r}, {str(only)!r}]\n"
+        "from woodpecker.runtime.gpu_plan import GpuPlan\n"
+        "from woodpecker.errors import PlanError\n"
+        f"plan = GpuPlan.open({str(folder)!r})\n"
+        "print(len(plan.doc['steps']), plan.device.name)\n"
+        "try:\n    plan.session()\nexcept PlanError as e:\n    print('refused:', e)\n"
+        "heavy = [m for m in ('halide', 'onnx', 'onnxruntime', 'torch', 'woodpecker.compiler',"
+        " 'woodpecker.engines') if m in sys.modules]\n"
+        "print('imported:', heavy)\n")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "5 NVIDIA A100-SXM4-80GB"
+    assert lines[1].startswith("refused: cannot load this GPU plan here: it was built for "
+                               "NVIDIA A100") and "\n" not in lines[1]
+    assert lines[2] == "imported: []"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d, f: (f / d["steps"][0]["kernel"]).write_bytes(b"not a kernel"), "sha256 differs"),
+    (lambda d, f: (f / "weights.bin").unlink(), "missing"),
+    (lambda d, f: d["values"][d["steps"][0]["out"]["value"]].update(offset=d["arena_bytes"]),
+     "outside the arena"),
+    (lambda d, f: d["steps"][1].update(sm=75), "PTX for sm_75"),
+    (lambda d, f: d["steps"][1]["args"][0].update(value="nowhere"), "unknown value"),
+    (lambda d, f: d.update(version=99), "plan version 99"),
+    (lambda d, f: d["steps"][0].update(kernel="../../etc/passwd"), "not a file inside"),
+    (lambda d, f: d.pop("weights"), "malformed"),
+])
+def test_a_tampered_gpu_plan_is_one_line(small_plan, tmp_path, edit, message):
+    _, folder = small_plan
+    copy = tmp_path / "plan"
+    shutil.copytree(folder, copy)
+    doc = json.loads((copy / "plan.json").read_text())
+    edit(doc, copy)
+    (copy / "plan.json").write_text(json.dumps(doc))
+    with pytest.raises(PlanError, match=message) as e:
+        GpuPlan.open(copy)
+    assert "\n" not in str(e.value)
+
+
+def test_feeds_of_the_wrong_shape_are_one_line(small_plan):
+    from woodpecker.assembly.gpu_host import HostMemory
+
+    session = GpuPlan.open(small_plan[1]).session(HostMemory())
+    with pytest.raises(WoodpeckerError, match=r"input 'x' must be float32 of shape \[1, 3, 16"):
+        session.run({"x": np.zeros((1, 3, 8, 8), np.float32)})
+    with pytest.raises(WoodpeckerError, match="missing input 'x'"):
+        session.run({})
+
+
+def test_nodes_no_gpu_template_computes_are_named(tmp_path):
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], axis=-1)]
+    graph = helper.make_graph(
+        nodes, "soft", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(WoodpeckerError, match=r"no GPU kernel computes 1 node\(s\): .*Softmax"):
+        compile_gpu(model, tmp_path / "plan", "cuda:h100")
+    assert not (tmp_path / "plan" / "plan.json").exists()
+
+
+@pytest.mark.slow
+def test_resnet18_gpu_plan_builds_and_equals_onnx_runtime_on_the_host(tmp_path):
+    """Issue 54's device-free acceptance: a GPU plan for resnet18 builds here; its walk on this
+    CPU equals ONNX Runtime (the fresh-process load is the test above, on the small plan)."""
+    from woodpecker.zoo import export
+
+    path = str(export("resnet18"))
+    folder = compile_gpu(path, tmp_path / "resnet18", "cuda:h100")
+    plan = GpuPlan.open(folder)
+    assert len(plan.doc["steps"]) == 23 and plan.device.capability == 90
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    got = check_on_host(folder, {"input": x})
+    (name,) = got
+    ref = _ort(onnx.load(path), {"input": x})[0]
+    np.testing.assert_allclose(got[name], ref, rtol=1e-3, atol=1e-3)
+
+
+def test_the_gpu_plan_command_builds_and_checks(tmp_path, capsys):
+    from woodpecker.cli import main
+
+    onnx.save(_small_model(3), tmp_path / "small.onnx")
+    assert main(["gpu-plan", str(tmp_path / "small.onnx"), "-o", str(tmp_path / "plan"),
+                 "--target", "cuda:t4", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU plan for Tesla T4 (sm_75" in out and "5 kernels" in out
+    worst = float(out.rsplit("max |difference| ", 1)[1])
+    assert worst < 1e-4
+    assert main(["gpu-plan", str(tmp_path / "small.onnx"), "-o", str(tmp_path / "p2"),
+                 "--target", "cuda:sm_60"]) == 1
+    assert "no known device of compute capability 6.0" in capsys.readouterr().err

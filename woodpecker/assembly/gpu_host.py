@@ -1,0 +1,49 @@
+"""A GPU plan run on this CPU: the device runner's own plan walk (runtime/gpu_plan.py) over a
+numpy arena with the plan's offsets, each step's template and config built for the host with
+the same loop nest (`HostMapping`, engines/halide/gpu/build.py). A machine without a GPU so
+checks a GPU plan's layouts, offsets, views, weights and kernels against ONNX Runtime (issue
+54's device-free CI); only the device itself can say how fast it runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from woodpecker.assembly.gpu_plan import GPU_TEMPLATES
+from woodpecker.engines.halide.gpu.build import build_host
+from woodpecker.tasks import task_from_key
+
+
+class HostMemory:
+    """runtime/gpu_plan.Memory on host memory: allocations are byte arrays, views numpy views
+    at the plan's offsets (so two values the arena overlaps really share bytes here too)."""
+
+    def alloc(self, nbytes: int) -> np.ndarray:
+        return np.zeros(max(nbytes, 1), np.uint8)
+
+    def view(self, memory: np.ndarray, offset: int, shape, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return memory[offset:offset + nbytes].view(dtype).reshape(shape)
+
+    def upload(self, view: np.ndarray, array: np.ndarray) -> None:
+        view[...] = array
+
+    def download(self, view: np.ndarray, out: np.ndarray) -> np.ndarray:
+        out[...] = view
+        return out
+
+    def kernel(self, folder: Path, step: dict, views: list):
+        module = GPU_TEMPLATES[step["template"]]
+        run = build_host(module, task_from_key(step["task"]), step["config"])
+        inputs, out = views[:-1], views[-1]
+
+        def launch() -> None:
+            run(*inputs, out=out)
+
+        return launch
+
+    def synchronize(self) -> None:
+        pass

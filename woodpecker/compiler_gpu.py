@@ -1,0 +1,41 @@
+"""Compiling a model into a GPU plan (issue 54): import, the graph passes CPU plans take, then
+assembly/gpu_plan.py for a `cuda` target — kernels built here, to run on the device
+(runtime/gpu_plan.py; build here, run there).
+
+Contract: `compile_gpu(model, folder, target="cuda:h100", configs=None)` writes the plan folder
+and returns it; `configs` maps task keys to tuned configs (none: each template's first seed).
+`check_on_host(folder, feeds)` runs the plan's walk on this CPU (assembly/gpu_host.py) and
+returns its outputs — what the tests compare with ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from woodpecker.assembly.gpu_host import HostMemory
+from woodpecker.assembly.gpu_plan import assemble_gpu_plan
+from woodpecker.errors import WoodpeckerError
+from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
+from woodpecker.passes import optimize
+from woodpecker.runtime.gpu_plan import GpuPlan
+from woodpecker.selection.pipeline import DEFAULT
+from woodpecker.target import Target
+
+
+def compile_gpu(model: Any, folder: "str | Path", target: "str | Target" = "cuda:h100",
+                configs: dict | None = None, input_shapes: dict | None = None,
+                progress: TextIO | None = None) -> Path:
+    tgt = Target.parse(target)
+    if tgt.device is None:
+        raise WoodpeckerError(f"a GPU plan needs a cuda target, not {target!r}")
+    graph = import_onnx(load_model_proto(model), input_shapes, None)
+    optimize(graph, DEFAULT)
+    return assemble_gpu_plan(graph, tgt, folder, configs, progress)
+
+
+def check_on_host(folder: "str | Path", feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The plan's outputs for `feeds`, computed on this CPU by the same walk."""
+    return GpuPlan.open(folder).session(HostMemory()).run(feeds)

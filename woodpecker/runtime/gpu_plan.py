@@ -1,0 +1,242 @@
+"""Loading and running a GPU plan (assembly/gpu_plan.py writes it) with numpy and ctypes
+alone: no Halide, onnx or compiler on the device (issue 54: build here, run there).
+
+Contract: `GpuPlan.open(folder)` reads and checks a plan without touching a device — its
+format, every file against its sha256, each kernel's PTX capability against the target's,
+every offset and shape within its allocation — and raises one PlanError line for anything
+missing, edited or inconsistent. `plan.session()` refuses a host without the plan's device
+(Target.incompatibility), then binds it: one allocation for the activations (the arena), one
+for the weights (copied once), one per input; each step's kernel bound to its buffer views.
+`session.run(feeds)` copies the inputs in (transposed on the host where the device layout
+differs), launches every step on the runtime's stream, copies the outputs back; `time(feeds,
+runs)` is CUDA-event milliseconds of the launches alone, per run.
+
+`session(memory=...)` takes another `Memory` (the Protocol below): assembly/gpu_host.py runs
+the very same plan walk on this CPU, with the same offsets in a numpy arena and each step's
+template built for the host, so a plan's layout, offsets, views and weights are checked
+against ONNX Runtime on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from woodpecker.errors import PlanError, WoodpeckerError
+from woodpecker.files import inside, verified
+from woodpecker.target import Target
+
+FORMAT, VERSION = "woodpecker-gpu-plan", 1
+DTYPES = frozenset({"float32", "float16", "uint8", "int8", "int32", "int64"})
+
+
+class Memory(Protocol):
+    def alloc(self, nbytes: int) -> Any: ...
+
+    def view(self, memory: Any, offset: int, shape, dtype) -> Any: ...
+
+    def upload(self, view: Any, array: np.ndarray) -> None: ...
+
+    def download(self, view: Any, out: np.ndarray) -> np.ndarray: ...
+
+    def kernel(self, folder: Path, step: dict, views: list) -> Any: ...
+
+    def synchronize(self) -> None: ...
+
+
+class DeviceMemory:
+    """The device: CudaRuntime (gpu/runtime.py) and the plan's kernel libraries."""
+
+    def __init__(self, folder: Path, runtime_file: str) -> None:
+        from woodpecker.gpu.runtime import CudaRuntime, DeviceError, GpuKernel, Timer
+
+        self._kernel, self._timer, self.error = GpuKernel, Timer, DeviceError
+        try:
+            self.rt = CudaRuntime(folder / runtime_file)
+        except DeviceError as e:
+            raise PlanError(f"cannot run this GPU plan here: {e}") from None
+        self.alloc, self.view, self.upload = self.rt.alloc, self.rt.view, self.rt.upload
+        self.download, self.synchronize = self.rt.download, self.rt.synchronize
+
+    def kernel(self, folder: Path, step: dict, views: list):
+        return self._kernel(self.rt, folder / step["kernel"], len(views)).bind(views)
+
+    def timer(self):
+        return self._timer(self.rt)
+
+
+def _fail(why: str) -> PlanError:
+    return PlanError(f"GPU plan: {why}")
+
+
+def _nbytes(shape, dtype: str) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+class GpuPlan:
+    def __init__(self, folder: Path, doc: dict) -> None:
+        self.folder, self.doc = folder, doc
+        self.target = Target.from_json(doc["target"])
+
+    @classmethod
+    def open(cls, folder: "str | Path") -> "GpuPlan":
+        folder = Path(folder)
+        try:
+            doc = json.loads((folder / "plan.json").read_text())
+        except OSError as e:
+            raise _fail(f"cannot read {folder / 'plan.json'}: {e.strerror}") from None
+        except ValueError as e:
+            raise _fail(f"plan.json is not JSON: {e}") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise _fail(f"{folder} holds no GPU plan")
+        if doc.get("version") != VERSION:
+            raise _fail(f"plan version {doc.get('version')!r}; this Woodpecker reads {VERSION}")
+        try:
+            plan = cls(folder, doc)
+            plan._check()
+        except (KeyError, TypeError, ValueError) as e:
+            raise _fail(f"plan.json is malformed ({type(e).__name__}: {e})") from None
+        return plan
+
+    def _file(self, entry: dict) -> Path:
+        return verified(inside(self.folder, entry["file"], "file"), entry["sha256"],
+                        entry["file"])
+
+    def _check(self) -> None:
+        doc = self.doc
+        if self.target.device is None:
+            raise _fail("its target has no GPU")
+        self._file(doc["runtime"])
+        weights = doc["weights"]
+        if self._file(weights).stat().st_size != weights["bytes"]:
+            raise _fail("weights.bin does not hold the bytes the plan says")
+        for w in weights["entries"]:
+            if w["offset"] < 0 or w["offset"] + _nbytes(w["shape"], w["dtype"]) > weights["bytes"]:
+                raise _fail("a weight lies outside weights.bin")
+        for name, v in doc["values"].items():
+            if v["dtype"] not in DTYPES or any(int(d) < 1 for d in v["shape"]):
+                raise _fail(f"value {name!r} has a bad type or shape")
+            if "offset" in v and (v["offset"] < 0 or v["offset"] + _nbytes(v["shape"], v["dtype"])
+                                  > doc["arena_bytes"]):
+                raise _fail(f"value {name!r} lies outside the arena")
+            if "alias" in v and doc["values"].get(v["alias"], {}).get("shape") is None:
+                raise _fail(f"value {name!r} is a view of an unknown value")
+        from woodpecker.gpu.devices import halide_capability
+
+        sm = halide_capability(self.target.device.capability)
+        for step in doc["steps"]:
+            self._file({"file": step["kernel"], "sha256": step["sha256"]})
+            if step["sm"] != sm:
+                raise _fail(f"kernel {step['kernel']} is PTX for sm_{step['sm']}, the target's "
+                            f"is sm_{sm}")
+            for ref in (*step["args"], step["out"]):
+                name = ref.get("value")
+                if name is not None and name not in doc["values"]:
+                    raise _fail(f"step {step['node']!r} reads unknown value {name!r}")
+
+    @property
+    def device(self):
+        return self.target.device
+
+    def session(self, memory: "Memory | None" = None) -> "GpuSession":
+        """The plan bound to this host's device (or to `memory`); PlanError without one."""
+        if memory is None:
+            why = self.target.incompatibility()
+            if why is not None:
+                raise PlanError(f"cannot load this GPU plan here: {why}")
+            memory = DeviceMemory(self.folder, self.doc["runtime"]["file"])
+        return GpuSession(self, memory)
+
+
+class GpuSession:
+    def __init__(self, plan: GpuPlan, memory: Memory) -> None:
+        doc, self.plan, self.memory = plan.doc, plan, memory
+        self._arena = memory.alloc(doc["arena_bytes"])
+        weights = doc["weights"]
+        blob = np.fromfile(plan.folder / weights["file"], dtype=np.uint8)
+        self._weights = memory.alloc(weights["bytes"])
+        for w in weights["entries"]:
+            data = blob[w["offset"]:w["offset"] + _nbytes(w["shape"], w["dtype"])]
+            memory.upload(memory.view(self._weights, w["offset"], w["shape"], w["dtype"]),
+                          data.view(w["dtype"]).reshape(w["shape"]))
+        self._inputs = {}
+        for spec in doc["inputs"]:
+            v = doc["values"][spec["name"]]
+            mem = memory.alloc(_nbytes(v["shape"], v["dtype"]))
+            self._inputs[spec["name"]] = (spec, memory.view(mem, 0, v["shape"], v["dtype"]), mem)
+        self.launches = [memory.kernel(plan.folder, step, self._views(step))
+                         for step in doc["steps"]]
+        self._outputs = [(spec, self._value_view(spec["name"], None)) for spec in doc["outputs"]]
+
+    def _value_view(self, name: str, shape):
+        """A view of value `name` (a view value: of the value it aliases) as `shape`."""
+        values = self.plan.doc["values"]
+        v = values[name]
+        root = v
+        while "alias" in root:
+            root = values[root["alias"]]
+        shape = v["shape"] if shape is None else shape
+        if "input" in root:
+            return self.memory.view(self._inputs[name][2], 0, shape, v["dtype"])
+        return self.memory.view(self._arena, root["offset"], shape, v["dtype"])
+
+    def _views(self, step: dict) -> list:
+        entries = self.plan.doc["weights"]["entries"]
+        views = []
+        for ref in (*step["args"], step["out"]):
+            if "weight" in ref:
+                w = entries[ref["weight"]]
+                views.append(self.memory.view(self._weights, w["offset"], ref["shape"],
+                                              w["dtype"]))
+            else:
+                views.append(self._value_view(ref["value"], ref["shape"]))
+        return views
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.feed(feeds)
+        self.launch()
+        return self.fetch()
+
+    def feed(self, feeds: dict[str, np.ndarray]) -> None:
+        """Copy the inputs to the device (transposed on the host where its layout differs)."""
+        for name, (spec, view, _) in self._inputs.items():
+            if name not in feeds:
+                raise WoodpeckerError(f"missing input {name!r}")
+            x = np.asarray(feeds[name])
+            if list(x.shape) != spec["shape"] or x.dtype.name != spec["dtype"]:
+                raise WoodpeckerError(f"input {name!r} must be {spec['dtype']} of shape "
+                                      f"{spec['shape']}, got {x.dtype.name} {list(x.shape)}")
+            if spec["to_device"] is not None:
+                x = x.transpose(spec["to_device"])
+            self.memory.upload(view, np.ascontiguousarray(x))
+
+    def launch(self) -> None:
+        for launch in self.launches:
+            launch()
+
+    def fetch(self) -> dict[str, np.ndarray]:
+        """Copy the outputs back (transposed to the model's layout where they differ)."""
+        out = {}
+        for spec, view in self._outputs:
+            v = self.plan.doc["values"][spec["name"]]
+            host = self.memory.download(view, np.empty(v["shape"], v["dtype"]))
+            out[spec["name"]] = np.ascontiguousarray(host.transpose(spec["from_device"])) \
+                if spec["from_device"] is not None else host.reshape(spec["shape"])
+        return out
+
+    def time(self, feeds: dict[str, np.ndarray], runs: int = 30, warmup: int = 5) -> list[float]:
+        """Milliseconds of device time per run of the launches (CUDA events; the inputs
+        copied once before)."""
+        self.feed(feeds)
+        for _ in range(warmup):
+            self.launch()
+        timer = self.memory.timer()
+        times = []
+        for _ in range(runs):
+            timer.start()
+            self.launch()
+            times.append(timer.stop())
+        return times
