@@ -162,6 +162,15 @@ def test_resnet18_gpu_plan_builds_and_equals_onnx_runtime_on_the_host(tmp_path):
     (name,) = got
     ref = _ort(onnx.load(path), {"input": x})[0]
     np.testing.assert_allclose(got[name], ref, rtol=1e-3, atol=1e-3)
+    # the device script's torch reference of the plan's own graph (the eager and compiled
+    # baselines on the device) equals it too, here on the CPU
+    import torch
+
+    from benchmarks.gpu_device import TorchPlan
+
+    with torch.no_grad():
+        mirrored = TorchPlan(plan, torch, "cpu")(input=torch.from_numpy(x))[name].numpy()
+    np.testing.assert_allclose(mirrored, ref, rtol=1e-3, atol=1e-3)
 
 
 def test_the_gpu_plan_command_builds_and_checks(tmp_path, capsys):

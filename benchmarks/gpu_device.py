@@ -1,0 +1,359 @@
+"""Issue 54's device run: GPU plans and per-layer conv candidates built here
+(benchmarks/gpu_prepare.py), run on the lent GPU with numpy, ctypes and torch alone.
+
+    python benchmarks/gpu_device.py BUNDLE --out DIR [--host] [--budget-s 480]
+
+For each plan of the bundle (manifest.json): its weights are regenerated from the manifest's
+seed and checked against the plan's sha256 (the bundle carries no weights: resnet50's alone
+exceed what travels to the device), its output checked against the expected output computed
+here (the plan's walk on the CPU) and against torch fp32 on the device running the plan's own
+graph (same weights, TF32 off; `TorchPlan`); then 30 interleaved rounds time Woodpecker's
+launches, that torch module eagerly (cuDNN/cuBLAS) and under torch.compile (inductor,
+max-autotune), all by CUDA events, as paired ratios. For each conv layer of the bundle every
+built candidate is checked against the task's numpy reference and timed, the fastest against
+cuDNN's F.conv2d on the same input. Results: DIR/gpu_results.json, a table on stdout.
+
+`--host` runs the same code on this CPU (host builds of the kernels, torch on the CPU): the
+script's own check where no GPU is lent. The run stops starting new work after `--budget-s`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from woodpecker.gpu.devices import GpuDevice  # noqa: E402
+from woodpecker.runtime.gpu_plan import GpuPlan  # noqa: E402
+from woodpecker.tasks import task_from_key  # noqa: E402
+
+ROUNDS = 30
+
+
+def generated_weights(doc: dict, seed: int) -> bytes:
+    """weights.bin of a plan with He-initialised weights from numpy's PCG64 stream (stable
+    across numpy versions, so here and on the device give the same bytes): matrices scaled by
+    √(2 / fan-in), vectors (biases) by 0.1."""
+    w = doc["weights"]
+    blob = bytearray(w["bytes"])
+    rng = np.random.default_rng(seed)
+    for e in w["entries"]:
+        shape = e["shape"]
+        scale = np.float32(np.sqrt(2.0 / int(np.prod(shape[:-1])))) if len(shape) > 1 else \
+            np.float32(0.1)
+        a = (rng.standard_normal(shape, dtype=np.float32) * scale).astype(e["dtype"])
+        blob[e["offset"]:e["offset"] + a.nbytes] = a.tobytes()
+    return bytes(blob)
+
+
+def restore_weights(folder: Path, seed: int) -> None:
+    doc = json.loads((folder / "plan.json").read_text())
+    data = generated_weights(doc, seed)
+    if hashlib.sha256(data).hexdigest() != doc["weights"]["sha256"]:
+        raise SystemExit(f"{folder.name}: regenerated weights differ from the plan's (numpy "
+                         f"{np.__version__})")
+    (folder / doc["weights"]["file"]).write_bytes(data)
+
+
+def feeds_of(doc: dict, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {s["name"]: rng.standard_normal(s["shape"], dtype=np.float32) for s in doc["inputs"]}
+
+
+class TorchPlan:
+    """The plan's graph as torch ops on the plan's weights (values NCHW, as the model's):
+    the reference and the eager/compiled baseline on the same weights as the plan."""
+
+    def __init__(self, plan: GpuPlan, torch, device: str) -> None:
+        self.torch, self.F = torch, torch.nn.functional
+        doc, blob = plan.doc, np.fromfile(plan.folder / plan.doc["weights"]["file"], np.uint8)
+        entries = doc["weights"]["entries"]
+
+        def weight(i):
+            e = entries[i]
+            n = int(np.prod(e["shape"])) * np.dtype(e["dtype"]).itemsize
+            a = blob[e["offset"]:e["offset"] + n].view(e["dtype"]).reshape(e["shape"])
+            return torch.from_numpy(a.copy()).to(device)
+        self.doc, self.steps = doc, []
+        for step in doc["steps"]:
+            task = task_from_key(step["task"])
+            consts = {j: weight(r["weight"]) for j, r in enumerate(step["args"]) if "weight" in r}
+            self.steps.append((step, task, consts))
+
+    def _epilogue(self, y, epilogue, residuals):
+        F, torch = self.F, self.torch
+        res = iter(residuals)
+        for s in epilogue:
+            op = s[0]
+            y = (y + next(res) if op == "Add" else torch.relu(y) if op == "Relu"
+                 else y * s[1] if op == "Mul" else torch.clamp(y, s[1], s[2]) if op == "Clip"
+                 else torch.sigmoid(y) if op == "Sigmoid" else torch.tanh(y) if op == "Tanh"
+                 else F.hardswish(y) if op == "HardSwish" else F.silu(y) if op == "Silu"
+                 else torch.clamp(y * s[1] + s[2], 0, 1) if op == "HardSigmoid"
+                 else F.gelu(y, approximate="tanh" if s[1] == "tanh" else "none"))
+        return y
+
+    def __call__(self, **inputs):
+        F, values = self.F, dict(inputs)
+        for step, task, consts in self.steps:
+            args = [consts[j] if j in consts else self._value(values, r["value"])
+                    for j, r in enumerate(step["args"])]
+            kind = task.kind
+            if kind == "conv2d":
+                w = args[1].permute(3, 2, 0, 1)                       # HWIO -> OIHW
+                top, left, bottom, right = task.pads
+                x = F.pad(args[0], (left, right, top, bottom))
+                y = F.conv2d(x, w, args[2] if task.has_bias else None, task.stride,
+                             0, task.dilation)
+                y = self._epilogue(y, task.epilogue, args[2 + task.has_bias:])
+            elif kind == "pool":
+                top, left, bottom, right = task.pads
+                if task.reduce == "max":
+                    x = F.pad(args[0], (left, right, top, bottom), value=float("-inf"))
+                    y = F.max_pool2d(x, (task.kh, task.kw), task.stride, 0, task.dilation,
+                                     task.ceil_mode)
+                else:
+                    y = F.avg_pool2d(args[0], (task.kh, task.kw), task.stride, (top, left),
+                                     task.ceil_mode, task.count_include_pad)
+            elif kind == "dense":
+                a = args[0].reshape(task.batch, task.m, task.k)
+                y = a @ args[1]
+                rest = args[2:]
+                if task.bias:
+                    y, rest = y + rest[0], rest[1:]
+                y = self._epilogue(y, task.epilogue, rest)
+            else:
+                raise NotImplementedError(f"no torch reference for {kind} steps yet")
+            values[step["out"]["value"]] = y
+        return {spec["name"]: self._value(values, spec["name"]).reshape(spec["shape"])
+                for spec in self.doc["outputs"]}
+
+    def _value(self, values: dict, name: str):
+        """A value computed so far, or a view (Flatten, Reshape) of one, in its own shape."""
+        if name in values:
+            return values[name]
+        v = self.doc["values"][name]
+        return self._value(values, v["alias"]).reshape(v["shape"])
+
+
+def _events(torch, device: str):
+    if device == "cpu":
+        class Clock:
+            def start(self):
+                self.t = time.perf_counter()
+
+            def stop(self):
+                return (time.perf_counter() - self.t) * 1e3
+        return Clock()
+
+    class Events:
+        def start(self):
+            self.a, self.b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            self.a.record()
+
+        def stop(self):
+            self.b.record()
+            self.b.synchronize()
+            return self.a.elapsed_time(self.b)
+    return Events()
+
+
+def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
+             rounds: int = ROUNDS, compile_mode: str = "max-autotune") -> dict:
+    folder = bundle / entry["folder"]
+    restore_weights(folder, entry["seed"])
+    plan = GpuPlan.open(folder)
+    if host:
+        from woodpecker.assembly.gpu_host import HostMemory
+        session = plan.session(HostMemory())
+    else:
+        session = plan.session()
+    feeds = feeds_of(plan.doc)
+    ours = session.run(feeds)
+    expected = np.load(folder / "expected.npz")
+    row = {"model": entry["model"], "batch": entry["batch"], "steps": len(plan.doc["steps"])}
+    row["max_abs_vs_expected"] = max(float(np.max(np.abs(ours[k] - expected[k])))
+                                     for k in ours)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    module = TorchPlan(plan, torch, device)
+    tin = {k: torch.from_numpy(v).to(device) for k, v in feeds.items()}
+    with torch.no_grad():
+        ref = {k: v.cpu().numpy() for k, v in module(**tin).items()}
+    scale = max(float(np.max(np.abs(r))) for r in ref.values())
+    row["max_abs_vs_torch"] = max(float(np.max(np.abs(ours[k] - ref[k]))) for k in ours)
+    row["torch_output_scale"] = scale
+    row["within_1e-3"] = row["max_abs_vs_torch"] <= 1e-3 * max(scale, 1.0)
+    compiled = None
+    t0 = time.perf_counter()
+    try:
+        if compile_mode != "none":
+            compiled = torch.compile(lambda **kw: module(**kw), mode=compile_mode)
+            with torch.no_grad():
+                compiled(**tin)
+    except Exception as e:          # noqa: BLE001 - recorded, the run goes on
+        row["compile_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        compiled = None
+    row["compile_s"] = round(time.perf_counter() - t0, 1)
+    clock = _events(torch, device)
+    times = {"woodpecker": [], "eager": [], "compiled": []}
+    with torch.no_grad():
+        for _ in range(3):
+            session.launch()
+            module(**tin)
+        for _ in range(rounds):
+            for name, fn in (("woodpecker", session.launch), ("eager", lambda: module(**tin)),
+                             ("compiled", None if compiled is None else
+                              lambda: compiled(**tin))):
+                if fn is None:
+                    continue
+                if device != "cpu":
+                    torch.cuda.synchronize()
+                    session.memory.synchronize()
+                clock.start()
+                fn()
+                if name == "woodpecker":
+                    session.memory.synchronize()
+                times[name].append(clock.stop())
+    row["median_ms"] = {k: float(np.median(v)) for k, v in times.items() if v}
+    for other in ("eager", "compiled"):
+        if times[other]:
+            ratios = [a / b for a, b in zip(times["woodpecker"], times[other])]
+            row[f"ours_over_{other}"] = {"median": float(np.median(ratios)),
+                                         "per_round": [round(r, 4) for r in ratios]}
+    return row
+
+
+def run_convs(entry: dict, bundle: Path, torch, device: str, host: bool, **_) -> dict:
+    """Every candidate of one conv layer checked and timed; the fastest against cuDNN."""
+    task = task_from_key(entry["task"])
+    inputs = task.random_inputs(0)
+    ref = task.reference(inputs)
+    timed = []
+    for cand in entry["candidates"]:
+        if host:
+            from woodpecker.engines.halide.gpu import conv
+            from woodpecker.engines.halide.gpu.build import build_host
+            kern = build_host(conv, task, cand["config"])
+            out = np.empty(task.out_shape, np.float32)
+
+            def launch(kern=kern, out=out):
+                kern(*inputs, out=out)
+
+            def fetch(out=out):
+                return out
+        else:
+            launch, fetch = _device_kernel(bundle, bundle / cand["file"], task, inputs)
+        launch()
+        err = float(np.max(np.abs(fetch() - ref)))
+        if err > 1e-3 * max(1.0, float(np.max(np.abs(ref)))):
+            timed.append({"config": cand["config"], "error": err})
+            continue
+        ts = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            launch()
+            _sync(torch, device)
+            ts.append((time.perf_counter() - t0) * 1e3)
+        timed.append({"config": cand["config"], "ms": float(np.median(ts)), "error": err})
+    ok = [t for t in timed if "ms" in t]
+    best = min(ok, key=lambda t: t["ms"]) if ok else None
+    x = torch.from_numpy(np.ascontiguousarray(inputs[0].transpose(0, 3, 1, 2))).to(device)
+    w = torch.from_numpy(np.ascontiguousarray(inputs[1].transpose(3, 2, 0, 1))).to(device)
+    top, left, bottom, right = task.pads
+    ts = []
+    with torch.no_grad():
+        for _ in range(20):
+            _sync(torch, device)
+            t0 = time.perf_counter()
+            torch.nn.functional.conv2d(torch.nn.functional.pad(x, (left, right, top, bottom)),
+                                       w, None, task.stride, 0, task.dilation)
+            _sync(torch, device)
+            ts.append((time.perf_counter() - t0) * 1e3)
+    return {"layer": task.describe(), "candidates": len(timed), "wrong": len(timed) - len(ok),
+            "best": best, "cudnn_ms": float(np.median(ts)),
+            "best_over_cudnn": None if best is None else best["ms"] / float(np.median(ts))}
+
+
+def _sync(torch, device: str) -> None:
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+def _device_kernel(bundle: Path, library: Path, task, inputs):
+    """A candidate kernel on the device with its inputs uploaded: (launch, fetch)."""
+    from woodpecker.gpu.runtime import CudaRuntime, GpuKernel
+
+    runtime = CudaRuntime(bundle / "runtime.so")
+    views = []
+    for a in [*inputs, np.empty(task.out_shape, np.float32)]:
+        mem = runtime.alloc(a.nbytes)
+        view = runtime.view(mem, 0, a.shape, a.dtype)
+        if len(views) < len(inputs):
+            runtime.upload(view, a)
+        views.append(view)
+    launch = GpuKernel(runtime, library, len(views)).bind(views)
+    out = np.empty(task.out_shape, np.float32)
+
+    def fetch():
+        runtime.synchronize()
+        return runtime.download(views[-1], out)
+    return launch, fetch
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("bundle")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--host", action="store_true", help="run on this CPU (a dry run)")
+    ap.add_argument("--budget-s", type=float, default=480.0)
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--compile-mode", default="max-autotune",
+                    help="torch.compile's mode for the compiled baseline (none: skip it)")
+    args = ap.parse_args(argv)
+    import torch
+
+    start, bundle = time.perf_counter(), Path(args.bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    device = "cpu" if args.host else "cuda"
+    facts = {"host": platform.node(), "python": platform.python_version(),
+             "numpy": np.__version__, "torch": torch.__version__, "device": device}
+    if not args.host:
+        from woodpecker.gpu import driver
+        facts["gpus"] = [GpuDevice.to_json(d) for d in driver.devices()]
+        facts["cuda"] = torch.version.cuda
+        facts["cudnn"] = torch.backends.cudnn.version()
+    results = {"facts": facts, "manifest": manifest["built"], "plans": [], "convs": [],
+               "skipped": list(manifest.get("skipped", []))}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for kind, items, fn in (("plans", manifest["plans"], run_plan),
+                            ("convs", manifest["convs"], run_convs)):
+        for entry in items:
+            if time.perf_counter() - start > args.budget_s:
+                results["skipped"].append(f"{kind}: {entry.get('folder', entry.get('task'))}: "
+                                          "out of the run's time")
+                continue
+            try:
+                row = fn(entry, bundle, torch, device, args.host, rounds=args.rounds,
+                         compile_mode=args.compile_mode)
+            except Exception as e:      # noqa: BLE001 - one entry's failure is reported
+                row = {"entry": entry.get("folder", entry.get("task")),
+                       "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+            results[kind].append(row)
+            print(json.dumps({k: v for k, v in row.items() if k not in ("per_round",)})[:400],
+                  flush=True)
+            (out / "gpu_results.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

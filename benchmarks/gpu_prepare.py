@@ -1,0 +1,130 @@
+"""Issue 54's device bundle, built here (Halide, onnx, the compiler): GPU plans of zoo models
+at batch 1 and 16 and every built candidate of resnet18's conv layers, for
+benchmarks/gpu_device.py to run on the lent GPU.
+
+    python benchmarks/gpu_prepare.py BUNDLE [--target cuda:h200] [--models resnet18,resnet50]
+        [--batches 1,16] [--candidates 12]
+
+Each plan's weights are replaced by numpy-generated ones (gpu_device.generated_weights: the
+device regenerates the same bytes, so no weights travel: resnet50's alone are 98 MiB of the
+64 the device tool carries) and its expected output for a seeded input is computed here by the
+plan's walk on this CPU; the bundle then drops weights.bin. Models whose ops have no GPU
+template yet are listed as skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.gpu_device import feeds_of, generated_weights  # noqa: E402
+from woodpecker.assembly.gpu_plan import gpu_steps  # noqa: E402
+from woodpecker.compiler_gpu import check_on_host, compile_gpu  # noqa: E402
+from woodpecker.engines.halide.gpu import conv  # noqa: E402
+from woodpecker.engines.halide.gpu.build import build_gpu  # noqa: E402
+from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_library  # noqa: E402
+from woodpecker.errors import WoodpeckerError  # noqa: E402
+from woodpecker.frontend.onnx_import import import_onnx  # noqa: E402
+from woodpecker.passes import optimize  # noqa: E402
+from woodpecker.selection.pipeline import DEFAULT  # noqa: E402
+from woodpecker.target import Target, machine_facts  # noqa: E402
+from woodpecker.zoo import export  # noqa: E402
+
+SEED = 0
+
+
+def with_batch(path: str, batch: int) -> onnx.ModelProto:
+    """The model with its first input dimension and its outputs' set to `batch`."""
+    proto = onnx.load(path)
+    for vi in [*proto.graph.input, *proto.graph.output]:
+        dims = vi.type.tensor_type.shape.dim
+        if dims:
+            dims[0].ClearField("dim_param")
+            dims[0].dim_value = batch
+    del proto.graph.value_info[:]
+    return proto
+
+
+def prepare_plan(model: str, batch: int, target: Target, bundle: Path) -> dict:
+    folder = bundle / f"{model}_b{batch}"
+    compile_gpu(with_batch(str(export(model)), batch), folder, target)
+    plan_json = folder / "plan.json"
+    doc = json.loads(plan_json.read_text())
+    data = generated_weights(doc, SEED)
+    (folder / "weights.bin").write_bytes(data)
+    doc["weights"]["sha256"] = hashlib.sha256(data).hexdigest()
+    plan_json.write_text(json.dumps(doc, indent=1))
+    expected = check_on_host(folder, feeds_of(doc))
+    np.savez(folder / "expected.npz", **expected)
+    (folder / "weights.bin").unlink()
+    return {"model": model, "batch": batch, "folder": folder.name, "seed": SEED}
+
+
+def prepare_convs(model: str, target: Target, bundle: Path, n: int) -> list[dict]:
+    graph = import_onnx(onnx.load(str(export(model))), None, None)
+    optimize(graph, DEFAULT)
+    tasks = {s.task.key: s.task for s in gpu_steps(graph, target) if s.template == "conv"}
+    out = []
+    for k, (key, task) in enumerate(tasks.items()):
+        space = conv.space(task, target.device)
+        rng = random.Random(k)
+        configs = list(space.seeds) + [space.sample(rng) for _ in range(n)]
+        configs = list({json.dumps(c, sort_keys=True): c for c in configs}.values())
+        layer = bundle / "convs" / f"layer{k:02d}"
+        layer.mkdir(parents=True, exist_ok=True)
+        cands = []
+        for i, config in enumerate(configs):
+            lib = kernel_library(build_gpu(conv, task, config, target))
+            shutil.copyfile(lib, layer / f"{i:02d}.so")
+            cands.append({"file": f"convs/{layer.name}/{i:02d}.so", "config": config})
+        out.append({"task": key, "candidates": cands})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("bundle")
+    ap.add_argument("--target", default="cuda:h200")
+    ap.add_argument("--models", default="resnet18,resnet50")
+    ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--candidates", type=int, default=12)
+    ap.add_argument("--conv-model", default="resnet18")
+    args = ap.parse_args(argv)
+    bundle, target = Path(args.bundle), Target.parse(args.target)
+    shutil.rmtree(bundle, ignore_errors=True)
+    bundle.mkdir(parents=True)
+    t0 = time.perf_counter()
+    manifest = {"built": {"target": target.to_json(), "machine": machine_facts(),
+                          "halide_target": target.halide_target},
+                "plans": [], "convs": [], "skipped": []}
+    for model in args.models.split(","):
+        for batch in map(int, args.batches.split(",")):
+            try:
+                manifest["plans"].append(prepare_plan(model, batch, target, bundle))
+            except WoodpeckerError as e:
+                manifest["skipped"].append(f"{model} batch {batch}: {e}")
+            print(f"{model} batch {batch}: {time.perf_counter() - t0:.0f} s", flush=True)
+    if args.conv_model:
+        manifest["convs"] = prepare_convs(args.conv_model, target, bundle, args.candidates)
+    shutil.copyfile(cuda_runtime(target), bundle / "runtime.so")
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    size = sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file())
+    print(f"bundle {bundle}: {size / 2**20:.1f} MiB, {len(manifest['plans'])} plans, "
+          f"{sum(len(c['candidates']) for c in manifest['convs'])} conv candidates, "
+          f"{time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
