@@ -30,14 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gpu_device import feeds_of, generated_weights  # noqa: E402
 from woodpecker.assembly.gpu_plan import gpu_steps  # noqa: E402
-from woodpecker.compiler_gpu import check_on_host, compile_gpu  # noqa: E402
+from woodpecker.compiler_gpu import GPU_PASSES, check_on_host, compile_gpu  # noqa: E402
 from woodpecker.engines.halide.gpu import conv  # noqa: E402
 from woodpecker.engines.halide.gpu.build import build_gpu  # noqa: E402
 from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_library  # noqa: E402
 from woodpecker.errors import WoodpeckerError  # noqa: E402
 from woodpecker.frontend.onnx_import import import_onnx  # noqa: E402
 from woodpecker.passes import optimize  # noqa: E402
-from woodpecker.selection.pipeline import DEFAULT  # noqa: E402
 from woodpecker.target import Target, machine_facts  # noqa: E402
 from woodpecker.zoo import export  # noqa: E402
 
@@ -73,7 +72,7 @@ def prepare_plan(model: str, batch: int, target: Target, bundle: Path) -> dict:
 
 def prepare_convs(model: str, target: Target, bundle: Path, n: int) -> list[dict]:
     graph = import_onnx(onnx.load(str(export(model))), None, None)
-    optimize(graph, DEFAULT)
+    optimize(graph, GPU_PASSES)
     tasks = {s.task.key: s.task for s in gpu_steps(graph, target) if s.template == "conv"}
     out = []
     for k, (key, task) in enumerate(tasks.items()):
@@ -96,7 +95,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("bundle")
     ap.add_argument("--target", default="cuda:h200")
-    ap.add_argument("--models", default="resnet18,resnet50")
+    ap.add_argument("--models", default="resnet18,resnet50,mobilenet_v2,transformer_encoder")
     ap.add_argument("--batches", default="1,16")
     ap.add_argument("--candidates", type=int, default=12)
     ap.add_argument("--conv-model", default="resnet18")

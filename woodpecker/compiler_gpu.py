@@ -1,4 +1,5 @@
-"""Compiling a model into a GPU plan (issue 54): import, the graph passes CPU plans take, then
+"""Compiling a model into a GPU plan (issue 54): import, the graph passes CPU plans take (less the
+depthwise + pointwise pairing, `GPU_PASSES`), then
 assembly/gpu_plan.py for a `cuda` target — kernels built here, to run on the device
 (runtime/gpu_plan.py; build here, run there).
 
@@ -19,10 +20,13 @@ from woodpecker.assembly.gpu_host import HostMemory
 from woodpecker.assembly.gpu_plan import assemble_gpu_plan
 from woodpecker.errors import WoodpeckerError
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
-from woodpecker.passes import optimize
+from woodpecker.passes import DEFAULT, optimize
 from woodpecker.runtime.gpu_plan import GpuPlan
-from woodpecker.selection.pipeline import DEFAULT
 from woodpecker.target import Target
+
+# The CPU plans' default passes without the depthwise + pointwise pairing (its conv chains and
+# attention fusions are not in DEFAULT either): the GPU templates compute single convs.
+GPU_PASSES = tuple(p for p in DEFAULT if p != "fuse_separable")
 
 
 def compile_gpu(model: Any, folder: "str | Path", target: "str | Target" = "cuda:h100",
@@ -32,7 +36,7 @@ def compile_gpu(model: Any, folder: "str | Path", target: "str | Target" = "cuda
     if tgt.device is None:
         raise WoodpeckerError(f"a GPU plan needs a cuda target, not {target!r}")
     graph = import_onnx(load_model_proto(model), input_shapes, None)
-    optimize(graph, DEFAULT)
+    optimize(graph, GPU_PASSES)
     return assemble_gpu_plan(graph, tgt, folder, configs, progress)
 
 

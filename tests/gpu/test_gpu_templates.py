@@ -12,13 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.engines.halide.gpu import conv, dense, elementwise
+from woodpecker.engines.halide.gpu import conv, dense, depthwise, elementwise, pool
 from woodpecker.engines.halide.gpu.build import build_gpu, build_host, ptx_of
 from woodpecker.errors import EngineError
 from woodpecker.target import Target
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.dense import DenseTask
 from woodpecker.tasks.elementwise import ElementwiseTask
+from woodpecker.tasks.pool import PoolTask
 
 T4, A100 = Target.parse("cuda:t4"), Target.parse("cuda:a100")
 
@@ -41,7 +42,20 @@ def _elementwise(h=5, w=7, c=24) -> ElementwiseTask:
         ("Relu", (("step", 1),), ())))
 
 
-CASES = [(dense, _dense()), (conv, _conv()), (elementwise, _elementwise())]
+def _depthwise(c=32, hw=14, kernel=3, stride=1) -> ConvTask:
+    pad = kernel // 2
+    return ConvTask(n=1, c=c, h=hw, w=hw, k=c, kh=kernel, kw=kernel, stride=(stride, stride),
+                    pads=(pad,) * 4, dilation=(1, 1), groups=c, has_bias=True,
+                    epilogue=(("Clip", 0.0, 6.0),))
+
+
+def _pool(reduce="max", c=32, hw=14, kernel=3, stride=2, pad=1) -> PoolTask:
+    return PoolTask(1, c, hw, hw, reduce, kernel, kernel, (stride, stride), (pad,) * 4, (1, 1),
+                    False, reduce == "avg")
+
+
+CASES = [(dense, _dense()), (conv, _conv()), (elementwise, _elementwise()),
+         (depthwise, _depthwise()), (pool, _pool())]
 
 
 @pytest.mark.parametrize("module, task", CASES, ids=lambda v: getattr(v, "__name__", ""))
@@ -55,7 +69,7 @@ def test_seeds_build_to_ptx_in_registers(module, task, target):
         assert built.kernels and built.path.exists()
         assert "cuda_capability" in built.target
         assert "__local_depot" not in built.ptx, "a register tile spilled to local memory"
-        assert built.ptx.count("fma.rn.f32") + built.ptx.count("add.f32") > 0
+        assert "ld.global" in built.ptx and "st.global" in built.ptx
         again = build_gpu(module, task, config, target)      # cached: the same object
         assert again.path == built.path and again.ptx == built.ptx
 
@@ -122,3 +136,20 @@ def test_conv_on_the_host_mapping_equals_the_reference(c, hw, k, kernel, stride,
 @given(st.integers(1, 6), st.integers(1, 9), st.integers(1, 40), st.integers(0, 2**16))
 def test_elementwise_on_the_host_mapping_equals_the_reference(h, w, c, seed):
     _check_on_host(elementwise, _elementwise(h, w, c), seed)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(1, 70), st.integers(5, 15), st.sampled_from([3, 5]), st.integers(1, 2),
+       st.integers(0, 2**16))
+def test_depthwise_on_the_host_mapping_equals_the_reference(c, hw, kernel, stride, seed):
+    assert depthwise.supports(_depthwise(c, hw, kernel, stride)) == (c > 1)
+    if c > 1:
+        _check_on_host(depthwise, _depthwise(c, hw, kernel, stride), seed)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from(["max", "avg"]), st.integers(1, 40), st.integers(4, 12),
+       st.sampled_from([(2, 2, 0), (3, 2, 1), (3, 1, 1)]), st.integers(0, 2**16))
+def test_pool_on_the_host_mapping_equals_the_reference(reduce, c, hw, window, seed):
+    kernel, stride, pad = window
+    _check_on_host(pool, _pool(reduce, c, hw, kernel, stride, pad), seed)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from woodpecker.engines.halide.gpu import conv, dense, elementwise, pool
+from woodpecker.engines.halide.gpu import conv, dense, depthwise, elementwise, pool
 from woodpecker.engines.halide.gpu.build import build_gpu
 from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_library
 from woodpecker.errors import WoodpeckerError
@@ -45,7 +45,8 @@ from woodpecker.tasks import Task, task_from_node
 from woodpecker.tasks.conv import ConvTask
 
 FORMAT, VERSION = "woodpecker-gpu-plan", 1
-GPU_TEMPLATES = {"conv": conv, "dense": dense, "pool": pool, "elementwise": elementwise}
+GPU_TEMPLATES = {"conv": conv, "depthwise": depthwise, "dense": dense, "pool": pool,
+                 "elementwise": elementwise}
 VIEW_OPS = frozenset({"Flatten", "Reshape", "Squeeze", "Unsqueeze"})
 WEIGHT_ALIGN = 256        # cudaMalloc's alignment: every weight starts on one
 

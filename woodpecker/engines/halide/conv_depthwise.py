@@ -61,9 +61,9 @@ def weights(task: ConvTask, config: dict, w):
 views = own_shapes
 
 
-def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
-    """Compile `task` with `config`; run(*arrays) takes `ConvTask.random_inputs`'s order."""
-    hl = halide_module()
+def define(hl, task: ConvTask):
+    """The algorithm (module docstring) without a schedule (shared with gpu/depthwise.py):
+    (inputs, out, acc, the window's RDom, the output's axes)."""
     io = ConvInputs(hl, task)
     c, ox, oy, n = hl.Var("c"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
     r = hl.RDom([(0, task.kw), (0, task.kh)])
@@ -73,7 +73,13 @@ def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
     acc[c, ox, oy, n] += io.w[c, 0, r.x, r.y] * io.padded[
         c, ox * sx + r.x * dx - task.pads[1], oy * sy + r.y * dy - task.pads[0], n]
     out = io.output(acc[c, ox, oy, n], (c, ox, oy, n))
+    return io, out, acc, r, (c, ox, oy, n)
 
+
+def build(task: ConvTask, config: dict, threads: int = 2) -> AotKernel:
+    """Compile `task` with `config`; run(*arrays) takes `ConvTask.random_inputs`'s order."""
+    hl = halide_module()
+    io, out, acc, r, (c, ox, oy, n) = define(hl, task)
     upd = register_tile(hl, out, acc, (c, ox, oy, n), (r.x, r.y), config["vec"],
                         config["c_block"], config["x_block"], config["parallel"])
     if config["unroll_k"]:
