@@ -102,17 +102,17 @@ class TorchPlan:
         return y
 
     def __call__(self, **inputs):
-        F, values = self.F, dict(inputs)
+        F, torch, values = self.F, self.torch, dict(inputs)
         for step, task, consts in self.steps:
             args = [consts[j] if j in consts else self._value(values, r["value"])
                     for j, r in enumerate(step["args"])]
             kind = task.kind
             if kind == "conv2d":
-                w = args[1].permute(3, 2, 0, 1)                       # HWIO -> OIHW
+                w = args[1].permute(3, 2, 0, 1)         # HWIO (HW1C depthwise) -> OIHW
                 top, left, bottom, right = task.pads
                 x = F.pad(args[0], (left, right, top, bottom))
                 y = F.conv2d(x, w, args[2] if task.has_bias else None, task.stride,
-                             0, task.dilation)
+                             0, task.dilation, task.groups)
                 y = self._epilogue(y, task.epilogue, args[2 + task.has_bias:])
             elif kind == "pool":
                 top, left, bottom, right = task.pads
@@ -124,17 +124,66 @@ class TorchPlan:
                     y = F.avg_pool2d(args[0], (task.kh, task.kw), task.stride, (top, left),
                                      task.ceil_mode, task.count_include_pad)
             elif kind == "dense":
-                a = args[0].reshape(task.batch, task.m, task.k)
-                y = a @ args[1]
+                y = args[0].reshape(task.batch, task.m, task.k) @ args[1]
                 rest = args[2:]
                 if task.bias:
-                    y, rest = y + rest[0], rest[1:]
-                y = self._epilogue(y, task.epilogue, rest)
+                    y, rest = y + rest[0].reshape(y.shape[-1] if task.bias == "row"
+                                                  else y.shape), rest[1:]
+                y = self._epilogue(y, task.epilogue, [
+                    r.reshape(-1) if kind == "row" else r.reshape(y.shape)
+                    for r, kind in zip(rest, task.residuals)])
+            elif kind == "rows":
+                x = args[0].reshape(task.rows, task.width)
+                if task.op == "softmax":
+                    y = torch.softmax(x, -1)
+                elif task.op == "layernorm":
+                    y = F.layer_norm(x, (task.width,), args[1].reshape(-1),
+                                     args[2].reshape(-1) if task.has_bias else None,
+                                     task.epsilon)
+                else:
+                    y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + task.epsilon) \
+                        * args[1].reshape(-1)
+            elif kind == "move":
+                y = args[0].reshape(task.in_shape)[task.index()]
+                kept = [o for o, _, _ in task.axes if o >= 0]
+                y = y.permute(sorted(range(len(kept)), key=lambda i: kept[i]))
+            elif kind == "elementwise":
+                y = self._program(task, args)
             else:
                 raise NotImplementedError(f"no torch reference for {kind} steps yet")
-            values[step["out"]["value"]] = y
+            name = step["out"]["value"]
+            values[name] = y.reshape(self._shape(name))
         return {spec["name"]: self._value(values, spec["name"]).reshape(spec["shape"])
                 for spec in self.doc["outputs"]}
+
+    def _shape(self, name: str) -> list[int]:
+        """A value's shape in the model (NCHW where the device holds it NHWC)."""
+        v = self.doc["values"][name]
+        s = v["shape"]
+        return [s[0], s[3], s[1], s[2]] if v.get("nhwc") else s
+
+    def _program(self, task, args):
+        """A fused element-wise group's program on NCHW tensors (constants: scalars, or per
+        channel along axis 1)."""
+        torch = self.torch
+        xs, k = args[:task.inputs], args[task.inputs] if task.consts else None
+        chan = [1, -1] + [1] * (xs[0].dim() - 2)
+        steps = []
+        for op, refs, attrs in task.program:
+            a = [None if r is None else steps[r[1]] if r[0] == "step" else xs[r[1]]
+                 if r[0] == "in" else k[r[1]] if r[0] == "const"
+                 else k[r[1]:r[1] + xs[0].shape[1]].reshape(chan) for r in refs]
+            attrs = dict(attrs)
+            y = (a[0] + a[1] if op == "Add" else a[0] - a[1] if op == "Sub"
+                 else a[0] * a[1] if op == "Mul" else a[0] / a[1] if op == "Div"
+                 else torch.clamp(a[0], a[1] if len(a) > 1 else None,
+                                  a[2] if len(a) > 2 else None) if op == "Clip"
+                 else torch.where(a[0] < 0, a[0] * attrs.get("alpha", 0.01), a[0])
+                 if op == "LeakyRelu"
+                 else self._epilogue(a[0], [(op, attrs.get("alpha", 0.2), attrs.get("beta", 0.5))
+                                            if op == "HardSigmoid" else (op, "none")], []))
+            steps.append(y)
+        return steps[-1]
 
     def _value(self, values: dict, name: str):
         """A value computed so far, or a view (Flatten, Reshape) of one, in its own shape."""

@@ -137,12 +137,12 @@ def test_feeds_of_the_wrong_shape_are_one_line(small_plan):
 
 
 def test_nodes_no_gpu_template_computes_are_named(tmp_path):
-    nodes = [helper.make_node("Softmax", ["x"], ["y"], axis=-1)]
+    nodes = [helper.make_node("Concat", ["x", "x"], ["y"], axis=1)]
     graph = helper.make_graph(
-        nodes, "soft", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+        nodes, "cat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(WoodpeckerError, match=r"no GPU kernel computes 1 node\(s\): .*Softmax"):
+    with pytest.raises(WoodpeckerError, match=r"no GPU kernel computes 1 node\(s\): .*Concat"):
         compile_gpu(model, tmp_path / "plan", "cuda:h100")
     assert not (tmp_path / "plan" / "plan.json").exists()
 
@@ -186,3 +186,41 @@ def test_the_gpu_plan_command_builds_and_checks(tmp_path, capsys):
     assert main(["gpu-plan", str(tmp_path / "small.onnx"), "-o", str(tmp_path / "p2"),
                  "--target", "cuda:sm_60"]) == 1
     assert "no known device of compute capability 6.0" in capsys.readouterr().err
+
+
+def test_a_transformer_encoder_gpu_plan_equals_onnx_runtime_on_the_host(tmp_path):
+    """Attention's movement (Transpose, Gather, views of the model input), batched products,
+    softmax and layer norms, in the values' own layout."""
+    import torch
+
+    from benchmarks.gpu_device import TorchPlan
+    from woodpecker.zoo import export
+
+    path = str(export("transformer_encoder"))
+    folder = compile_gpu(path, tmp_path / "enc", "cuda:h100")
+    plan = GpuPlan.open(folder)
+    assert {"movement", "rows", "dense"} <= {s["template"] for s in plan.doc["steps"]}
+    assert not any(v.get("nhwc") for v in plan.doc["values"].values())
+    x = np.random.default_rng(0).standard_normal((1, 128, 128)).astype(np.float32)
+    (name, got), = check_on_host(folder, {"input": x}).items()
+    ref = _ort(onnx.load(path), {"input": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        mirrored = TorchPlan(plan, torch, "cpu")(input=torch.from_numpy(x))[name].numpy()
+    np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_value_read_in_the_other_layout_is_refused(tmp_path):
+    """A conv's NHWC output read by a softmax over its last (NCHW) axis: no GPU layout
+    conversion exists yet, so the plan says so instead of computing nonsense."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Softmax", ["c"], ["y"], axis=-1)]
+    graph = helper.make_graph(
+        nodes, "mix", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(WoodpeckerError, match="reads .* in its own layout, which the device "
+                                              "holds in the other"):
+        compile_gpu(model, tmp_path / "plan", "cuda:h100")

@@ -12,14 +12,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.engines.halide.gpu import conv, dense, depthwise, elementwise, pool
+from woodpecker.engines.halide.gpu import (
+    conv,
+    dense,
+    depthwise,
+    elementwise,
+    movement,
+    pool,
+    rows,
+)
 from woodpecker.engines.halide.gpu.build import build_gpu, build_host, ptx_of
 from woodpecker.errors import EngineError
 from woodpecker.target import Target
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.dense import DenseTask
 from woodpecker.tasks.elementwise import ElementwiseTask
+from woodpecker.tasks.movement import MoveTask
 from woodpecker.tasks.pool import PoolTask
+from woodpecker.tasks.rows import RowTask
 
 T4, A100 = Target.parse("cuda:t4"), Target.parse("cuda:a100")
 
@@ -54,8 +64,14 @@ def _pool(reduce="max", c=32, hw=14, kernel=3, stride=2, pad=1) -> PoolTask:
                     False, reduce == "avg")
 
 
+def _transpose(shape=(2, 5, 3, 7), perm=(0, 2, 1, 3)) -> MoveTask:
+    out = tuple(shape[p] for p in perm)
+    return MoveTask(tuple(shape), out, tuple((perm.index(a), 0, 1) for a in range(len(shape))))
+
+
 CASES = [(dense, _dense()), (conv, _conv()), (elementwise, _elementwise()),
-         (depthwise, _depthwise()), (pool, _pool())]
+         (depthwise, _depthwise()), (pool, _pool()),
+         (rows, RowTask(64, 128, "softmax", 0.0, False)), (movement, _transpose())]
 
 
 @pytest.mark.parametrize("module, task", CASES, ids=lambda v: getattr(v, "__name__", ""))
@@ -153,3 +169,41 @@ def test_depthwise_on_the_host_mapping_equals_the_reference(c, hw, kernel, strid
 def test_pool_on_the_host_mapping_equals_the_reference(reduce, c, hw, window, seed):
     kernel, stride, pad = window
     _check_on_host(pool, _pool(reduce, c, hw, kernel, stride, pad), seed)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from(["softmax", "layernorm", "rmsnorm"]), st.integers(1, 40),
+       st.integers(1, 200), st.booleans(), st.integers(0, 2**16))
+def test_rows_on_the_host_mapping_equal_the_reference(op, n_rows, width, bias, seed):
+    task = RowTask(n_rows, width, op, 1e-5 if op != "softmax" else 0.0,
+                   bias and op == "layernorm")
+    _check_on_host(rows, task, seed)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=5), st.data())
+def test_movement_on_the_host_mapping_equals_numpy(shape, data):
+    """A transposition, then one axis gathered at one index or sliced with a step."""
+    perm = data.draw(st.permutations(range(len(shape))))
+    task = _transpose(tuple(shape), tuple(perm))
+    x = task.random_inputs(1)[0]
+    np.testing.assert_array_equal(task.reference([x]), x.transpose(perm))
+    _check_on_host(movement, task, 0)
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    start = data.draw(st.integers(0, shape[axis] - 1))
+    if data.draw(st.booleans()) and len(shape) > 1:
+        axes = tuple((-1, start, 0) if a == axis else (a - (a > axis), 0, 1)
+                     for a in range(len(shape)))
+        out = tuple(d for a, d in enumerate(shape) if a != axis)
+        want = np.take(x, start, axis=axis)
+    else:
+        step = data.draw(st.integers(1, 3))
+        n = len(range(start, shape[axis], step))
+        axes = tuple((a, start if a == axis else 0, step if a == axis else 1)
+                     for a in range(len(shape)))
+        out = tuple(n if a == axis else d for a, d in enumerate(shape))
+        want = x[tuple(slice(start, None, step) if a == axis else slice(None)
+                       for a in range(len(shape)))]
+    picked = MoveTask(tuple(shape), out, axes)
+    np.testing.assert_array_equal(picked.reference([x]), want)
+    _check_on_host(movement, picked, 1)

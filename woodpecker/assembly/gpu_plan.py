@@ -9,12 +9,14 @@ each kernel for `target` (PTX of the device's capability in a shared library), a
 runtime and cuda_glue.c), `kernels/<digest>.so`, `weights.bin`. A node no GPU template
 computes is one WoodpeckerError naming every such node.
 
-Device layout: 4-d activations are NHWC on the device (the templates' layout), other values
-as they are; a model input read only by convs that read NCHW (a stem conv) stays NCHW, any
-other 4-d input is transposed on the host before its copy, and a 4-d output after its copy —
-so the only transfers are the plan's inputs and outputs. A Flatten, Reshape, Squeeze or
-Unsqueeze is a view of its input's bytes (no kernel) where those bytes mean the same in both
-layouts (not 4-d, or one pixel: after a global pool); else it is refused.
+Device layout (`device_layouts`): a 4-d value an NHWC task (conv, pool, element-wise group)
+writes, or a model input such tasks read, is NHWC on the device; every other value keeps its
+own layout (a transformer's). A model input a stem conv reads stays NCHW; an NHWC input is
+transposed on the host before its copy, an NHWC output after it — so the only transfers are
+the plan's inputs and outputs. A step reading a value in the other layout is refused (no GPU
+layout conversion yet). A Flatten, Reshape, Squeeze or Unsqueeze is a view of its input's
+bytes (no kernel) where they mean the same in both layouts; Transpose, Gather of one constant
+index and Slice are copies (tasks/movement.py).
 
 Activations share one device allocation at offsets from SERENITY's arena planner
 (schedule/arena.py, the CPU plans' own), with views as aliases; weights lie in a second one,
@@ -32,7 +34,15 @@ from pathlib import Path
 
 import numpy as np
 
-from woodpecker.engines.halide.gpu import conv, dense, depthwise, elementwise, pool
+from woodpecker.engines.halide.gpu import (
+    conv,
+    dense,
+    depthwise,
+    elementwise,
+    movement,
+    pool,
+    rows,
+)
 from woodpecker.engines.halide.gpu.build import build_gpu
 from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_library
 from woodpecker.errors import WoodpeckerError
@@ -41,12 +51,12 @@ from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.schedule.aliases import VIEW
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.target import Target
-from woodpecker.tasks import Task, task_from_node
-from woodpecker.tasks.conv import ConvTask
+from woodpecker.tasks import NHWC, Task, task_from_node
+from woodpecker.tasks.movement import MoveTask
 
 FORMAT, VERSION = "woodpecker-gpu-plan", 1
 GPU_TEMPLATES = {"conv": conv, "depthwise": depthwise, "dense": dense, "pool": pool,
-                 "elementwise": elementwise}
+                 "elementwise": elementwise, "rows": rows, "movement": movement}
 VIEW_OPS = frozenset({"Flatten", "Reshape", "Squeeze", "Unsqueeze"})
 WEIGHT_ALIGN = 256        # cudaMalloc's alignment: every weight starts on one
 
@@ -67,7 +77,7 @@ def gpu_steps(graph: Graph, target: Target, configs: dict | None = None) -> list
     for node in graph.nodes:
         if node.op in VIEW_OPS:
             continue
-        task = task_from_node(node)
+        task = task_from_node(node) or _movement(node)
         choice = None if task is None else _choice(task, target, configs.get(task.key))
         if choice is None:
             missing.append(f"{node.name} ({node.op})")
@@ -77,6 +87,16 @@ def gpu_steps(graph: Graph, target: Target, configs: dict | None = None) -> list
         raise WoodpeckerError(f"no GPU kernel computes {len(missing)} node(s): "
                               f"{', '.join(missing[:8])}{' …' if len(missing) > 8 else ''}")
     return steps
+
+
+def _movement(node: Node) -> MoveTask | None:
+    """A Transpose, Gather or Slice as a GPU copy (kinds only GPU plans compute)."""
+    if node.op not in MoveTask.ops:
+        return None
+    try:
+        return MoveTask.from_node(node)
+    except ValueError:
+        return None
 
 
 def _choice(task: Task, target: Target, tuned: dict | None) -> tuple[str, dict] | None:
@@ -94,27 +114,55 @@ def _choice(task: Task, target: Target, tuned: dict | None) -> tuple[str, dict] 
     return None
 
 
-def device_shape(v: Value, nchw: bool = False) -> tuple[int, ...]:
-    """The shape `v` has on the device: NHWC for 4-d values (unless `nchw`)."""
+def device_shape(v: Value, nhwc: bool) -> tuple[int, ...]:
+    """The shape `v` has on the device: NHWC where `nhwc`, else its own."""
     shape = tuple(int(d) for d in v.shape)
-    if len(shape) == 4 and not nchw:
-        return (shape[0], shape[2], shape[3], shape[1])
-    return shape
+    return (shape[0], shape[2], shape[3], shape[1]) if nhwc else shape
 
 
-def _views(graph: Graph) -> dict[str, tuple]:
+def _reads_nhwc(step: GpuStep, v: Value) -> bool:
+    return len(v.shape) == 4 and any(
+        u is v and step.task.input_layout(i) == NHWC for i, u in enumerate(step.node.inputs))
+
+
+def device_layouts(graph: Graph, steps: list[GpuStep]) -> dict[str, bool]:
+    """Per value, whether it is NHWC on the device: a 4-d output of an NHWC task (conv,
+    pool, element-wise groups), or a 4-d model input such tasks read; every other value keeps
+    its own layout. A step reading a value in the other layout is one WoodpeckerError."""
+    made = {s.node.outputs[0].name: s for s in steps}
+    nhwc = {}
+    for v in graph.values.values():
+        if v.name in made:
+            nhwc[v.name] = len(v.shape) == 4 and made[v.name].task.layout == NHWC
+        elif v.producer is None and v.data is None:
+            nhwc[v.name] = any(_reads_nhwc(s, v) for s in steps)
+        else:
+            nhwc[v.name] = False
+    for s in steps:
+        for v in s.node.inputs:
+            if v is None or v.data is not None:
+                continue
+            if _reads_nhwc(s, v) != nhwc[v.name] and len(v.shape) == 4:
+                raise WoodpeckerError(
+                    f"node {s.node.name} ({s.node.op}) reads {v.name!r} in "
+                    f"{'NHWC' if _reads_nhwc(s, v) else 'its own layout'}, which the device holds "
+                    "in the other; GPU plans convert no layouts yet")
+    return nhwc
+
+
+def _views(graph: Graph, nhwc: dict[str, bool]) -> dict[str, tuple]:
     """Reshape-like nodes as aliases of their input's bytes; refused where the layouts differ."""
     aliases = {}
     for node in graph.nodes:
         if node.op not in VIEW_OPS:
             continue
         src, out = node.inputs[0], node.outputs[0]
-        if src.data is not None or src.producer is None:
-            raise WoodpeckerError(f"node {node.name} ({node.op}): a view of a constant or a "
-                                  "model input is not planned on the GPU")
-        if len(src.shape) == 4 and (src.shape[2], src.shape[3]) != (1, 1) or len(out.shape) == 4:
-            raise WoodpeckerError(f"node {node.name} ({node.op}) reshapes a 4-d value whose "
-                                  "NHWC bytes differ from NCHW's; no GPU kernel transposes yet")
+        if src.data is not None:
+            raise WoodpeckerError(f"node {node.name} ({node.op}): a view of a constant is not "
+                                  "planned on the GPU (constant folding leaves none)")
+        if nhwc[src.name] and (src.shape[2], src.shape[3]) != (1, 1):
+            raise WoodpeckerError(f"node {node.name} ({node.op}) reshapes an NHWC value whose "
+                                  "bytes differ from NCHW's; no GPU kernel converts layouts yet")
         aliases[out.name] = (src.name, VIEW, 0)
     return aliases
 
@@ -133,11 +181,9 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
         raise WoodpeckerError("a GPU plan needs a cuda target")
     folder = Path(folder)
     steps = gpu_steps(graph, target, configs)
-    aliases = _views(graph)
+    nhwc = device_layouts(graph, steps)
+    aliases = _views(graph, nhwc)
     arena = plan_arena(graph, None, aliases)
-    nchw_inputs = {v.name for v in graph.inputs
-                   if v.consumers and all(isinstance(t, ConvTask) and t.reads_nchw
-                                          for t in (s.task for s in steps if v in s.node.inputs))}
     (folder / "kernels").mkdir(parents=True, exist_ok=True)
     weights, weight_bytes, records = [], 0, []
     for k, step in enumerate(steps):
@@ -146,7 +192,9 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
         library = kernel_library(built)
         kernel = f"kernels/{library.name}"
         shutil.copyfile(library, folder / kernel)
-        present = [i for i, v in enumerate(step.node.inputs) if v is not None]
+        # a movement's index operands are in its task; its one argument is the data
+        present = [0] if isinstance(step.task, MoveTask) else \
+            [i for i, v in enumerate(step.node.inputs) if v is not None]
         constants = [None if step.node.inputs[i].data is None else step.task.constant(step.node, i)
                      for i in present]
         args = module.arguments(step.task, step.config, constants)
@@ -170,12 +218,11 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
         if progress is not None:
             print(f"  GPU kernel {k + 1}/{len(steps)}: {step.node.name} on {step.template}",
                   file=progress)
-    return _write(folder, graph, target, arena, aliases, records, weights, weight_bytes,
-                  nchw_inputs)
+    return _write(folder, graph, target, arena, aliases, records, weights, weight_bytes, nhwc)
 
 
 def _write(folder: Path, graph: Graph, target: Target, arena, aliases, records, weights,
-           weight_bytes: int, nchw_inputs: set[str]) -> Path:
+           weight_bytes: int, nhwc: dict[str, bool]) -> Path:
     blob = bytearray(weight_bytes)
     for offset, a in weights:
         blob[offset:offset + a.nbytes] = a.tobytes()
@@ -184,13 +231,15 @@ def _write(folder: Path, graph: Graph, target: Target, arena, aliases, records, 
     values = {}
     for name, offset in arena.offsets.items():
         v = graph.values[name]
-        values[name] = {"offset": offset, "dtype": v.dtype.name, "shape": list(device_shape(v))}
+        values[name] = {"offset": offset, "dtype": v.dtype.name, "nhwc": nhwc[name],
+                        "shape": list(device_shape(v, nhwc[name]))}
     for v in graph.inputs:
-        values[v.name] = {"input": True, "dtype": v.dtype.name,
-                          "shape": list(device_shape(v, v.name in nchw_inputs))}
+        values[v.name] = {"input": True, "dtype": v.dtype.name, "nhwc": nhwc[v.name],
+                          "shape": list(device_shape(v, nhwc[v.name]))}
     for name, (whole, _, _) in aliases.items():
         v = graph.values[name]
-        values[name] = {"alias": whole, "dtype": v.dtype.name, "shape": list(v.shape)}
+        values[name] = {"alias": whole, "dtype": v.dtype.name, "nhwc": False,
+                        "shape": list(v.shape)}
     doc = {
         "format": FORMAT, "version": VERSION, "target": target.to_json(),
         "runtime": {"file": "runtime.so", "sha256": sha256_file(folder / "runtime.so")},
@@ -200,11 +249,10 @@ def _write(folder: Path, graph: Graph, target: Target, arena, aliases, records, 
                                 for o, a in weights]},
         "arena_bytes": arena.size, "values": values, "steps": records,
         "inputs": [{"name": v.name, "dtype": v.dtype.name, "shape": list(v.shape),
-                    "to_device": [0, 2, 3, 1] if len(v.shape) == 4 and v.name not in
-                    nchw_inputs else None} for v in graph.inputs],
+                    "to_device": [0, 2, 3, 1] if nhwc[v.name] else None} for v in graph.inputs],
         "outputs": [{"name": v.name, "dtype": v.dtype.name, "shape": list(v.shape),
-                     "from_device": [0, 3, 1, 2] if v.name in values and len(v.shape) == 4
-                     and "alias" not in values[v.name] else None} for v in graph.outputs],
+                     "from_device": [0, 3, 1, 2] if nhwc[v.name] else None}
+                    for v in graph.outputs],
     }
     tmp = folder / f".plan.json.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(doc, indent=1))

@@ -174,14 +174,13 @@ class GpuSession:
     def _value_view(self, name: str, shape):
         """A view of value `name` (a view value: of the value it aliases) as `shape`."""
         values = self.plan.doc["values"]
-        v = values[name]
-        root = v
-        while "alias" in root:
-            root = values[root["alias"]]
+        v, root = values[name], name
+        while "alias" in values[root]:
+            root = values[root]["alias"]
         shape = v["shape"] if shape is None else shape
-        if "input" in root:
-            return self.memory.view(self._inputs[name][2], 0, shape, v["dtype"])
-        return self.memory.view(self._arena, root["offset"], shape, v["dtype"])
+        if "input" in values[root]:
+            return self.memory.view(self._inputs[root][2], 0, shape, v["dtype"])
+        return self.memory.view(self._arena, values[root]["offset"], shape, v["dtype"])
 
     def _views(self, step: dict) -> list:
         entries = self.plan.doc["weights"]["entries"]

@@ -181,10 +181,18 @@ def spec_task(spec: dict) -> Task:
     return spec_kind(spec).from_json(spec["task"])
 
 
+def gpu_only_kinds() -> dict[str, type]:
+    """Task kinds only GPU plans compute as kernels (movement: on the CPU numpy and the
+    libraries move data), kept out of `task_kinds` so no CPU engine claims their nodes."""
+    from woodpecker.tasks.movement import MoveTask
+
+    return {MoveTask.kind: MoveTask}
+
+
 def task_from_key(key: str) -> Task:
-    """The task whose `key` this is (tuning records name their task by key)."""
+    """The task whose `key` this is (tuning records and GPU plans name their task by key)."""
     kind, _, text = key.partition(":")
-    kinds = task_kinds()
+    kinds = {**task_kinds(), **gpu_only_kinds()}
     if kind not in kinds:
         raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(kinds)}")
     return kinds[kind].from_json(json.loads(text))

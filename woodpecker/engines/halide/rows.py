@@ -62,8 +62,10 @@ def _add(a, b):
     return a + b
 
 
-def build(task: RowTask, config: dict, threads: int = 2) -> AotKernel:
-    hl = halide_module()
+def define(hl, task: RowTask, fast_exp: bool = False):
+    """The algorithm (module docstring) without a schedule (shared with gpu/rows.py): (out,
+    params, the row reductions, the Funcs per row or element to place — softmax's
+    exponentials first —, the reduction's RDom)."""
     f32 = hl.Float(32)
     x = hl.ImageParam(f32, 2, "x")
     params = [x]
@@ -73,11 +75,11 @@ def build(task: RowTask, config: dict, threads: int = 2) -> AotKernel:
     if task.op == "softmax":
         mx = _row_reduce(hl, "mx", lambda c, row: x[c, row], r, f32.min(), hl.max)
         e = hl.Func("e")
-        e[j, i] = ieee.exp(hl, x[j, i] - mx[i], fast=config["fast_exp"])
+        e[j, i] = ieee.exp(hl, x[j, i] - mx[i], fast=fast_exp)
         s = _row_reduce(hl, "s", lambda c, row: e[c, row], r, hl.f32(0.0), _add)
         out = hl.Func("out")
         out[j, i] = e[j, i] * (1.0 / s[i])
-        reductions, rows = [mx, s], ([e] if config["stash"] else [])
+        reductions, rows = [mx, s], [e]
     elif task.op == "rmsnorm":
         scale = hl.ImageParam(f32, 1, "scale")
         params.append(scale)
@@ -105,6 +107,15 @@ def build(task: RowTask, config: dict, threads: int = 2) -> AotKernel:
         out[j, i] = value
         reductions, rows = [mean, var], [inv]
 
+    return out, params, reductions, rows, r
+
+
+def build(task: RowTask, config: dict, threads: int = 2) -> AotKernel:
+    hl = halide_module()
+    out, params, reductions, rows, r = define(hl, task, config.get("fast_exp", False))
+    if task.op == "softmax" and not config.get("stash"):
+        rows = []                        # the exponentials computed where they are read
+    j, i = out.args()
     vec = config["vec"]
     io, ii = hl.Var("io"), hl.Var("ii")
     out.split(i, io, ii, config["grain"], hl.TailStrategy.GuardWithIf) \
