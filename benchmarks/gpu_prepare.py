@@ -1,9 +1,9 @@
 """Issue 54's device bundle, built here (Halide, onnx, the compiler): GPU plans of zoo models
-at batch 1 and 16 and every built candidate of resnet18's conv layers, for
+at batch 1 and 16 in fp32 and fp16 and every built candidate of resnet18's conv layers, for
 benchmarks/gpu_device.py to run on the lent GPU.
 
     python benchmarks/gpu_prepare.py BUNDLE [--target cuda:h200] [--models resnet18,resnet50]
-        [--batches 1,16] [--candidates 12]
+        [--batches 1,16] [--precisions fp32,fp16] [--candidates 12]
 
 Each plan's weights are replaced by numpy-generated ones (gpu_device.generated_weights: the
 device regenerates the same bytes, so no weights travel: resnet50's alone are 98 MiB of the
@@ -55,9 +55,10 @@ def with_batch(path: str, batch: int) -> onnx.ModelProto:
     return proto
 
 
-def prepare_plan(model: str, batch: int, target: Target, bundle: Path) -> dict:
-    folder = bundle / f"{model}_b{batch}"
-    compile_gpu(with_batch(str(export(model)), batch), folder, target)
+def prepare_plan(model: str, batch: int, target: Target, bundle: Path,
+                 precision: str = "fp32") -> dict:
+    folder = bundle / f"{model}_b{batch}_{precision}"
+    compile_gpu(with_batch(str(export(model)), batch), folder, target, precision=precision)
     plan_json = folder / "plan.json"
     doc = json.loads(plan_json.read_text())
     data = generated_weights(doc, SEED)
@@ -67,7 +68,8 @@ def prepare_plan(model: str, batch: int, target: Target, bundle: Path) -> dict:
     expected = check_on_host(folder, feeds_of(doc))
     np.savez(folder / "expected.npz", **expected)
     (folder / "weights.bin").unlink()
-    return {"model": model, "batch": batch, "folder": folder.name, "seed": SEED}
+    return {"model": model, "batch": batch, "precision": precision, "folder": folder.name,
+            "seed": SEED}
 
 
 def prepare_convs(model: str, target: Target, bundle: Path, n: int) -> list[dict]:
@@ -97,6 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="cuda:h200")
     ap.add_argument("--models", default="resnet18,resnet50,mobilenet_v2,transformer_encoder")
     ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--precisions", default="fp32,fp16")
     ap.add_argument("--candidates", type=int, default=12)
     ap.add_argument("--conv-model", default="resnet18")
     args = ap.parse_args(argv)
@@ -109,11 +112,14 @@ def main(argv=None) -> int:
                 "plans": [], "convs": [], "skipped": []}
     for model in args.models.split(","):
         for batch in map(int, args.batches.split(",")):
-            try:
-                manifest["plans"].append(prepare_plan(model, batch, target, bundle))
-            except WoodpeckerError as e:
-                manifest["skipped"].append(f"{model} batch {batch}: {e}")
-            print(f"{model} batch {batch}: {time.perf_counter() - t0:.0f} s", flush=True)
+            for precision in args.precisions.split(","):
+                try:
+                    manifest["plans"].append(prepare_plan(model, batch, target, bundle,
+                                                          precision))
+                except WoodpeckerError as e:
+                    manifest["skipped"].append(f"{model} batch {batch} {precision}: {e}")
+                print(f"{model} batch {batch} {precision}: {time.perf_counter() - t0:.0f} s",
+                      flush=True)
     if args.conv_model:
         manifest["convs"] = prepare_convs(args.conv_model, target, bundle, args.candidates)
     shutil.copyfile(cuda_runtime(target), bundle / "runtime.so")

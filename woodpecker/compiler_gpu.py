@@ -3,8 +3,9 @@ depthwise + pointwise pairing, `GPU_PASSES`), then
 assembly/gpu_plan.py for a `cuda` target — kernels built here, to run on the device
 (runtime/gpu_plan.py; build here, run there).
 
-Contract: `compile_gpu(model, folder, target="cuda:h100", configs=None)` writes the plan folder
-and returns it; `configs` maps task keys to tuned configs (none: each template's first seed).
+Contract: `compile_gpu(model, folder, target="cuda:h100", configs=None, precision="fp32")`
+writes the plan folder and returns it; `configs` maps task keys to tuned configs (none: each
+template's first seed); `precision="fp16"` stores every float tensor in half precision.
 `check_on_host(folder, feeds)` runs the plan's walk on this CPU (assembly/gpu_host.py) and
 returns its outputs — what the tests compare with ONNX Runtime.
 """
@@ -31,13 +32,13 @@ GPU_PASSES = tuple(p for p in DEFAULT if p != "fuse_separable")
 
 def compile_gpu(model: Any, folder: "str | Path", target: "str | Target" = "cuda:h100",
                 configs: dict | None = None, input_shapes: dict | None = None,
-                progress: TextIO | None = None) -> Path:
+                progress: TextIO | None = None, precision: str = "fp32") -> Path:
     tgt = Target.parse(target)
     if tgt.device is None:
         raise WoodpeckerError(f"a GPU plan needs a cuda target, not {target!r}")
     graph = import_onnx(load_model_proto(model), input_shapes, None)
     optimize(graph, GPU_PASSES)
-    return assemble_gpu_plan(graph, tgt, folder, configs, progress)
+    return assemble_gpu_plan(graph, tgt, folder, configs, progress, precision)
 
 
 def check_on_host(folder: "str | Path", feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

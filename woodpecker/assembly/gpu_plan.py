@@ -18,6 +18,10 @@ layout conversion yet). A Flatten, Reshape, Squeeze or Unsqueeze is a view of it
 bytes (no kernel) where they mean the same in both layouts; Transpose, Gather of one constant
 index and Slice are copies (tasks/movement.py).
 
+`precision="fp16"`: every float32 tensor — activations, weights, the inputs and outputs on
+the device — is stored in float16 and computed in float32 by the templates (half the memory
+traffic; Halide 21 reaches no tensor cores); the host converts the inputs and outputs.
+
 Activations share one device allocation at offsets from SERENITY's arena planner
 (schedule/arena.py, the CPU plans' own), with views as aliases; weights lie in a second one,
 copied once at load.
@@ -29,7 +33,7 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,9 +56,11 @@ from woodpecker.schedule.aliases import VIEW
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.target import Target
 from woodpecker.tasks import NHWC, Task, task_from_node
+from woodpecker.tasks.elementwise import ElementwiseTask
 from woodpecker.tasks.movement import MoveTask
 
 FORMAT, VERSION = "woodpecker-gpu-plan", 1
+PRECISIONS = ("fp32", "fp16")
 GPU_TEMPLATES = {"conv": conv, "depthwise": depthwise, "dense": dense, "pool": pool,
                  "elementwise": elementwise, "rows": rows, "movement": movement}
 VIEW_OPS = frozenset({"Flatten", "Reshape", "Squeeze", "Unsqueeze"})
@@ -69,15 +75,32 @@ class GpuStep:
     config: dict
 
 
-def gpu_steps(graph: Graph, target: Target, configs: dict | None = None) -> list[GpuStep]:
-    """Each computing node's task, template and config; one WoodpeckerError naming every node
-    no GPU template computes."""
+def half(task: Task) -> Task:
+    """`task` storing its float32 tensors in float16 (a `precision="fp16"` GPU plan)."""
+    if getattr(task, "dtype", None) != "float32":
+        return task
+    changes = {"dtype": "float16"}
+    if isinstance(task, ElementwiseTask):
+        changes["in_dtypes"] = tuple("float16" if task.input_dtype(i) == "float32"
+                                     else task.input_dtype(i) for i in range(task.inputs))
+    return replace(task, **changes)
+
+
+def gpu_steps(graph: Graph, target: Target, configs: dict | None = None,
+              precision: str = "fp32") -> list[GpuStep]:
+    """Each computing node's task (in half precision for an fp16 plan), template and config;
+    one WoodpeckerError naming every node no GPU template computes."""
+    if precision not in PRECISIONS:
+        raise WoodpeckerError(f"GPU plans compute in {' or '.join(PRECISIONS)}, not "
+                              f"{precision!r}")
     configs = configs or {}
     steps, missing = [], []
     for node in graph.nodes:
         if node.op in VIEW_OPS:
             continue
         task = task_from_node(node) or _movement(node)
+        if task is not None and precision == "fp16":
+            task = half(task)
         choice = None if task is None else _choice(task, target, configs.get(task.key))
         if choice is None:
             missing.append(f"{node.name} ({node.op})")
@@ -175,12 +198,14 @@ def _arg_shapes(module, task: Task) -> list[tuple[int, ...]]:
 
 
 def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
-                      configs: dict | None = None, progress=None) -> Path:
+                      configs: dict | None = None, progress=None,
+                      precision: str = "fp32") -> Path:
     """Write the GPU plan of `graph` for `target` to `folder` (see the module contract)."""
     if target.device is None:
         raise WoodpeckerError("a GPU plan needs a cuda target")
     folder = Path(folder)
-    steps = gpu_steps(graph, target, configs)
+    steps = gpu_steps(graph, target, configs, precision)
+    store = np.float16 if precision == "fp16" else np.float32
     nhwc = device_layouts(graph, steps)
     aliases = _views(graph, nhwc)
     arena = plan_arena(graph, None, aliases)
@@ -205,7 +230,7 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
             if a is None:
                 refs.append({"value": next(run_time).name, "shape": list(shape)})
                 continue
-            a = np.ascontiguousarray(a)
+            a = np.ascontiguousarray(a, store if a.dtype == np.float32 else a.dtype)
             if tuple(a.shape) != shape and a.size == int(np.prod(shape)):
                 a = a.reshape(shape)
             refs.append({"weight": len(weights), "shape": list(a.shape)})
@@ -218,30 +243,35 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
         if progress is not None:
             print(f"  GPU kernel {k + 1}/{len(steps)}: {step.node.name} on {step.template}",
                   file=progress)
-    return _write(folder, graph, target, arena, aliases, records, weights, weight_bytes, nhwc)
+    return _write(folder, graph, target, arena, aliases, records, weights, weight_bytes, nhwc,
+                  precision)
 
 
 def _write(folder: Path, graph: Graph, target: Target, arena, aliases, records, weights,
-           weight_bytes: int, nhwc: dict[str, bool]) -> Path:
+           weight_bytes: int, nhwc: dict[str, bool], precision: str) -> Path:
     blob = bytearray(weight_bytes)
     for offset, a in weights:
         blob[offset:offset + a.nbytes] = a.tobytes()
     (folder / "weights.bin").write_bytes(bytes(blob))
     shutil.copyfile(cuda_runtime(target), folder / "runtime.so")
+    def stored(v: Value) -> str:        # float tensors are half precision in an fp16 plan
+        return "float16" if precision == "fp16" and v.dtype.name == "float32" else v.dtype.name
+
     values = {}
     for name, offset in arena.offsets.items():
         v = graph.values[name]
-        values[name] = {"offset": offset, "dtype": v.dtype.name, "nhwc": nhwc[name],
+        values[name] = {"offset": offset, "dtype": stored(v), "nhwc": nhwc[name],
                         "shape": list(device_shape(v, nhwc[name]))}
     for v in graph.inputs:
-        values[v.name] = {"input": True, "dtype": v.dtype.name, "nhwc": nhwc[v.name],
+        values[v.name] = {"input": True, "dtype": stored(v), "nhwc": nhwc[v.name],
                           "shape": list(device_shape(v, nhwc[v.name]))}
     for name, (whole, _, _) in aliases.items():
         v = graph.values[name]
-        values[name] = {"alias": whole, "dtype": v.dtype.name, "nhwc": False,
+        values[name] = {"alias": whole, "dtype": stored(v), "nhwc": False,
                         "shape": list(v.shape)}
     doc = {
         "format": FORMAT, "version": VERSION, "target": target.to_json(),
+        "precision": precision,
         "runtime": {"file": "runtime.so", "sha256": sha256_file(folder / "runtime.so")},
         "weights": {"file": "weights.bin", "sha256": sha256_file(folder / "weights.bin"),
                     "bytes": weight_bytes,

@@ -12,7 +12,8 @@ def cmd_gpu_plan(args) -> None:
     from woodpecker.compiler_gpu import check_on_host, compile_gpu
     from woodpecker.runtime.gpu_plan import GpuPlan
 
-    folder = compile_gpu(args.model, args.output, args.target, progress=sys.stdout)
+    folder = compile_gpu(args.model, args.output, args.target, progress=sys.stdout,
+                         precision=args.precision)
     plan = GpuPlan.open(folder)
     print(f"GPU plan for {plan.device.describe()}: {len(plan.doc['steps'])} kernels, "
           f"arena {plan.doc['arena_bytes'] / 2**20:.1f} MiB, weights "
@@ -27,8 +28,9 @@ def cmd_gpu_plan(args) -> None:
         got = check_on_host(folder, feeds)
         refs = dict(zip((o.name for o in session.get_outputs()), session.run(None, feeds)))
         worst = max(float(np.max(np.abs(got[k] - refs[k]))) for k in got)
+        scale = max(float(np.max(np.abs(r))) for r in refs.values())
         print(f"checked on this CPU (the plan's walk, host-built kernels) against ONNX "
-              f"Runtime: max |difference| {worst:.3g}")
+              f"Runtime: max |difference| {worst:.3g} (outputs up to {scale:.3g})")
 
 
 def add_parser(sub) -> None:
@@ -39,6 +41,9 @@ def add_parser(sub) -> None:
     g.add_argument("--target", default="cuda:h100",
                    help="cuda (this host's device) or cuda:NAME / cuda:sm_NN (default: "
                         "cuda:h100)")
+    g.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
+                   help="fp16: every float tensor stored in half precision on the device "
+                        "(computed in float32)")
     g.add_argument("--check", action="store_true",
                    help="run the plan's walk on this CPU and compare with ONNX Runtime")
     g.set_defaults(fn=cmd_gpu_plan)

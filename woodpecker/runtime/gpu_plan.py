@@ -151,6 +151,11 @@ class GpuPlan:
         return GpuSession(self, memory)
 
 
+def view_dtype(view, spec: dict) -> str:
+    """The element type an input is stored in on the device (an fp16 plan's: float16)."""
+    return spec.get("device_dtype", spec["dtype"])
+
+
 class GpuSession:
     def __init__(self, plan: GpuPlan, memory: Memory) -> None:
         doc, self.plan, self.memory = plan.doc, plan, memory
@@ -166,7 +171,8 @@ class GpuSession:
         for spec in doc["inputs"]:
             v = doc["values"][spec["name"]]
             mem = memory.alloc(_nbytes(v["shape"], v["dtype"]))
-            self._inputs[spec["name"]] = (spec, memory.view(mem, 0, v["shape"], v["dtype"]), mem)
+            self._inputs[spec["name"]] = ({**spec, "device_dtype": v["dtype"]},
+                                          memory.view(mem, 0, v["shape"], v["dtype"]), mem)
         self.launches = [memory.kernel(plan.folder, step, self._views(step))
                          for step in doc["steps"]]
         self._outputs = [(spec, self._value_view(spec["name"], None)) for spec in doc["outputs"]]
@@ -210,7 +216,7 @@ class GpuSession:
                                       f"{spec['shape']}, got {x.dtype.name} {list(x.shape)}")
             if spec["to_device"] is not None:
                 x = x.transpose(spec["to_device"])
-            self.memory.upload(view, np.ascontiguousarray(x))
+            self.memory.upload(view, np.ascontiguousarray(x, view_dtype(view, spec)))
 
     def launch(self) -> None:
         for launch in self.launches:
@@ -222,6 +228,7 @@ class GpuSession:
         for spec, view in self._outputs:
             v = self.plan.doc["values"][spec["name"]]
             host = self.memory.download(view, np.empty(v["shape"], v["dtype"]))
+            host = host.astype(spec["dtype"], copy=False)    # an fp16 plan's, to the model's
             out[spec["name"]] = np.ascontiguousarray(host.transpose(spec["from_device"])) \
                 if spec["from_device"] is not None else host.reshape(spec["shape"])
         return out

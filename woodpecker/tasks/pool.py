@@ -97,7 +97,7 @@ class PoolTask(Task):
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
         shape = (self.n, self.h, self.w, self.c)
-        if self.dtype != "float32":        # 8-bit integers over their whole range
+        if np.dtype(self.dtype).kind in "iu":        # 8-bit integers over their whole range
             info = np.iinfo(self.dtype)
             return [rng.integers(info.min, info.max + 1, shape).astype(self.dtype)]
         return [rng.standard_normal(shape).astype(np.float32)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from woodpecker.engines.halide import ieee
-from woodpecker.engines.halide.template_parts import PARALLEL, TILE_PAD, halide_type
+from woodpecker.engines.halide.template_parts import PARALLEL, TILE_PAD, halide_type, stored
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
@@ -28,16 +28,28 @@ class ConvInputs:
         folded into the weights (`weights`) instead of applied to the input."""
         self.hl, self.task = hl, task
         self.folded = scale_weights and channel_scale(task)
-        f32 = hl.Float(32)
-        self.x = hl.ImageParam(f32, 4, prefix + "x")
-        self.w = hl.ImageParam(f32, weight_dims, prefix + "w")
-        self.b = hl.ImageParam(f32, 1, prefix + "b") if task.has_bias else None
+        # float32, or a GPU plan's float16 storage: each argument's parameter, and what the
+        # algorithm reads (x, w, b, residuals, vectors: the parameter, or it widened)
+        dtype = "float16" if getattr(task, "dtype", "") == "float16" else "float32"
+        params, self.x = stored(hl, dtype, 4, prefix + "x")
+        params = [params]
+        w, self.w = stored(hl, dtype, weight_dims, prefix + "w")
+        params.append(w)
+        self.b = None
+        if task.has_bias:
+            b, self.b = stored(hl, dtype, 1, prefix + "b")
+            params.append(b)
         # Residuals are indexed like the output: 3-D for flattened-pixel templates.
-        self.residuals = [hl.ImageParam(f32, out_dims, f"{prefix}r{i}")
-                          for i, s in enumerate(task.epilogue) if s[0] == "Add"]
-        self.vectors = [hl.ImageParam(f32, 4, f"{prefix}v{i}") for i in range(task.vectors)]
-        self.params = [self.x, self.w] + ([self.b] if self.b is not None else []) \
-            + self.residuals + self.vectors
+        self.residuals, self.vectors = [], []
+        for i in range(sum(1 for s in task.epilogue if s[0] == "Add")):
+            r, read = stored(hl, dtype, out_dims, f"{prefix}r{i}")
+            params.append(r)
+            self.residuals.append(read)
+        for i in range(task.vectors):
+            v, read = stored(hl, dtype, 4, f"{prefix}v{i}")
+            params.append(v)
+            self.vectors.append(read)
+        self.params = params
         # Unpadded layers (1×1 and valid convs) read only inside the image unless the schedule
         # rounds pixel tiles up (`reads_inside` false): bounds-check just the channels then,
         # which a skewed materialised input reads past.

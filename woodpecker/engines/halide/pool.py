@@ -25,6 +25,7 @@ from woodpecker.engines.halide.template_parts import (
     halide_type,
     pad_input,
     register_tile,
+    stored,
 )
 from woodpecker.tasks.pool import PoolTask
 from woodpecker.tasks.space import Constraint, KnobSpace
@@ -98,15 +99,18 @@ class PoolDefinition:
 def define(hl, task: PoolTask) -> PoolDefinition:
     """The algorithm (module docstring), without a schedule (shared with gpu/pool.py)."""
     integer = task.dtype in _INTEGER
-    x = hl.ImageParam(halide_type(hl, task.dtype), 4, "x")
+    if integer:
+        x = read = hl.ImageParam(halide_type(hl, task.dtype), 4, "x")
+    else:                   # float32, or a GPU plan's float16 read as float32
+        x, read = stored(hl, task.dtype, 4, "x")
     is_max = task.reduce == "max"
     # max: NaN fill and a NaN-skipping max (the reference's np.fmax, see ops/pool.py); over
     # integers the type's minimum and a plain max
     fill = x.type().min() if integer else hl.f32(float("nan")) if is_max else hl.f32(0.0)
     # No window leaves the image (global pools, valid windows): read x without bounds checks.
     leaves = _padded(task)
-    padded = hl.BoundaryConditions.constant_exterior(x, fill, [(0, task.c), (0, task.w),
-                                                              (0, task.h)]) if leaves else x
+    bounds = [(0, task.c), (0, task.w), (0, task.h)]
+    padded = hl.BoundaryConditions.constant_exterior(read, fill, bounds) if leaves else read
     c, ox, oy, n = hl.Var("c"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
     r = hl.RDom([(0, task.kw), (0, task.kh)])
     (sy, sx), (dy, dx) = task.stride, task.dilation

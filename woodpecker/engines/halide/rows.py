@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from woodpecker.engines.halide import ieee
 from woodpecker.engines.halide.aot import AotKernel, halide_module
-from woodpecker.engines.halide.template_parts import compiled
+from woodpecker.engines.halide.template_parts import compiled, stored
 from woodpecker.tasks.rows import RowTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
@@ -67,8 +67,9 @@ def define(hl, task: RowTask, fast_exp: bool = False):
     params, the row reductions, the Funcs per row or element to place — softmax's
     exponentials first —, the reduction's RDom)."""
     f32 = hl.Float(32)
-    x = hl.ImageParam(f32, 2, "x")
-    params = [x]
+    dtype = "float16" if task.dtype == "float16" else "float32"   # a GPU plan's storage
+    param, x = stored(hl, dtype, 2, "x")
+    params = [param]
     j, i = hl.Var("j"), hl.Var("i")
     r = hl.RDom([(0, task.width)])
     reductions, rows = [], []
@@ -81,8 +82,8 @@ def define(hl, task: RowTask, fast_exp: bool = False):
         out[j, i] = e[j, i] * (1.0 / s[i])
         reductions, rows = [mx, s], [e]
     elif task.op == "rmsnorm":
-        scale = hl.ImageParam(f32, 1, "scale")
-        params.append(scale)
+        param, scale = stored(hl, dtype, 1, "scale")
+        params.append(param)
         sq = _row_reduce(hl, "sq", lambda c, row: x[c, row] * x[c, row], r, hl.f32(0.0), _add)
         inv = hl.Func("inv")
         inv[i] = 1.0 / hl.sqrt(sq[i] / float(task.width) + hl.f32(task.epsilon))
@@ -90,8 +91,8 @@ def define(hl, task: RowTask, fast_exp: bool = False):
         out[j, i] = x[j, i] * inv[i] * scale[j]
         reductions, rows = [sq], [inv]
     else:
-        scale = hl.ImageParam(f32, 1, "scale")
-        params.append(scale)
+        param, scale = stored(hl, dtype, 1, "scale")
+        params.append(param)
         width = float(task.width)
         mean = _row_reduce(hl, "mean", lambda c, row: x[c, row], r, hl.f32(0.0), _add)
         var = _row_reduce(hl, "var", lambda c, row: (x[c, row] - mean[row] / width) ** 2, r,
@@ -100,8 +101,8 @@ def define(hl, task: RowTask, fast_exp: bool = False):
         inv[i] = 1.0 / hl.sqrt(var[i] / width + hl.f32(task.epsilon))
         value = (x[j, i] - mean[i] / width) * inv[i] * scale[j]
         if task.has_bias:
-            bias = hl.ImageParam(f32, 1, "bias")
-            params.append(bias)
+            param, bias = stored(hl, dtype, 1, "bias")
+            params.append(param)
             value = value + bias[j]
         out = hl.Func("out")
         out[j, i] = value

@@ -119,8 +119,32 @@ def uint8_padded(hl, task, x, x_zp):
 
 
 def halide_type(hl, dtype: str):
-    """The Halide type of a task's element type name (float32, uint8, int8)."""
-    return {"float32": hl.Float(32), "uint8": hl.UInt(8), "int8": hl.Int(8)}[dtype]
+    """The Halide type of a task's element type name (float32, float16, uint8, int8)."""
+    return {"float32": hl.Float(32), "float16": hl.Float(16), "uint8": hl.UInt(8),
+            "int8": hl.Int(8)}[dtype]
+
+
+def stored(hl, dtype: str, dims: int, name: str):
+    """A float kernel argument stored in `dtype`: (its ImageParam, what the algorithm reads) —
+    the parameter itself for float32, its values widened to float32 for float16 (a GPU
+    plan's half-precision storage, computed in float32)."""
+    param = hl.ImageParam(halide_type(hl, dtype), dims, name)
+    if dtype != "float16":
+        return param, param
+    at = [hl.Var(f"{name}_{i}") for i in range(dims)]
+    read = hl.Func(f"{name}_f32")
+    read[at] = hl.f32(param[at])
+    return param, read
+
+
+def narrowed(hl, out, dtype: str):
+    """The output Func `out` stored in `dtype`: itself for float32, else a Func casting it
+    (the one a schedule then maps; `out` is inlined into it)."""
+    if dtype != "float16":
+        return out
+    final = hl.Func(out.name() + "_f16")
+    final[out.args()] = hl.cast(hl.Float(16), out[out.args()])
+    return final
 
 
 def padded_channels(vectors: list, k: int, t: int) -> list:

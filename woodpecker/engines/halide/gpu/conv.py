@@ -23,7 +23,8 @@ grouped convs are not computed yet.
 from __future__ import annotations
 
 from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs, own_shapes
-from woodpecker.engines.halide.gpu.mapping import gpu_constraints
+from woodpecker.engines.halide.gpu.mapping import FLOATS, gpu_constraints
+from woodpecker.engines.halide.template_parts import narrowed
 from woodpecker.gpu.devices import GpuDevice
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
@@ -37,7 +38,7 @@ SEEDS = ({"threads_c": 16, "threads_x": 8, "reg_c": 4, "reg_x": 2, "c_step": 4,
 
 
 def supports(task: ConvTask) -> bool:
-    return type(task) is ConvTask and task.dtype == "float32" and task.groups == 1 \
+    return type(task) is ConvTask and task.dtype in FLOATS and task.groups == 1 \
         and not task.prologue \
         and all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
@@ -85,7 +86,7 @@ def define(hl, task: ConvTask, config: dict, mapping):
     acc = hl.Func("acc")
     acc[co, ox, oy, n] = io.bias(co)
     acc[co, ox, oy, n] += w_in[co, r[0], r[1], r[2]] * x_at
-    out = io.output(acc[co, ox, oy, n], (co, ox, oy, n))
+    out = narrowed(hl, io.output(acc[co, ox, oy, n], (co, ox, oy, n)), task.dtype)
     _schedule(hl, config, mapping, out, acc, r, (co, ox, oy, n), w_in)
     return out, io.params
 

@@ -22,7 +22,8 @@ few elements, never reading beyond the operands).
 from __future__ import annotations
 
 from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, epilogue_expr
-from woodpecker.engines.halide.gpu.mapping import gpu_constraints
+from woodpecker.engines.halide.gpu.mapping import FLOATS, gpu_constraints
+from woodpecker.engines.halide.template_parts import narrowed, stored
 from woodpecker.gpu.devices import GpuDevice
 from woodpecker.tasks.dense import DenseTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
@@ -34,7 +35,7 @@ SEEDS = ({"threads_n": 16, "threads_m": 8, "reg_n": 4, "reg_m": 4, "k_step": 8, 
 
 
 def supports(task: DenseTask) -> bool:
-    return task.dtype == "float32" and task.compute == "float32" and \
+    return task.dtype in FLOATS and task.compute == "float32" and \
         all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
 
@@ -74,17 +75,16 @@ def arguments(task: DenseTask, config: dict, inputs: list) -> list:
 
 def define(hl, task: DenseTask, config: dict, mapping):
     """The output Func and its parameters under `mapping` (mapping.py)."""
-    f32 = hl.Float(32)
-    a = hl.ImageParam(f32, 3, "a")
-    b = hl.ImageParam(f32, 2 if task.weights else 3, "b")
+    a_param, a = stored(hl, task.dtype, 3, "a")
+    b_param, b = stored(hl, task.dtype, 2 if task.weights else 3, "b")
     addends = ([task.bias] if task.bias else []) + list(task.residuals)
-    params = [hl.ImageParam(f32, 1 if kind == "row" else 3, f"r{i}")
+    params = [stored(hl, task.dtype, 1 if kind == "row" else 3, f"r{i}")
               for i, kind in enumerate(addends)]
     j, i, n = hl.Var("j"), hl.Var("i"), hl.Var("n")
     readers = []
-    for p, kind in zip(params, addends):
+    for (p, read), kind in zip(params, addends):
         f = hl.Func(p.name() + "_at")
-        f[j, i, n] = p[j] if kind == "row" else p[j, i, n]
+        f[j, i, n] = read[j] if kind == "row" else read[j, i, n]
         readers.append(f)
     b_in, a_in = b.in_(), a.in_()
     r = hl.RDom([(0, task.k)], "r")
@@ -94,8 +94,9 @@ def define(hl, task: DenseTask, config: dict, mapping):
     out = hl.Func("out")
     out[j, i, n] = epilogue_expr(hl, acc[j, i, n], task.epilogue,
                                  readers[1 if task.bias else 0:], (j, i, n))
+    out = narrowed(hl, out, task.dtype)
     _schedule(hl, task, config, mapping, out, acc, r, (j, i, n), b_in, a_in)
-    return out, [a, b, *params]
+    return out, [a_param, b_param, *(p for p, _ in params)]
 
 
 def _schedule(hl, task, config, mapping, out, acc, r, axes, b_in, a_in) -> None:

@@ -9,9 +9,13 @@ channels, `reg_x` neighbouring outputs per thread in registers).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from woodpecker.engines.halide import conv_depthwise
 from woodpecker.engines.halide.conv_common import own_shapes
 from woodpecker.engines.halide.gpu import window
+from woodpecker.engines.halide.gpu.mapping import FLOATS
+from woodpecker.engines.halide.template_parts import narrowed
 from woodpecker.tasks.conv import ConvTask
 
 KIND = "conv2d"
@@ -20,8 +24,8 @@ views = own_shapes
 
 
 def supports(task: ConvTask) -> bool:
-    return type(task) is ConvTask and conv_depthwise.supports(task) and not task.prologue \
-        and not task.reads_nchw
+    return type(task) is ConvTask and task.dtype in FLOATS and not task.prologue \
+        and not task.reads_nchw and conv_depthwise.supports(replace(task, dtype="float32"))
 
 
 def arguments(task: ConvTask, config: dict, inputs: list) -> list:
@@ -30,5 +34,6 @@ def arguments(task: ConvTask, config: dict, inputs: list) -> list:
 
 def define(hl, task: ConvTask, config: dict, mapping):
     io, out, acc, r, axes = conv_depthwise.define(hl, task)
+    out = narrowed(hl, out, task.dtype)
     window.schedule(hl, config, mapping, out, acc, r, axes)
     return out, io.params

@@ -14,7 +14,8 @@ other engines for now).
 from __future__ import annotations
 
 from woodpecker.engines.halide.conv_common import own_shapes, program_expr
-from woodpecker.engines.halide.gpu.mapping import gpu_constraints
+from woodpecker.engines.halide.gpu.mapping import FLOATS, gpu_constraints
+from woodpecker.engines.halide.template_parts import narrowed, stored
 from woodpecker.gpu.devices import GpuDevice
 from woodpecker.tasks.elementwise import ElementwiseRowsTask, ElementwiseTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
@@ -25,8 +26,8 @@ SEEDS = ({"threads": 256, "vec": 4}, {"threads": 128, "vec": 1})
 
 
 def supports(task: ElementwiseTask) -> bool:
-    return type(task) is ElementwiseTask and task.dtype == "float32" and \
-        all(task.input_dtype(i) == "float32" for i in range(task.inputs))
+    return type(task) is ElementwiseTask and task.dtype in FLOATS and \
+        all(task.input_dtype(i) == task.dtype for i in range(task.inputs))
 
 
 def space(task: ElementwiseTask, device: GpuDevice) -> KnobSpace:
@@ -49,9 +50,9 @@ def arguments(task: ElementwiseTask, config: dict, inputs: list) -> list:
 
 def define(hl, task: ElementwiseTask, config: dict, mapping):
     assert not isinstance(task, ElementwiseRowsTask)
-    f32 = hl.Float(32)
-    xs = [hl.ImageParam(f32, 4, f"x{i}") for i in range(task.inputs)]
-    k = hl.ImageParam(f32, 1, "k") if task.consts else None
+    xs_params = [stored(hl, task.dtype, 4, f"x{i}") for i in range(task.inputs)]
+    xs = [read for _, read in xs_params]
+    k_param, k = stored(hl, task.dtype, 1, "k") if task.consts else (None, None)
     c, x, y, n = hl.Var("c"), hl.Var("x"), hl.Var("y"), hl.Var("n")
 
     def value_of(ref):
@@ -60,6 +61,7 @@ def define(hl, task: ElementwiseTask, config: dict, mapping):
 
     out = hl.Func("out")
     out[c, x, y, n] = program_expr(hl, task.program, value_of)
+    out = narrowed(hl, out, task.dtype)
     run, bo, ti, vi = hl.Var("run"), hl.Var("bo"), hl.Var("ti"), hl.Var("vi")
     guard = hl.TailStrategy.GuardWithIf
     out.fuse(c, x, run).fuse(y, n, y)
@@ -68,4 +70,4 @@ def define(hl, task: ElementwiseTask, config: dict, mapping):
     mapping.blocks(out, bo, y)
     mapping.threads(out, ti)
     mapping.vectorize(out, vi, config["vec"])
-    return out, xs + ([k] if k is not None else [])
+    return out, [p for p, _ in xs_params] + ([k_param] if k_param is not None else [])

@@ -22,6 +22,10 @@ from typing import Protocol
 from woodpecker.gpu.devices import GpuDevice
 from woodpecker.tasks.space import Constraint
 
+# the element types GPU templates store floats in: float16 plans keep every float tensor in
+# half precision on the device and compute in float32 (template_parts.stored / narrowed)
+FLOATS = ("float32", "float16")
+
 # registers per thread beyond a template's named values: loop indices, addresses, predicates
 REGISTER_OVERHEAD = 24
 MAX_REGISTERS_PER_THREAD = 255

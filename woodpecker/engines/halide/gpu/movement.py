@@ -15,8 +15,8 @@ from woodpecker.tasks.space import Knob, KnobSpace
 
 KIND = "move"
 SEEDS = ({"threads": 256},)
-_TYPES = {"float32": ("Float", 32), "int64": ("Int", 64), "int32": ("Int", 32),
-          "uint8": ("UInt", 8), "int8": ("Int", 8)}
+_TYPES = {"float32": ("Float", 32), "float16": ("Float", 16), "int64": ("Int", 64),
+          "int32": ("Int", 32), "uint8": ("UInt", 8), "int8": ("Int", 8)}
 
 
 def supports(task: MoveTask) -> bool:

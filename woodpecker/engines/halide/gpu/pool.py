@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from woodpecker.engines.halide.conv_common import own_shapes
 from woodpecker.engines.halide.gpu import window
+from woodpecker.engines.halide.gpu.mapping import FLOATS
 from woodpecker.engines.halide.pool import define as define_pool
+from woodpecker.engines.halide.template_parts import narrowed
 from woodpecker.tasks.pool import PoolTask
 
 KIND = "pool"
@@ -18,7 +20,7 @@ views = own_shapes
 
 
 def supports(task: PoolTask) -> bool:
-    return task.dtype == "float32"
+    return task.dtype in FLOATS
 
 
 def arguments(task: PoolTask, config: dict, inputs: list) -> list:
@@ -27,5 +29,6 @@ def arguments(task: PoolTask, config: dict, inputs: list) -> list:
 
 def define(hl, task: PoolTask, config: dict, mapping):
     d = define_pool(hl, task)
-    window.schedule(hl, config, mapping, d.out, d.acc, d.r, d.axes)
-    return d.out, [d.x]
+    out = narrowed(hl, d.out, task.dtype)
+    window.schedule(hl, config, mapping, out, d.acc, d.r, d.axes)
+    return out, [d.x]

@@ -13,7 +13,8 @@ where they are read (`fast_exp`: Halide's polynomial exp, checked like every ker
 from __future__ import annotations
 
 from woodpecker.engines.halide import rows as cpu_rows
-from woodpecker.engines.halide.gpu.mapping import gpu_constraints
+from woodpecker.engines.halide.gpu.mapping import FLOATS, gpu_constraints
+from woodpecker.engines.halide.template_parts import narrowed
 from woodpecker.gpu.devices import GpuDevice
 from woodpecker.tasks.rows import RowTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
@@ -24,7 +25,7 @@ SEEDS = ({"threads_row": 32, "rows_per_block": 4, "fast_exp": False},
 
 
 def supports(task: RowTask) -> bool:
-    return task.dtype == "float32"
+    return task.dtype in FLOATS
 
 
 def space(task: RowTask, device: GpuDevice) -> KnobSpace:
@@ -51,6 +52,7 @@ def arguments(task: RowTask, config: dict, inputs: list) -> list:
 
 def define(hl, task: RowTask, config: dict, mapping):
     out, params, reductions, per_row, r = cpu_rows.define(hl, task, config["fast_exp"])
+    out = narrowed(hl, out, task.dtype)
     j, i = out.args()
     t, rb = config["threads_row"], config["rows_per_block"]
     io, ii, jo, ji = hl.Var("io"), hl.Var("ii"), hl.Var("jo"), hl.Var("ji")
