@@ -12,15 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.engines.halide.gpu import (
-    conv,
-    dense,
-    depthwise,
-    elementwise,
-    movement,
-    pool,
-    rows,
-)
+from woodpecker.assembly.gpu_plan import GPU_TEMPLATES
 from woodpecker.engines.halide.gpu.build import build_gpu, build_host, ptx_of
 from woodpecker.errors import EngineError
 from woodpecker.target import Target
@@ -32,6 +24,8 @@ from woodpecker.tasks.pool import PoolTask
 from woodpecker.tasks.rows import RowTask
 
 T4, A100 = Target.parse("cuda:t4"), Target.parse("cuda:a100")
+conv, dense, depthwise, elementwise, movement, pool, rows = (GPU_TEMPLATES[name] for name in (
+    "conv", "dense", "depthwise", "elementwise", "movement", "pool", "rows"))
 
 
 def _dense(m=64, k=96, n=128, batch=1, weights=True, bias="row", relu=True) -> DenseTask:
@@ -127,7 +121,7 @@ def _check_on_host(module, task, seed: int) -> None:
     space = module.space(task, A100.device)
     config = space.sample(random.Random(seed))
     inputs = task.random_inputs(seed)
-    got = build_host(module, task, config)(*module.arguments(task, config, inputs))
+    got = build_host(module, task, config)(*inputs)
     np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4,
                                err_msg=str(config))
 

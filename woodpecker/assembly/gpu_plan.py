@@ -222,7 +222,7 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
             [i for i, v in enumerate(step.node.inputs) if v is not None]
         constants = [None if step.node.inputs[i].data is None else step.task.constant(step.node, i)
                      for i in present]
-        args = module.arguments(step.task, step.config, constants)
+        args = constants            # the task's arguments, as every GPU template takes them
         shapes = _arg_shapes(module, step.task)
         run_time = iter(step.node.inputs[i] for i in present if step.node.inputs[i].data is None)
         refs = []

@@ -2,7 +2,8 @@
 target, built here to PTX (Halide's NVPTX backend needs no GPU) and run on the device.
 
 Every template offers, as the CPU templates do, `KIND`, `supports(task)`, `space(task,
-device)`, `arguments(task, config, inputs)` and `define(hl, task, config, mapping)` — the
+device)`, `views(task)` and `define(hl, task, config, mapping)` (its kernel takes the task's
+arguments as `random_inputs` orders them) — the
 algorithm and its loop structure, with the GPU-specific directives made through a `Mapping`
 (mapping.py): `CudaMapping` emits gpu_blocks/gpu_threads/shared memory, `HostMapping` runs
 the very same splits, tiles and tails serially on this CPU, so every template and config is

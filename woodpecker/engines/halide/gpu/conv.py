@@ -23,7 +23,12 @@ grouped convs are not computed yet.
 from __future__ import annotations
 
 from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, ConvInputs, own_shapes
-from woodpecker.engines.halide.gpu.mapping import FLOATS, gpu_constraints
+from woodpecker.engines.halide.gpu.mapping import (
+    FLOATS,
+    gpu_constraints,
+    register_tiles,
+    stage_shared,
+)
 from woodpecker.engines.halide.template_parts import narrowed
 from woodpecker.gpu.devices import GpuDevice
 from woodpecker.tasks.conv import ConvTask
@@ -71,9 +76,6 @@ def views(task: ConvTask) -> list:
     return own_shapes(task)
 
 
-def arguments(task: ConvTask, config: dict, inputs: list) -> list:
-    return list(inputs)
-
 
 def define(hl, task: ConvTask, config: dict, mapping):
     io = ConvInputs(hl, task)
@@ -93,35 +95,19 @@ def define(hl, task: ConvTask, config: dict, mapping):
 
 def _schedule(hl, config, mapping, out, acc, r, axes, w_in) -> None:
     co, ox, oy, n = axes
-    bc, bx = _tile(config)
-    rc, rx = config["reg_c"], config["reg_x"]
-    cb, xb, ct, xt, cr, xr = (hl.Var(v) for v in ("cb", "xb", "ct", "xt", "cr", "xr"))
-    shift = hl.TailStrategy.ShiftInwards
-    out.tile(co, ox, cb, xb, ct, xt, bc, bx, shift).tile(ct, xt, ct, xt, cr, xr, rc, rx, shift)
-    out.reorder(cr, xr, ct, xt, cb, xb, oy, n).fuse(oy, n, oy)
-    mapping.blocks(out, cb, xb, oy)
-    mapping.threads(out, ct, xt)
-    mapping.vectorize(out, cr, rc)
-    out.unroll(xr)
-    acc.compute_at(out, ct)
-    mapping.vectorize(acc, co, rc)
-    acc.unroll(ox)
-    upd = acc.update()
     ro, ri = hl.RVar("ro"), hl.RVar("ri")
-    upd.split(r[0], ro, ri, config["c_step"]).reorder(co, ox, ri, r[1], ro, r[2])
-    mapping.vectorize(upd, co, rc)
-    upd.unroll(ox).unroll(ri)
-    if config["unroll_window"]:
-        upd.unroll(r[1])
+
+    def reduce(upd) -> None:          # c_step input channels a step, the window's row inside
+        upd.split(r[0], ro, ri, config["c_step"]).reorder(co, ox, ri, r[1], ro, r[2])
+        upd.unroll(ri)
+        if config["unroll_window"]:
+            upd.unroll(r[1])
+
+    cb = register_tiles(hl, mapping, out, acc, (co, ox, oy, n), _tile(config),
+                        (config["reg_c"], config["reg_x"]), reduce)
     if config["stage"] == "w":
-        w_in.compute_at(out, cb)
-        mapping.shared(w_in)
-        wc, wr = w_in.args()[0], w_in.args()[1]
-        wco, wro, wci, wri = hl.Var("wco"), hl.Var("wro"), hl.Var("wci"), hl.Var("wri")
-        w_in.tile(wc, wr, wco, wro, wci, wri, config["threads_c"], config["threads_x"],
-                  hl.TailStrategy.GuardWithIf)
-        mapping.threads(w_in, wci, wri)
+        stage_shared(hl, mapping, w_in, out, cb, (config["threads_c"], config["threads_x"]))
     else:            # each step's weights in registers: one vector load of reg_c channels
         w_in.compute_at(acc, ri).store_in(hl.MemoryType.Register)
         w_in.unroll(w_in.args()[0])
-        mapping.vectorize(w_in, w_in.args()[0], rc)
+        mapping.vectorize(w_in, w_in.args()[0], config["reg_c"])

@@ -22,7 +22,12 @@ few elements, never reading beyond the operands).
 from __future__ import annotations
 
 from woodpecker.engines.halide.conv_common import EPILOGUE_OPS, epilogue_expr
-from woodpecker.engines.halide.gpu.mapping import FLOATS, gpu_constraints
+from woodpecker.engines.halide.gpu.mapping import (
+    FLOATS,
+    gpu_constraints,
+    register_tiles,
+    stage_shared,
+)
 from woodpecker.engines.halide.template_parts import narrowed, stored
 from woodpecker.gpu.devices import GpuDevice
 from woodpecker.tasks.dense import DenseTask
@@ -69,9 +74,6 @@ def views(task: DenseTask) -> list:
     return list(task.arg_shapes())
 
 
-def arguments(task: DenseTask, config: dict, inputs: list) -> list:
-    return list(inputs)
-
 
 def define(hl, task: DenseTask, config: dict, mapping):
     """The output Func and its parameters under `mapping` (mapping.py)."""
@@ -101,42 +103,21 @@ def define(hl, task: DenseTask, config: dict, mapping):
 
 def _schedule(hl, task, config, mapping, out, acc, r, axes, b_in, a_in) -> None:
     j, i, n = axes
-    bn, bm = _tile(config)
-    rn, rm = config["reg_n"], config["reg_m"]
-    jo, io, jt, it, jr, ir = (hl.Var(v) for v in ("jo", "io", "jt", "it", "jr", "ir"))
-    shift = hl.TailStrategy.ShiftInwards
-    out.tile(j, i, jo, io, jt, it, bn, bm, shift).tile(jt, it, jt, it, jr, ir, rn, rm, shift)
-    out.reorder(jr, ir, jt, it, jo, io, n).fuse(io, n, io)
-    mapping.blocks(out, jo, io)
-    mapping.threads(out, jt, it)
-    mapping.vectorize(out, jr, rn)
-    out.unroll(ir)
-    acc.compute_at(out, jt)
-    mapping.vectorize(acc, j, rn)
-    acc.unroll(i)
-    upd = acc.update()
+    rn = config["reg_n"]
     ro, ri = hl.RVar("ro"), hl.RVar("ri")
-    upd.split(r[0], ro, ri, config["k_step"]).reorder(j, i, ri, ro)
-    mapping.vectorize(upd, j, rn)
-    upd.unroll(i).unroll(ri)
+
+    def reduce(upd) -> None:          # k_step products a step, unrolled
+        upd.split(r[0], ro, ri, config["k_step"]).reorder(j, i, ri, ro).unroll(ri)
+
+    jo = register_tiles(hl, mapping, out, acc, (j, i, n), _tile(config), (rn, config["reg_m"]),
+                        reduce)
     staged = {"none": (), "b": (b_in,), "ab": (b_in, a_in)}[config["stage"]]
     for f in (b_in, a_in):
         if f in staged:
-            _stage(hl, f, out, jo, config, mapping)
+            stage_shared(hl, mapping, f, out, jo, (config["threads_n"], config["threads_m"]))
         else:      # read into registers per reduction step (B's row: one vector load)
             f.compute_at(acc, ri).store_in(hl.MemoryType.Register)
             for axis in f.args()[:2]:
                 f.unroll(axis)
     if b_in not in staged:
         mapping.vectorize(b_in, b_in.args()[0], rn)
-
-
-def _stage(hl, f, out, block, config, mapping) -> None:
-    """`f`'s slab for one block in shared memory, loaded by the block's threads together."""
-    f.compute_at(out, block)
-    mapping.shared(f)
-    x, y = f.args()[0], f.args()[1]
-    xo, yo, xi, yi = hl.Var("xo"), hl.Var("yo"), hl.Var("xi"), hl.Var("yi")
-    f.tile(x, y, xo, yo, xi, yi, config["threads_n"], config["threads_m"],
-           hl.TailStrategy.GuardWithIf)
-    mapping.threads(f, xi, yi)

@@ -28,9 +28,6 @@ def supports(task: ConvTask) -> bool:
         and not task.reads_nchw and conv_depthwise.supports(replace(task, dtype="float32"))
 
 
-def arguments(task: ConvTask, config: dict, inputs: list) -> list:
-    return list(inputs)
-
 
 def define(hl, task: ConvTask, config: dict, mapping):
     io, out, acc, r, axes = conv_depthwise.define(hl, task)

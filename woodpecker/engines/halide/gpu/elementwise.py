@@ -44,9 +44,6 @@ def views(task: ElementwiseTask) -> list:
     return own_shapes(task)
 
 
-def arguments(task: ElementwiseTask, config: dict, inputs: list) -> list:
-    return list(inputs)
-
 
 def define(hl, task: ElementwiseTask, config: dict, mapping):
     assert not isinstance(task, ElementwiseRowsTask)

@@ -107,3 +107,46 @@ tiny layers' only choice, and slow elsewhere, which the tuner measures), `shared
                 per_thread * threads(c) <= device.registers_per_block
         out.append(Constraint("registers within the thread's and the block's", fits))
     return out
+
+
+def register_tiles(hl, mapping, out, acc, axes, block: tuple[int, int], regs: tuple[int, int],
+                   reduce):
+    """The register-tiled product both conv.py and dense.py map: `out` over `axes` (x, y, and
+    the outer axes fused into blocks) cut into blocks of `block` (x, y) elements and threads of
+    `regs` register tiles (vectorized along x), `acc` computed per thread, its pure and update
+    stages unrolled over the tile; `reduce(update)` splits and orders the reduction first
+    (Halide's vectorize splits the variable it names, so it comes after). Returns the block's
+    x variable (for staging). Tiles shift inwards at the edges (ShiftInwards: the block must lie
+    within the output)."""
+    x, y, *outer = axes
+    (bx, by), (rx, ry) = block, regs
+    xo, yo, xt, yt, xr, yr = (hl.Var(v) for v in ("xo", "yo", "xt", "yt", "xr", "yr"))
+    shift = hl.TailStrategy.ShiftInwards
+    out.tile(x, y, xo, yo, xt, yt, bx, by, shift).tile(xt, yt, xt, yt, xr, yr, rx, ry, shift)
+    out.reorder(xr, yr, xt, yt, xo, yo, *outer)
+    if len(outer) > 1:                   # rows × images: the grid's third dimension
+        out.fuse(outer[0], outer[1], outer[0])
+    mapping.blocks(out, xo, yo, *outer[:1])
+    mapping.threads(out, xt, yt)
+    mapping.vectorize(out, xr, rx)
+    out.unroll(yr)
+    acc.compute_at(out, xt)
+    acc_x, acc_y = acc.args()[0], acc.args()[1]
+    mapping.vectorize(acc, acc_x, rx)
+    acc.unroll(acc_y)
+    upd = acc.update()
+    reduce(upd)
+    mapping.vectorize(upd, acc_x, rx)
+    upd.unroll(acc_y)
+    return xo
+
+
+def stage_shared(hl, mapping, f, out, block, threads: tuple[int, int]) -> None:
+    """`f`'s slab for one block of `out` (computed at `block`) in shared memory, loaded by the
+    block's `threads` (x, y) together."""
+    f.compute_at(out, block)
+    mapping.shared(f)
+    x, y = f.args()[0], f.args()[1]
+    xo, yo, xi, yi = hl.Var("xo"), hl.Var("yo"), hl.Var("xi"), hl.Var("yi")
+    f.tile(x, y, xo, yo, xi, yi, threads[0], threads[1], hl.TailStrategy.GuardWithIf)
+    mapping.threads(f, xi, yi)

@@ -32,9 +32,6 @@ def views(task: MoveTask) -> list:
     return [None, None]
 
 
-def arguments(task: MoveTask, config: dict, inputs: list) -> list:
-    return list(inputs)
-
 
 def define(hl, task: MoveTask, config: dict, mapping):
     code, bits = _TYPES[task.dtype]

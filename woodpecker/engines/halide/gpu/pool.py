@@ -23,9 +23,6 @@ def supports(task: PoolTask) -> bool:
     return task.dtype in FLOATS
 
 
-def arguments(task: PoolTask, config: dict, inputs: list) -> list:
-    return list(inputs)
-
 
 def define(hl, task: PoolTask, config: dict, mapping):
     d = define_pool(hl, task)

@@ -46,9 +46,6 @@ def views(task: RowTask) -> list:
     return cpu_rows.views(task)
 
 
-def arguments(task: RowTask, config: dict, inputs: list) -> list:
-    return list(inputs)
-
 
 def define(hl, task: RowTask, config: dict, mapping):
     out, params, reductions, per_row, r = cpu_rows.define(hl, task, config["fast_exp"])
