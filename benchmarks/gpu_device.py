@@ -9,9 +9,12 @@ exceed what travels to the device), its output checked against the expected outp
 here (the plan's walk on the CPU) and against torch fp32 on the device running the plan's own
 graph (same weights, TF32 off; `TorchPlan`); then 30 interleaved rounds time Woodpecker's
 launches, that torch module eagerly (cuDNN/cuBLAS) and under torch.compile (inductor,
-max-autotune), all by CUDA events, as paired ratios. For each conv layer of the bundle every
-built candidate is checked against the task's numpy reference and timed, the fastest against
-cuDNN's F.conv2d on the same input. Results: DIR/gpu_results.json, a table on stdout.
+max-autotune), all by CUDA events, as paired ratios. The bundle's tuning batch
+(tune/gpu_batch.py) is measured by the remote runner (runtime/gpu_measure.py: every
+candidate checked against its task's numpy reference and timed by events) into
+DIR/timings.json, which tune/gpu_batch.read_timings takes back into a tuning log here; each
+conv layer's fastest candidate is compared with cuDNN's F.conv2d on the same input.
+Results: DIR/gpu_results.json.
 
 `--host` runs the same code on this CPU (host builds of the kernels, torch on the CPU): the
 script's own check where no GPU is lent. The run stops starting new work after `--budget-s`.
@@ -23,6 +26,7 @@ import argparse
 import hashlib
 import json
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -292,81 +296,50 @@ def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
     return row
 
 
-def run_convs(entry: dict, bundle: Path, torch, device: str, host: bool, **_) -> dict:
-    """Every candidate of one conv layer checked and timed; the fastest against cuDNN."""
-    task = task_from_key(entry["task"])
-    inputs = task.random_inputs(0)
-    ref = task.reference(inputs)
-    timed = []
-    for cand in entry["candidates"]:
-        if host:
-            from woodpecker.engines.halide.gpu import conv
-            from woodpecker.engines.halide.gpu.build import build_host
-            kern = build_host(conv, task, cand["config"])
-            out = np.empty(task.out_shape, np.float32)
-
-            def launch(kern=kern, out=out):
-                kern(*inputs, out=out)
-
-            def fetch(out=out):
-                return out
-        else:
-            launch, fetch = _device_kernel(bundle, bundle / cand["file"], task, inputs)
-        launch()
-        err = float(np.max(np.abs(fetch() - ref)))
-        if err > 1e-3 * max(1.0, float(np.max(np.abs(ref)))):
-            timed.append({"config": cand["config"], "error": err})
-            continue
-        ts = []
-        for _ in range(20):
-            t0 = time.perf_counter()
-            launch()
-            _sync(torch, device)
-            ts.append((time.perf_counter() - t0) * 1e3)
-        timed.append({"config": cand["config"], "ms": float(np.median(ts)), "error": err})
-    ok = [t for t in timed if "ms" in t]
-    best = min(ok, key=lambda t: t["ms"]) if ok else None
-    x = torch.from_numpy(np.ascontiguousarray(inputs[0].transpose(0, 3, 1, 2))).to(device)
-    w = torch.from_numpy(np.ascontiguousarray(inputs[1].transpose(3, 2, 0, 1))).to(device)
-    top, left, bottom, right = task.pads
-    ts = []
-    with torch.no_grad():
-        for _ in range(20):
-            _sync(torch, device)
-            t0 = time.perf_counter()
-            torch.nn.functional.conv2d(torch.nn.functional.pad(x, (left, right, top, bottom)),
-                                       w, None, task.stride, 0, task.dilation)
-            _sync(torch, device)
-            ts.append((time.perf_counter() - t0) * 1e3)
-    return {"layer": task.describe(), "candidates": len(timed), "wrong": len(timed) - len(ok),
-            "best": best, "cudnn_ms": float(np.median(ts)),
-            "best_over_cudnn": None if best is None else best["ms"] / float(np.median(ts))}
-
-
 def _sync(torch, device: str) -> None:
     if device != "cpu":
         torch.cuda.synchronize()
 
 
-def _device_kernel(bundle: Path, library: Path, task, inputs):
-    """A candidate kernel on the device with its inputs uploaded: (launch, fetch)."""
-    from woodpecker.gpu.runtime import CudaRuntime, GpuKernel
+def run_batch(bundle: Path, torch, device: str, host: bool, out: Path) -> list[dict]:
+    """The bundle's tuning batch measured (runtime/gpu_measure.py: every candidate checked
+    against its task's reference and timed), its timings copied to `out` for
+    tune/gpu_batch.read_timings; then each conv layer's fastest candidate against cuDNN's
+    F.conv2d on the same input."""
+    from woodpecker.runtime.gpu_measure import measure_batch, task_inputs
 
-    runtime = CudaRuntime(bundle / "runtime.so")
-    views = []
-    for a in [*inputs, np.empty(task.out_shape, np.float32)]:
-        mem = runtime.alloc(a.nbytes)
-        view = runtime.view(mem, 0, a.shape, a.dtype)
-        if len(views) < len(inputs):
-            runtime.upload(view, a)
-        views.append(view)
-    launch = GpuKernel(runtime, library, len(views)).bind(views)
-    out = np.empty(task.out_shape, np.float32)
-
-    def fetch():
-        runtime.synchronize()
-        return runtime.download(views[-1], out)
-    return launch, fetch
+    kernel = None
+    if host:
+        from woodpecker.assembly.gpu_host import host_kernel as kernel
+    results = measure_batch(bundle / "batch", runs=20, kernel=kernel)
+    shutil.copyfile(bundle / "batch" / "timings.json", out / "timings.json")
+    rows = []
+    for key in dict.fromkeys(r["task"] for r in results if r["template"] == "conv"):
+        task = task_from_key(key)
+        mine = [r for r in results if r["task"] == key]
+        ok = [r for r in mine if "ms" in r]
+        inputs = task_inputs(task)
+        x = inputs[0] if task.reads_nchw else inputs[0].transpose(0, 3, 1, 2)
+        x = torch.from_numpy(np.ascontiguousarray(x)).to(device)
+        w = torch.from_numpy(np.ascontiguousarray(inputs[1].transpose(3, 2, 0, 1))).to(device)
+        top, left, bottom, right = task.pads
+        clock, ts = _events(torch, device), []
+        with torch.no_grad():
+            for k in range(23):
+                clock.start()
+                torch.nn.functional.conv2d(torch.nn.functional.pad(
+                    x, (left, right, top, bottom)), w, None, task.stride, 0, task.dilation)
+                if k >= 3:
+                    ts.append(clock.stop())
+                else:
+                    clock.stop()
+        best = min(ok, key=lambda r: r["ms"]) if ok else None
+        best = None if best is None else {"config": best["config"], "ms": best["ms"]}
+        cudnn = float(np.median(ts))
+        rows.append({"layer": task.describe(), "candidates": len(mine), "wrong": len(mine) -
+                     len(ok), "best": best, "cudnn_ms": cudnn,
+                     "best_over_cudnn": None if best is None else best["ms"] / cudnn})
+    return rows
 
 
 def main(argv=None) -> int:
@@ -391,27 +364,32 @@ def main(argv=None) -> int:
         facts["gpus"] = [GpuDevice.to_json(d) for d in driver.devices()]
         facts["cuda"] = torch.version.cuda
         facts["cudnn"] = torch.backends.cudnn.version()
-    results = {"facts": facts, "manifest": manifest["built"], "plans": [], "convs": [],
+    results = {"facts": facts, "manifest": manifest["built"], "plans": [], "layers": [],
                "skipped": list(manifest.get("skipped", []))}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for kind, items, fn in (("plans", manifest["plans"], run_plan),
-                            ("convs", manifest["convs"], run_convs)):
-        for entry in items:
-            if time.perf_counter() - start > args.budget_s:
-                results["skipped"].append(f"{kind}: {entry.get('folder', entry.get('task'))}: "
-                                          "out of the run's time")
-                continue
-            try:
-                row = fn(entry, bundle, torch, device, args.host, rounds=args.rounds,
-                         compile_mode=args.compile_mode)
-            except Exception as e:      # noqa: BLE001 - one entry's failure is reported
-                row = {"entry": entry.get("folder", entry.get("task")),
-                       "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-            results[kind].append(row)
-            print(json.dumps({k: v for k, v in row.items() if k not in ("per_round",)})[:400],
-                  flush=True)
-            (out / "gpu_results.json").write_text(json.dumps(results, indent=1))
+    for entry in manifest["plans"]:
+        if time.perf_counter() - start > args.budget_s:
+            results["skipped"].append(f"plan {entry['folder']}: out of the run's time")
+            continue
+        try:
+            row = run_plan(entry, bundle, torch, device, args.host, rounds=args.rounds,
+                           compile_mode=args.compile_mode)
+        except Exception as e:      # noqa: BLE001 - one plan's failure is reported
+            row = {"entry": entry["folder"],
+                   "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+        results["plans"].append(row)
+        print(json.dumps({k: v for k, v in row.items() if not k.startswith("ours_")})[:400],
+              flush=True)
+        (out / "gpu_results.json").write_text(json.dumps(results, indent=1))
+    if manifest.get("batch"):
+        if time.perf_counter() - start > args.budget_s:
+            results["skipped"].append("tuning batch: out of the run's time")
+        else:
+            results["layers"] = run_batch(bundle, torch, device, args.host, out)
+            for row in results["layers"]:
+                print(json.dumps(row)[:300], flush=True)
+    (out / "gpu_results.json").write_text(json.dumps(results, indent=1))
     return 0
 
 

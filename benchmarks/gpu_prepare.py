@@ -1,6 +1,6 @@
 """Issue 54's device bundle, built here (Halide, onnx, the compiler): GPU plans of zoo models
-at batch 1 and 16 in fp32 and fp16 and every built candidate of resnet18's conv layers, for
-benchmarks/gpu_device.py to run on the lent GPU.
+at batch 1 and 16 in fp32 and fp16, and a tuning batch of resnet18's GPU tasks
+(tune/gpu_batch.py), for benchmarks/gpu_device.py to run on the lent GPU.
 
     python benchmarks/gpu_prepare.py BUNDLE [--target cuda:h200] [--models resnet18,resnet50]
         [--batches 1,16] [--precisions fp32,fp16] [--candidates 12]
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import random
 import shutil
 import sys
 import time
@@ -29,15 +28,13 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gpu_device import feeds_of, generated_weights  # noqa: E402
-from woodpecker.assembly.gpu_plan import gpu_steps  # noqa: E402
 from woodpecker.compiler_gpu import GPU_PASSES, check_on_host, compile_gpu  # noqa: E402
-from woodpecker.engines.halide.gpu import conv  # noqa: E402
-from woodpecker.engines.halide.gpu.build import build_gpu  # noqa: E402
-from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_library  # noqa: E402
+from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime  # noqa: E402
 from woodpecker.errors import WoodpeckerError  # noqa: E402
 from woodpecker.frontend.onnx_import import import_onnx  # noqa: E402
 from woodpecker.passes import optimize  # noqa: E402
 from woodpecker.target import Target, machine_facts  # noqa: E402
+from woodpecker.tune.gpu_batch import write_batch  # noqa: E402
 from woodpecker.zoo import export  # noqa: E402
 
 SEED = 0
@@ -72,25 +69,12 @@ def prepare_plan(model: str, batch: int, target: Target, bundle: Path,
             "seed": SEED}
 
 
-def prepare_convs(model: str, target: Target, bundle: Path, n: int) -> list[dict]:
+def prepare_batch(model: str, target: Target, bundle: Path, per_task: int) -> str:
+    """A tuning batch of every GPU task of `model` (tune/gpu_batch.py)."""
     graph = import_onnx(onnx.load(str(export(model))), None, None)
     optimize(graph, GPU_PASSES)
-    tasks = {s.task.key: s.task for s in gpu_steps(graph, target) if s.template == "conv"}
-    out = []
-    for k, (key, task) in enumerate(tasks.items()):
-        space = conv.space(task, target.device)
-        rng = random.Random(k)
-        configs = list(space.seeds) + [space.sample(rng) for _ in range(n)]
-        configs = list({json.dumps(c, sort_keys=True): c for c in configs}.values())
-        layer = bundle / "convs" / f"layer{k:02d}"
-        layer.mkdir(parents=True, exist_ok=True)
-        cands = []
-        for i, config in enumerate(configs):
-            lib = kernel_library(build_gpu(conv, task, config, target))
-            shutil.copyfile(lib, layer / f"{i:02d}.so")
-            cands.append({"file": f"convs/{layer.name}/{i:02d}.so", "config": config})
-        out.append({"task": key, "candidates": cands})
-    return out
+    write_batch(graph, target, bundle / "batch", per_task)
+    return "batch"
 
 
 def main(argv=None) -> int:
@@ -101,7 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="1,16")
     ap.add_argument("--precisions", default="fp32,fp16")
     ap.add_argument("--candidates", type=int, default=12)
-    ap.add_argument("--conv-model", default="resnet18")
+    ap.add_argument("--batch-model", default="resnet18",
+                    help="the model whose GPU tasks the tuning batch holds ('' for none)")
     args = ap.parse_args(argv)
     bundle, target = Path(args.bundle), Target.parse(args.target)
     shutil.rmtree(bundle, ignore_errors=True)
@@ -109,7 +94,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     manifest = {"built": {"target": target.to_json(), "machine": machine_facts(),
                           "halide_target": target.halide_target},
-                "plans": [], "convs": [], "skipped": []}
+                "plans": [], "batch": None, "skipped": []}
     for model in args.models.split(","):
         for batch in map(int, args.batches.split(",")):
             for precision in args.precisions.split(","):
@@ -120,14 +105,15 @@ def main(argv=None) -> int:
                     manifest["skipped"].append(f"{model} batch {batch} {precision}: {e}")
                 print(f"{model} batch {batch} {precision}: {time.perf_counter() - t0:.0f} s",
                       flush=True)
-    if args.conv_model:
-        manifest["convs"] = prepare_convs(args.conv_model, target, bundle, args.candidates)
+    if args.batch_model:
+        manifest["batch"] = prepare_batch(args.batch_model, target, bundle, args.candidates)
     shutil.copyfile(cuda_runtime(target), bundle / "runtime.so")
     (bundle / "manifest.json").write_text(json.dumps(manifest, indent=1))
     size = sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file())
+    batch = json.loads((bundle / "batch" / "batch.json").read_text())["candidates"] \
+        if manifest["batch"] else []
     print(f"bundle {bundle}: {size / 2**20:.1f} MiB, {len(manifest['plans'])} plans, "
-          f"{sum(len(c['candidates']) for c in manifest['convs'])} conv candidates, "
-          f"{time.perf_counter() - t0:.0f} s")
+          f"{len(batch)} tuning candidates, {time.perf_counter() - t0:.0f} s")
     return 0
 
 

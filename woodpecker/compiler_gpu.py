@@ -6,8 +6,9 @@ assembly/gpu_plan.py for a `cuda` target — kernels built here, to run on the d
 Contract: `compile_gpu(model, folder, target="cuda:h100", configs=None, precision="fp32")`
 writes the plan folder and returns it; `configs` maps task keys to tuned configs (none: each
 template's first seed); `precision="fp16"` stores every float tensor in half precision.
-`check_on_host(folder, feeds)` runs the plan's walk on this CPU (assembly/gpu_host.py) and
-returns its outputs — what the tests compare with ONNX Runtime.
+`tuning_log`: a log the device's batch timings were read into (tune/gpu_batch.py): each
+task's fastest config. `check_on_host(folder, feeds)` runs the plan's walk on this CPU
+(assembly/gpu_host.py) and returns its outputs — what the tests compare with ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, optimize
 from woodpecker.runtime.gpu_plan import GpuPlan
 from woodpecker.target import Target
+from woodpecker.tune.gpu_batch import PREFIX
+from woodpecker.tune.records import TuningLog
 
 # The CPU plans' default passes without the depthwise + pointwise pairing (its conv chains and
 # attention fusions are not in DEFAULT either): the GPU templates compute single convs.
@@ -32,13 +35,24 @@ GPU_PASSES = tuple(p for p in DEFAULT if p != "fuse_separable")
 
 def compile_gpu(model: Any, folder: "str | Path", target: "str | Target" = "cuda:h100",
                 configs: dict | None = None, input_shapes: dict | None = None,
-                progress: TextIO | None = None, precision: str = "fp32") -> Path:
+                progress: TextIO | None = None, precision: str = "fp32",
+                tuning_log: "str | Path | None" = None) -> Path:
     tgt = Target.parse(target)
     if tgt.device is None:
         raise WoodpeckerError(f"a GPU plan needs a cuda target, not {target!r}")
+    if tuning_log is not None:
+        configs = {**tuned_configs(TuningLog(tuning_log, tgt.record_key)), **(configs or {})}
     graph = import_onnx(load_model_proto(model), input_shapes, None)
     optimize(graph, GPU_PASSES)
     return assemble_gpu_plan(graph, tgt, folder, configs, progress, precision)
+
+
+def tuned_configs(log: TuningLog) -> dict[str, dict]:
+    """The fastest measured config of every task the log (opened for a cuda target) holds GPU
+    records of (tune/gpu_batch.py)."""
+    keys = {r.task for r in log.records if r.template.startswith(PREFIX)}
+    return {key: dict(rec.config) for key in keys
+            if (rec := log.best(key)) is not None and rec.template.startswith(PREFIX)}
 
 
 def check_on_host(folder: "str | Path", feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

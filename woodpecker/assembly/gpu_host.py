@@ -2,11 +2,13 @@
 numpy arena with the plan's offsets, each step's template and config built for the host with
 the same loop nest (`HostMapping`, engines/halide/gpu/build.py). A machine without a GPU so
 checks a GPU plan's layouts, offsets, views, weights and kernels against ONNX Runtime (issue
-54's device-free CI); only the device itself can say how fast it runs.
+54's device-free CI); only the device itself can say how fast it runs. `host_kernel` does the
+same for one candidate of a tuning batch (runtime/gpu_measure.py).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -47,3 +49,26 @@ class HostMemory:
 
     def synchronize(self) -> None:
         pass
+
+
+class WallTimer:
+    """Wall-clock milliseconds around a host call: the host check's stand-in for events."""
+
+    def start(self) -> None:
+        self.t = time.perf_counter()
+
+    def stop(self) -> float:
+        return (time.perf_counter() - self.t) * 1e3
+
+
+def host_kernel(folder: Path, candidate: dict, task, inputs):
+    """A batch candidate (runtime/gpu_measure.py) built for this CPU with the same loop nest:
+    (launch, fetch, timer) — a batch's own check without a device."""
+    run = build_host(GPU_TEMPLATES[candidate["template"]], task, candidate["config"])
+    out = np.empty(task.out_shape, np.float16 if getattr(task, "dtype", "") == "float16"
+                   else np.float32)
+
+    def launch() -> None:
+        run(*inputs, out=out)
+
+    return launch, (lambda: out), WallTimer()

@@ -1,0 +1,81 @@
+"""Tuning GPU kernels in batches without a GPU (issue 54, deliverable 5): a batch builds here,
+its candidates are checked and timed by the remote runner's own code (run here with host
+builds in place of the device), the timings come back into a tuning log keyed by the cuda
+target, and the plan is built with the fastest configs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.gpu.test_gpu_plan import _small_model
+from woodpecker.assembly.gpu_host import host_kernel
+from woodpecker.compiler_gpu import compile_gpu, tuned_configs
+from woodpecker.errors import PlanError
+from woodpecker.frontend.onnx_import import import_onnx
+from woodpecker.passes import optimize
+from woodpecker.runtime.gpu_measure import measure_batch
+from woodpecker.target import Target
+from woodpecker.tune.gpu_batch import read_timings, write_batch
+from woodpecker.tune.records import TuningLog
+
+T4 = Target.parse("cuda:t4")
+
+
+def _graph(model):
+    from woodpecker.compiler_gpu import GPU_PASSES
+
+    graph = import_onnx(model, None, None)
+    optimize(graph, GPU_PASSES)
+    return graph
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    model = _small_model(11)
+    folder = write_batch(_graph(model), T4, tmp_path_factory.mktemp("batch") / "b", per_task=2)
+    results = measure_batch(folder, runs=2, warmup=0, kernel=host_kernel)
+    return model, folder, results
+
+
+def test_every_candidate_is_checked_and_timed(measured):
+    _, folder, results = measured
+    batch = json.loads((folder / "batch.json").read_text())
+    assert len(results) == len(batch["candidates"]) >= 5 * 2
+    assert {r["template"] for r in results} == {"conv", "pool", "dense"}
+    assert all("ms" in r and r["max_abs"] < 1e-3 for r in results), results
+
+
+def test_timings_come_back_into_the_log_and_the_plan(measured, tmp_path):
+    model, folder, results = measured
+    log = TuningLog(tmp_path / "gpu.jsonl", T4.record_key)
+    best = read_timings(folder, log)
+    assert len(log.records) == len(results)
+    assert {r.target for r in log.records} == {"cuda:tesla-t4:sm_75"}
+    assert {r.template for r in log.records} == {"gpu.conv", "gpu.pool", "gpu.dense"}
+    for task, config in best.items():
+        fastest = min((r for r in results if r["task"] == task), key=lambda r: r["ms"])
+        assert config == fastest["config"]
+    assert tuned_configs(TuningLog(tmp_path / "gpu.jsonl", T4.record_key)) == best
+    assert TuningLog(tmp_path / "gpu.jsonl", Target.parse("cpu").record_key).records == []
+    plan = compile_gpu(model, tmp_path / "plan", T4, tuning_log=tmp_path / "gpu.jsonl")
+    steps = json.loads((plan / "plan.json").read_text())["steps"]
+    assert all(s["config"] == best[s["task"]] for s in steps)
+    # a second batch draws only configs the log has not measured
+    again = write_batch(_graph(model), T4, tmp_path / "b2", per_task=1, log=log)
+    measured_keys = {(r.task, json.dumps(r.config, sort_keys=True)) for r in log.records}
+    fresh = json.loads((again / "batch.json").read_text())["candidates"]
+    assert not any((c["task"], json.dumps(c["config"], sort_keys=True)) in measured_keys
+                   for c in fresh)
+
+
+def test_a_tampered_batch_is_refused(measured, tmp_path):
+    _, folder, _ = measured
+    copy = tmp_path / "b"
+    shutil.copytree(folder, copy)
+    batch = json.loads((copy / "batch.json").read_text())
+    (copy / batch["candidates"][0]["file"]).write_bytes(b"not a kernel")
+    with pytest.raises(PlanError, match="sha256 differs"):
+        measure_batch(copy, kernel=host_kernel)

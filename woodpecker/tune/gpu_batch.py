@@ -1,0 +1,106 @@
+"""Tuning GPU kernels on a device elsewhere, in batches (issue 54: build here, run there —
+AutoTVM's Builder here, its RPC Runner there).
+
+Contract: `write_batch(graph, target, folder, per_task)` builds, for every distinct GPU task
+of the graph (assembly/gpu_plan.gpu_steps), its template's seeds and `per_task` configs drawn
+from its space (seeded; configs the log already measured for the target are not drawn
+again), into a batch folder `runtime/gpu_measure.py` checks and times on the device (`python
+-m woodpecker.runtime.gpu_measure BATCH`, numpy and ctypes only). `read_timings(folder, log)`
+takes that run's `timings.json` back into the tuning log — one record per candidate, keyed
+by the cuda target (`Target.record_key`: the device and its capability), errors recorded as
+invalid — and returns the best config per task, which `compiler_gpu.compile_gpu(configs=…)`
+builds the plan with. Templates are recorded as `gpu.<name>` (tune/records.py keeps records
+of templates the CPU engines do not know, inert for them).
+
+Choice: random search over the knob spaces, seeds first — the device is lent for minutes, so
+one batch, not a search loop; later batches draw configs the log has not measured.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import uuid
+from pathlib import Path
+
+from woodpecker.assembly.gpu_plan import GPU_TEMPLATES, gpu_steps
+from woodpecker.engines.halide.gpu.build import build_gpu
+from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_library
+from woodpecker.errors import WoodpeckerError
+from woodpecker.files import sha256_file
+from woodpecker.ir.graph import Graph
+from woodpecker.runtime.gpu_measure import FORMAT
+from woodpecker.target import Target
+from woodpecker.tune.records import TuningLog, TuningRecord
+
+PREFIX = "gpu."
+
+
+def _key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def write_batch(graph: Graph, target: Target, folder: "str | Path", per_task: int = 8,
+                seed: int = 0, precision: str = "fp32", log: TuningLog | None = None,
+                progress=None) -> Path:
+    folder = Path(folder)
+    (folder / "kernels").mkdir(parents=True, exist_ok=True)
+    tasks = {}
+    for step in gpu_steps(graph, target, precision=precision):
+        tasks.setdefault(step.task.key, (step.task, step.template))
+    candidates = []
+    for k, (key, (task, name)) in enumerate(tasks.items()):
+        module = GPU_TEMPLATES[name]
+        space = module.space(task, target.device)
+        done = set() if log is None else {_key(r.config) for r in log.records
+                                          if r.task == key and r.template == PREFIX + name}
+        rng = random.Random(seed * 1000003 + k)
+        configs = {_key(c): c for c in space.seeds if _key(c) not in done}
+        for _ in range(per_task * 20):
+            if len(configs) >= len(space.seeds) + per_task:
+                break
+            c = space.sample(rng)
+            if _key(c) not in done:
+                configs.setdefault(_key(c), c)
+        for config in configs.values():
+            library = kernel_library(build_gpu(module, task, config, target))
+            file = f"kernels/{library.name}"
+            shutil.copyfile(library, folder / file)
+            candidates.append({"task": key, "template": name, "config": config, "file": file,
+                               "sha256": sha256_file(folder / file)})
+        if progress is not None:
+            print(f"  GPU task {k + 1}/{len(tasks)}: {task.describe()}, {len(configs)} "
+                  "candidates", file=progress, flush=True)
+    shutil.copyfile(cuda_runtime(target), folder / "runtime.so")
+    batch = {"format": FORMAT, "id": uuid.uuid4().hex, "target": target.to_json(),
+             "runtime": {"file": "runtime.so", "sha256": sha256_file(folder / "runtime.so")},
+             "candidates": candidates}
+    (folder / "batch.json").write_text(json.dumps(batch, indent=1))
+    return folder
+
+
+def read_timings(folder: "str | Path", log: TuningLog) -> dict[str, dict]:
+    """The device's timings of the batch at `folder` into `log` (opened for the batch's
+    target); the best config per task key."""
+    folder = Path(folder)
+    try:
+        batch = json.loads((folder / "batch.json").read_text())
+        timings = json.loads((folder / "timings.json").read_text())
+    except (OSError, ValueError) as e:
+        raise WoodpeckerError(f"cannot read the batch's timings in {folder}: {e}") from None
+    if timings.get("batch") != batch["id"]:
+        raise WoodpeckerError(f"{folder / 'timings.json'} measured another batch")
+    target = Target.from_json(batch["target"])
+    if log.target not in (None, target.record_key):
+        raise WoodpeckerError(f"the batch was built for {target.record_key}; the log is "
+                              f"opened for {log.target}")
+    best: dict[str, tuple[float, dict]] = {}
+    for r in timings["results"]:
+        ms = r.get("ms")
+        log.append(TuningRecord(task=r["task"], template=PREFIX + r["template"],
+                                config=r["config"], cost_s=None if ms is None else ms / 1e3,
+                                error=r.get("error"), target=target.record_key))
+        if ms is not None and (r["task"] not in best or ms < best[r["task"]][0]):
+            best[r["task"]] = (ms, r["config"])
+    return {task: config for task, (_, config) in best.items()}
