@@ -18,6 +18,8 @@ config's cost is the same wherever it appears.
     python benchmarks/chain_anatomy.py --model mobilenet_v2 --tasks 3 \\
         --memo benchmarks/results/split_join_memo_emr.jsonl \\
         --json benchmarks/results/chain_anatomy_emr.json
+
+(the committed memo is gzip-compressed, `split_join_memo_emr.jsonl.gz`: gunzip it first.)
 """
 
 from __future__ import annotations

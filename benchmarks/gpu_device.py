@@ -235,12 +235,13 @@ def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
         session = plan.session()
     feeds = feeds_of(plan.doc)
     ours = session.run(feeds)
-    expected = np.load(folder / "expected.npz")
     half = plan.doc.get("precision") == "fp16"
     row = {"model": entry["model"], "batch": entry["batch"], "precision": plan.doc.get(
         "precision", "fp32"), "steps": len(plan.doc["steps"])}
-    row["max_abs_vs_expected"] = max(float(np.max(np.abs(ours[k] - expected[k])))
-                                     for k in ours)
+    if (folder / "expected.npz").exists():     # the plan's walk on the build machine's CPU
+        expected = np.load(folder / "expected.npz")
+        row["max_abs_vs_expected"] = max(float(np.max(np.abs(ours[k] - expected[k])))
+                                         for k in ours)
     if device != "cpu":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False

@@ -62,8 +62,8 @@ def prepare_plan(model: str, batch: int, target: Target, bundle: Path,
     (folder / "weights.bin").write_bytes(data)
     doc["weights"]["sha256"] = hashlib.sha256(data).hexdigest()
     plan_json.write_text(json.dumps(doc, indent=1))
-    expected = check_on_host(folder, feeds_of(doc))
-    np.savez(folder / "expected.npz", **expected)
+    if batch == 1:     # the walk on this CPU is serial: batch 16's is left to torch's check
+        np.savez(folder / "expected.npz", **check_on_host(folder, feeds_of(doc)))
     (folder / "weights.bin").unlink()
     return {"model": model, "batch": batch, "precision": precision, "folder": folder.name,
             "seed": SEED}

@@ -17,6 +17,7 @@ Prints c, b, R² and the data; writes JSON. The constants go to `config.WEIGHT_S
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -39,7 +40,8 @@ STABLE = 0.95
 def efforts(log: Path) -> dict[tuple[str, str], tuple[int, int]]:
     """(task, template) -> (measurements to within 5 % of the final best, measurements)."""
     costs: dict[tuple[str, str], list[float | None]] = {}
-    for line in log.open():
+    opener = gzip.open if log.suffix == ".gz" else open
+    for line in opener(log, "rt"):
         try:
             r = json.loads(line)
         except json.JSONDecodeError:
@@ -69,8 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the fit and its data here")
     args = ap.parse_args(argv)
     rows = []
-    for log in sorted(Path(args.logs).glob("tuning_*.jsonl")):
-        model = log.stem.removeprefix("tuning_")
+    for log in sorted(Path(args.logs).glob("tuning_*.jsonl*")):
+        model = log.name.split(".")[0].removeprefix("tuning_")
         if model not in zoo.MODELS:
             continue
         graph = import_onnx(load_model_proto(str(zoo.export(model))))

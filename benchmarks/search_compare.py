@@ -33,7 +33,9 @@ transfer sample from the first batch).
 
 The committed Zen 3 run resumes with `--memo benchmarks/results/search_memo_zen3.jsonl --json
 benchmarks/results/search_compare_zen3.json --transfer-log
-benchmarks/results/search_transfer_zen3.jsonl` (its runs: `<json>.runs.jsonl`).
+benchmarks/results/search_transfer_zen3.jsonl` (its runs: `<json>.runs.jsonl`); the committed
+logs are gzip-compressed (`.jsonl.gz`, to keep the repository small enough to travel to a GPU
+machine): gunzip the memo and runs first to resume them.
 """
 
 from __future__ import annotations

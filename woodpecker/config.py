@@ -222,7 +222,7 @@ SHORT_AXIS = 8
 # A conv chain's flattened 1×1 stage computed at the root runs its channel tiles in parallel
 # from this many tiles up, else its pixel tiles (engines/halide/conv_chain.py): the parallel
 # axis of conv_gemm's best records for the same 1×1 convs (this session's Intel AVX-512 VM,
-# benchmarks/results/split_join_memo_emr.jsonl) was `co` for 160→960 at 7² (20 tiles of 48)
+# benchmarks/results/split_join_memo_emr.jsonl.gz) was `co` for 160→960 at 7² (20 tiles of 48)
 # and 96→576 at 14² (12 of 48), `p` for 24→144 at 56² (3 of 48): two cores want several tiles
 # each.
 CHAIN_CO_TASKS = 8

@@ -79,3 +79,21 @@ def test_a_tampered_batch_is_refused(measured, tmp_path):
     (copy / batch["candidates"][0]["file"]).write_bytes(b"not a kernel")
     with pytest.raises(PlanError, match="sha256 differs"):
         measure_batch(copy, kernel=host_kernel)
+
+
+def test_a_compressed_log_reads_as_it_is_and_refuses_appends(measured, tmp_path):
+    """Committed tuning logs are gzip-compressed (the repository travels to the GPU machine
+    whole, under 64 MiB): read as they are, never appended to."""
+    import gzip
+
+    from woodpecker.errors import WoodpeckerError
+
+    _, folder, _ = measured
+    plain = TuningLog(tmp_path / "g.jsonl", T4.record_key)
+    read_timings(folder, plain)
+    packed = tmp_path / "g.jsonl.gz"
+    packed.write_bytes(gzip.compress((tmp_path / "g.jsonl").read_bytes()))
+    log = TuningLog(packed, T4.record_key)
+    assert [r.config for r in log.records] == [r.config for r in plain.records]
+    with pytest.raises(WoodpeckerError, match="compressed log, read-only"):
+        log.append(plain.records[0])

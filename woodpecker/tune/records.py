@@ -22,6 +22,7 @@ writers.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from woodpecker.engines.halide.templates import known_template
+from woodpecker.errors import WoodpeckerError
 from woodpecker.target import host_machine
 from woodpecker.tasks.space import KnobSpace
 
@@ -170,7 +172,9 @@ class TuningLog:
             self._read()
 
     def _read(self) -> None:
-        with open(self.path, encoding="utf-8", errors="replace") as f:
+        # a gzip-compressed log (a committed result's, `.jsonl.gz`) reads the same, read-only
+        opener = gzip.open if self.path.suffix == ".gz" else open
+        with opener(self.path, "rt", encoding="utf-8", errors="replace") as f:
             for line in f:
                 if not line.strip():
                     continue
@@ -192,6 +196,9 @@ class TuningLog:
         it in."""
         if not isinstance(record, TuningRecord):
             raise TypeError(f"a tuning log takes TuningRecord, not {type(record).__name__}")
+        if self.path.suffix == ".gz":
+            raise WoodpeckerError(f"{self.path} is a compressed log, read-only: gunzip it to "
+                                  "append to it")
         stamp = record.target is None and self.target is not None
         record = replace(record, time=record.time or time.strftime("%Y-%m-%dT%H:%M:%S"),
                          target=self.target if stamp else record.target,
