@@ -350,6 +350,9 @@ def main(argv=None) -> int:
     ap.add_argument("--host", action="store_true", help="run on this CPU (a dry run)")
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--only", default="",
+                    help="comma-separated plan folder names to run (default: every plan)")
+    ap.add_argument("--no-batch", action="store_true", help="skip the tuning batch")
     ap.add_argument("--compile-mode", default="max-autotune",
                     help="torch.compile's mode for the compiled baseline (none: skip it)")
     args = ap.parse_args(argv)
@@ -369,7 +372,10 @@ def main(argv=None) -> int:
                "skipped": list(manifest.get("skipped", []))}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    only = set(filter(None, args.only.split(",")))
     for entry in manifest["plans"]:
+        if only and entry["folder"] not in only:
+            continue
         if time.perf_counter() - start > args.budget_s:
             results["skipped"].append(f"plan {entry['folder']}: out of the run's time")
             continue
@@ -383,7 +389,7 @@ def main(argv=None) -> int:
         print(json.dumps({k: v for k, v in row.items() if not k.startswith("ours_")})[:400],
               flush=True)
         (out / "gpu_results.json").write_text(json.dumps(results, indent=1))
-    if manifest.get("batch"):
+    if manifest.get("batch") and not args.no_batch:
         if time.perf_counter() - start > args.budget_s:
             results["skipped"].append("tuning batch: out of the run's time")
         else:
