@@ -343,6 +343,29 @@ def run_batch(bundle: Path, torch, device: str, host: bool, out: Path) -> list[d
     return rows
 
 
+def smoke(bundle: Path, torch) -> dict:
+    """The device's facts and a first check of the runtime — the driver's devices, the plan
+    runtime bound to the primary context, a device-memory round trip — so a first run on a
+    device says where it fails before any plan does."""
+    out = {"cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+           "torch_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    try:
+        from woodpecker.gpu import driver
+        from woodpecker.gpu.runtime import CudaRuntime
+
+        out["gpus"] = [GpuDevice.to_json(d) for d in driver.devices()]
+        rt = CudaRuntime(bundle / "runtime.so")
+        a = np.arange(1024, dtype=np.float32)
+        view = rt.view(rt.alloc(a.nbytes), 0, a.shape, a.dtype)
+        rt.upload(view, a)
+        out["memory_round_trip"] = bool(np.array_equal(rt.download(view, np.empty_like(a)), a))
+        out["memory_free_total"] = rt.memory_info()
+    except Exception as e:        # noqa: BLE001 - the first device run reports, not dies
+        out["smoke_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    print(json.dumps(out), flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("bundle")
@@ -364,10 +387,7 @@ def main(argv=None) -> int:
     facts = {"host": platform.node(), "python": platform.python_version(),
              "numpy": np.__version__, "torch": torch.__version__, "device": device}
     if not args.host:
-        from woodpecker.gpu import driver
-        facts["gpus"] = [GpuDevice.to_json(d) for d in driver.devices()]
-        facts["cuda"] = torch.version.cuda
-        facts["cudnn"] = torch.backends.cudnn.version()
+        facts.update(smoke(bundle, torch))
     results = {"facts": facts, "manifest": manifest["built"], "plans": [], "layers": [],
                "skipped": list(manifest.get("skipped", []))}
     out = Path(args.out)

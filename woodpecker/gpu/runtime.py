@@ -42,7 +42,9 @@ def _record(_user_context, message):
 
 
 @dataclass
-class DeviceMemory:
+class Allocation:
+    """One device allocation (cuMemAlloc): a CUdeviceptr and its size."""
+
     pointer: int            # CUdeviceptr
     bytes: int
 
@@ -83,7 +85,7 @@ class CudaRuntime:
             raise DeviceError(f"cannot bind CUDA device {ordinal} (CUresult {rc})")
         lib.halide_cuda_device_interface.restype = ctypes.c_void_p
         self.lib, self.interface = lib, lib.halide_cuda_device_interface()
-        self._memory: list[DeviceMemory] = []
+        self._memory: list[Allocation] = []
         cls._loaded[key] = self
         return self
 
@@ -97,15 +99,15 @@ class CudaRuntime:
         """Make the runtime's context current on the calling thread (a new thread's first)."""
         self._check(self.lib.wp_cuda_bind_thread(), "binding the CUDA context")
 
-    def alloc(self, nbytes: int) -> DeviceMemory:
+    def alloc(self, nbytes: int) -> Allocation:
         ptr = ctypes.c_uint64(0)
         self._check(self.lib.wp_cuda_alloc(ctypes.byref(ptr), ctypes.c_size_t(max(nbytes, 1))),
                     f"allocating {nbytes} bytes of device memory")
-        memory = DeviceMemory(ptr.value, nbytes)
+        memory = Allocation(ptr.value, nbytes)
         self._memory.append(memory)
         return memory
 
-    def free(self, memory: DeviceMemory) -> None:
+    def free(self, memory: Allocation) -> None:
         if memory in self._memory:
             self._memory.remove(memory)
             self._check(self.lib.wp_cuda_free(ctypes.c_uint64(memory.pointer)),
@@ -118,7 +120,7 @@ class CudaRuntime:
                     "reading device memory")
         return free.value, total.value
 
-    def view(self, memory: DeviceMemory, offset: int, shape, dtype) -> View:
+    def view(self, memory: Allocation, offset: int, shape, dtype) -> View:
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if offset < 0 or offset + nbytes > memory.bytes:
