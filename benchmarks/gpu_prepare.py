@@ -28,11 +28,9 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gpu_device import feeds_of, generated_weights  # noqa: E402
-from woodpecker.compiler_gpu import GPU_PASSES, check_on_host, compile_gpu  # noqa: E402
+from woodpecker.compiler_gpu import check_on_host, compile_gpu, gpu_graph  # noqa: E402
 from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime  # noqa: E402
 from woodpecker.errors import WoodpeckerError  # noqa: E402
-from woodpecker.frontend.onnx_import import import_onnx  # noqa: E402
-from woodpecker.passes import optimize  # noqa: E402
 from woodpecker.target import Target, machine_facts  # noqa: E402
 from woodpecker.tune.gpu_batch import write_batch  # noqa: E402
 from woodpecker.zoo import export  # noqa: E402
@@ -71,9 +69,7 @@ def prepare_plan(model: str, batch: int, target: Target, bundle: Path,
 
 def prepare_batch(model: str, target: Target, bundle: Path, per_task: int) -> str:
     """A tuning batch of every GPU task of `model` (tune/gpu_batch.py)."""
-    graph = import_onnx(onnx.load(str(export(model))), None, None)
-    optimize(graph, GPU_PASSES)
-    write_batch(graph, target, bundle / "batch", per_task)
+    write_batch(gpu_graph(str(export(model))), target, bundle / "batch", per_task)
     return "batch"
 
 

@@ -42,9 +42,15 @@ def compile_gpu(model: Any, folder: "str | Path", target: "str | Target" = "cuda
         raise WoodpeckerError(f"a GPU plan needs a cuda target, not {target!r}")
     if tuning_log is not None:
         configs = {**tuned_configs(TuningLog(tuning_log, tgt.record_key)), **(configs or {})}
+    return assemble_gpu_plan(gpu_graph(model, input_shapes), tgt, folder, configs, progress,
+                             precision)
+
+
+def gpu_graph(model: Any, input_shapes: dict | None = None):
+    """The model imported and through `GPU_PASSES`: what GPU plans and batches are built from."""
     graph = import_onnx(load_model_proto(model), input_shapes, None)
     optimize(graph, GPU_PASSES)
-    return assemble_gpu_plan(graph, tgt, folder, configs, progress, precision)
+    return graph
 
 
 def tuned_configs(log: TuningLog) -> dict[str, dict]:

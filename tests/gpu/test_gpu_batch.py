@@ -12,10 +12,8 @@ import pytest
 
 from tests.gpu.test_gpu_plan import _small_model
 from woodpecker.assembly.gpu_host import host_kernel
-from woodpecker.compiler_gpu import compile_gpu, tuned_configs
+from woodpecker.compiler_gpu import compile_gpu, gpu_graph, tuned_configs
 from woodpecker.errors import PlanError
-from woodpecker.frontend.onnx_import import import_onnx
-from woodpecker.passes import optimize
 from woodpecker.runtime.gpu_measure import measure_batch
 from woodpecker.target import Target
 from woodpecker.tune.gpu_batch import read_timings, write_batch
@@ -24,18 +22,10 @@ from woodpecker.tune.records import TuningLog
 T4 = Target.parse("cuda:t4")
 
 
-def _graph(model):
-    from woodpecker.compiler_gpu import GPU_PASSES
-
-    graph = import_onnx(model, None, None)
-    optimize(graph, GPU_PASSES)
-    return graph
-
-
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     model = _small_model(11)
-    folder = write_batch(_graph(model), T4, tmp_path_factory.mktemp("batch") / "b", per_task=2)
+    folder = write_batch(gpu_graph(model), T4, tmp_path_factory.mktemp("batch") / "b", per_task=2)
     results = measure_batch(folder, runs=2, warmup=0, kernel=host_kernel)
     return model, folder, results
 
@@ -64,7 +54,7 @@ def test_timings_come_back_into_the_log_and_the_plan(measured, tmp_path):
     steps = json.loads((plan / "plan.json").read_text())["steps"]
     assert all(s["config"] == best[s["task"]] for s in steps)
     # a second batch draws only configs the log has not measured
-    again = write_batch(_graph(model), T4, tmp_path / "b2", per_task=1, log=log)
+    again = write_batch(gpu_graph(model), T4, tmp_path / "b2", per_task=1, log=log)
     measured_keys = {(r.task, json.dumps(r.config, sort_keys=True)) for r in log.records}
     fresh = json.loads((again / "batch.json").read_text())["candidates"]
     assert not any((c["task"], json.dumps(c["config"], sort_keys=True)) in measured_keys

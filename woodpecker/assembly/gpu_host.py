@@ -15,6 +15,7 @@ import numpy as np
 
 from woodpecker.assembly.gpu_plan import GPU_TEMPLATES
 from woodpecker.engines.halide.gpu.build import build_host
+from woodpecker.runtime.gpu_measure import stored_float
 from woodpecker.tasks import task_from_key
 
 
@@ -65,8 +66,7 @@ def host_kernel(folder: Path, candidate: dict, task, inputs):
     """A batch candidate (runtime/gpu_measure.py) built for this CPU with the same loop nest:
     (launch, fetch, timer) — a batch's own check without a device."""
     run = build_host(GPU_TEMPLATES[candidate["template"]], task, candidate["config"])
-    out = np.empty(task.out_shape, np.float16 if getattr(task, "dtype", "") == "float16"
-                   else np.float32)
+    out = np.empty(task.out_shape, stored_float(task))
 
     def launch() -> None:
         run(*inputs, out=out)

@@ -29,7 +29,6 @@ copied once at load.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -52,6 +51,7 @@ from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_lib
 from woodpecker.errors import WoodpeckerError
 from woodpecker.files import sha256_file
 from woodpecker.ir.graph import Graph, Node, Value
+from woodpecker.runtime.gpu_plan import FORMAT, VERSION
 from woodpecker.schedule.aliases import VIEW
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.target import Target
@@ -59,7 +59,6 @@ from woodpecker.tasks import NHWC, Task, task_from_node
 from woodpecker.tasks.elementwise import ElementwiseTask
 from woodpecker.tasks.movement import MoveTask
 
-FORMAT, VERSION = "woodpecker-gpu-plan", 1
 PRECISIONS = ("fp32", "fp16")
 GPU_TEMPLATES = {"conv": conv, "depthwise": depthwise, "dense": dense, "pool": pool,
                  "elementwise": elementwise, "rows": rows, "movement": movement}
@@ -289,7 +288,3 @@ def _write(folder: Path, graph: Graph, target: Target, arena, aliases, records, 
     os.replace(tmp, folder / "plan.json")
     return folder
 
-
-def plan_digest(folder: "str | Path") -> str:
-    """A digest of a plan's JSON (what the device script checks it ran)."""
-    return hashlib.sha256((Path(folder) / "plan.json").read_bytes()).hexdigest()[:16]

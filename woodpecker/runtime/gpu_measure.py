@@ -29,10 +29,14 @@ FORMAT = "woodpecker-gpu-batch"
 TOLERANCE = 1e-4
 
 
+def stored_float(task) -> type:
+    """The type a task stores its float tensors in: float16 in an fp16 GPU plan."""
+    return np.float16 if getattr(task, "dtype", "") == "float16" else np.float32
+
+
 def task_inputs(task) -> list[np.ndarray]:
     """The task's seeded inputs, float ones in the type the task stores them in."""
-    store = np.float16 if getattr(task, "dtype", "") == "float16" else None
-    return [a.astype(store) if store is not None and a.dtype == np.float32 else a
+    return [a.astype(stored_float(task)) if a.dtype == np.float32 else a
             for a in task.random_inputs(0)]
 
 
@@ -41,8 +45,7 @@ def device_kernel(folder: Path, library: Path, task, inputs):
     from woodpecker.gpu.runtime import CudaRuntime, GpuKernel, Timer
 
     runtime = CudaRuntime(folder / "runtime.so")
-    out_dtype = np.float16 if getattr(task, "dtype", "") == "float16" else np.float32
-    out = np.empty(task.out_shape, out_dtype)
+    out = np.empty(task.out_shape, stored_float(task))
     views = []
     for a in [*inputs, out]:
         view = runtime.view(runtime.alloc(a.nbytes), 0, a.shape, a.dtype)
@@ -93,7 +96,7 @@ def measure_batch(folder: "str | Path", runs: int = 20, warmup: int = 3, kernel=
             launch()
             got = fetch().astype(np.float32)
             err = float(np.max(np.abs(got - ref)))
-            bar = TOLERANCE * (10 if task_stores_half(task) else 1) \
+            bar = TOLERANCE * (10 if stored_float(task) is np.float16 else 1) \
                 * max(1.0, float(np.max(np.abs(ref))))
             row["max_abs"] = err
             if not err <= bar:
@@ -116,10 +119,6 @@ def measure_batch(folder: "str | Path", runs: int = 20, warmup: int = 3, kernel=
     (folder / "timings.json").write_text(json.dumps(
         {"format": FORMAT + "-timings", "batch": batch["id"], "results": results}, indent=1))
     return results
-
-
-def task_stores_half(task) -> bool:
-    return getattr(task, "dtype", "") == "float16"
 
 
 def _device(folder: Path, cand: dict, task, inputs):

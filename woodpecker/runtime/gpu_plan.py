@@ -151,11 +151,6 @@ class GpuPlan:
         return GpuSession(self, memory)
 
 
-def view_dtype(view, spec: dict) -> str:
-    """The element type an input is stored in on the device (an fp16 plan's: float16)."""
-    return spec.get("device_dtype", spec["dtype"])
-
-
 class GpuSession:
     def __init__(self, plan: GpuPlan, memory: Memory) -> None:
         doc, self.plan, self.memory = plan.doc, plan, memory
@@ -171,8 +166,8 @@ class GpuSession:
         for spec in doc["inputs"]:
             v = doc["values"][spec["name"]]
             mem = memory.alloc(_nbytes(v["shape"], v["dtype"]))
-            self._inputs[spec["name"]] = ({**spec, "device_dtype": v["dtype"]},
-                                          memory.view(mem, 0, v["shape"], v["dtype"]), mem)
+            self._inputs[spec["name"]] = (spec, memory.view(mem, 0, v["shape"], v["dtype"]),
+                                          mem)
         self.launches = [memory.kernel(plan.folder, step, self._views(step))
                          for step in doc["steps"]]
         self._outputs = [(spec, self._value_view(spec["name"], None)) for spec in doc["outputs"]]
@@ -216,7 +211,7 @@ class GpuSession:
                                       f"{spec['shape']}, got {x.dtype.name} {list(x.shape)}")
             if spec["to_device"] is not None:
                 x = x.transpose(spec["to_device"])
-            self.memory.upload(view, np.ascontiguousarray(x, view_dtype(view, spec)))
+            self.memory.upload(view, x)      # in the view's type: an fp16 plan's float16
 
     def launch(self) -> None:
         for launch in self.launches:
