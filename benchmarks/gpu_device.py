@@ -132,7 +132,8 @@ class TorchPlan:
                     y = F.avg_pool2d(args[0], (task.kh, task.kw), task.stride, (top, left),
                                      task.ceil_mode, task.count_include_pad)
             elif kind == "dense":
-                y = args[0].reshape(task.batch, task.m, task.k) @ args[1]
+                b = args[1] if task.weights else args[1].reshape(task.batch, task.k, task.n)
+                y = args[0].reshape(task.batch, task.m, task.k) @ b
                 rest = args[2:]
                 if task.bias:
                     y, rest = y + rest[0].reshape(y.shape[-1] if task.bias == "row"
@@ -155,7 +156,7 @@ class TorchPlan:
                 y = args[0].reshape(task.in_shape)[task.index()]
                 kept = [o for o, _, _ in task.axes if o >= 0]
                 y = y.permute(sorted(range(len(kept)), key=lambda i: kept[i]))
-            elif kind == "elementwise":
+            elif kind in ("elementwise", "elementwise_rows"):
                 y = self._program(task, args)
             else:
                 raise NotImplementedError(f"no torch reference for {kind} steps yet")
@@ -172,15 +173,18 @@ class TorchPlan:
 
     def _program(self, task, args):
         """A fused element-wise group's program on NCHW tensors (constants: scalars, or per
-        channel along axis 1)."""
+        channel along axis 1), or on a group of another rank's (per last axis)."""
         torch = self.torch
         xs, k = args[:task.inputs], args[task.inputs] if task.consts else None
-        chan = [1, -1] + [1] * (xs[0].dim() - 2)
+        rows = task.kind == "elementwise_rows"
+        xs = [x.reshape(-1, task.c) for x in xs] if rows else xs
+        chan = [1, -1] if rows else [1, -1] + [1] * (xs[0].dim() - 2)
         steps = []
         for op, refs, attrs in task.program:
             a = [None if r is None else steps[r[1]] if r[0] == "step" else xs[r[1]]
                  if r[0] == "in" else k[r[1]] if r[0] == "const"
-                 else k[r[1]:r[1] + xs[0].shape[1]].reshape(chan) for r in refs]
+                 else k[r[1]:r[1] + (task.c if rows else xs[0].shape[1])].reshape(chan)
+                 for r in refs]
             attrs = dict(attrs)
             y = (a[0] + a[1] if op == "Add" else a[0] - a[1] if op == "Sub"
                  else a[0] * a[1] if op == "Mul" else a[0] / a[1] if op == "Div"

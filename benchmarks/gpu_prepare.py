@@ -38,22 +38,27 @@ from woodpecker.zoo import export  # noqa: E402
 SEED = 0
 
 
-def with_batch(path: str, batch: int) -> onnx.ModelProto:
-    """The model with its first input dimension and its outputs' set to `batch`."""
-    proto = onnx.load(path)
-    for vi in [*proto.graph.input, *proto.graph.output]:
-        dims = vi.type.tensor_type.shape.dim
-        if dims:
-            dims[0].ClearField("dim_param")
-            dims[0].dim_value = batch
-    del proto.graph.value_info[:]
-    return proto
+def at_batch(model: str, batch: int) -> "onnx.ModelProto | Path":
+    """Zoo model `model` for a batch of `batch`: the zoo's file at 1, else its torch module
+    exported again from a batch of that size (a transformer's file has its batch baked into
+    its Reshape shapes), by the zoo's exporter and opset."""
+    if batch == 1:
+        return export(model)
+    import torch
+
+    from woodpecker.frontend.torch_import import export_module
+    from woodpecker.zoo.models import build_module, model_input
+
+    x = torch.from_numpy(np.concatenate([model_input(model, SEED)] * batch))
+    data = export_module(build_module(model, SEED), (x,), input_names=["input"],
+                         output_names=["output"], opset=17, exporters=("torchscript",))
+    return onnx.load_from_string(data)
 
 
 def prepare_plan(model: str, batch: int, target: Target, bundle: Path,
                  precision: str = "fp32") -> dict:
     folder = bundle / f"{model}_b{batch}_{precision}"
-    compile_gpu(with_batch(str(export(model)), batch), folder, target, precision=precision)
+    compile_gpu(at_batch(model, batch), folder, target, precision=precision)
     plan_json = folder / "plan.json"
     doc = json.loads(plan_json.read_text())
     data = generated_weights(doc, SEED)

@@ -29,8 +29,11 @@ from woodpecker.tune.gpu_batch import PREFIX
 from woodpecker.tune.records import TuningLog
 
 # The CPU plans' default passes without the depthwise + pointwise pairing (its conv chains and
-# attention fusions are not in DEFAULT either): the GPU templates compute single convs.
-GPU_PASSES = tuple(p for p in DEFAULT if p != "fuse_separable")
+# attention fusions are not in DEFAULT either): the GPU templates compute single convs; and
+# with every float element-wise group of rank other than 4 (a transformer's residual sums),
+# which the GPU element-wise template computes in the tensors' own layout.
+GPU_PASSES = tuple(q for p in DEFAULT if p != "fuse_separable"
+                   for q in ((p, "fuse_float_rows") if p == "fuse_row_elementwise" else (p,)))
 
 
 def compile_gpu(model: Any, folder: "str | Path", target: "str | Target" = "cuda:h100",

@@ -210,6 +210,31 @@ def test_a_transformer_encoder_gpu_plan_equals_onnx_runtime_on_the_host(tmp_path
     np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_an_encoder_exported_at_batch_2_plans_its_residual_sums(tmp_path):
+    """A batch above 1 leaves the residual sums as plain 3-d Adds (at batch 1 the exporter's
+    shapes differ): GPU plans group them (fuse_float_rows, outside the CPU pipelines) for the
+    element-wise template, in the values' own layout."""
+    import torch
+
+    from benchmarks.gpu_device import TorchPlan
+    from benchmarks.gpu_prepare import at_batch
+    from woodpecker.passes import AGO
+
+    assert "fuse_float_rows" not in AGO
+    model = at_batch("transformer_encoder", 2)
+    folder = compile_gpu(model, tmp_path / "enc2", "cuda:h100")
+    plan = GpuPlan.open(folder)
+    rows = [s for s in plan.doc["steps"] if s["task"].startswith("elementwise_rows")]
+    assert len(rows) == 2 and {s["template"] for s in rows} == {"elementwise"}
+    x = np.random.default_rng(0).standard_normal((2, 128, 128)).astype(np.float32)
+    (name, got), = check_on_host(folder, {"input": x}).items()
+    ref = _ort(model, {"input": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        mirrored = TorchPlan(plan, torch, "cpu")(input=torch.from_numpy(x))[name].numpy()
+    np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_a_value_read_in_the_other_layout_is_refused(tmp_path):
     """A conv's NHWC output read by a softmax over its last (NCHW) axis: no GPU layout
     conversion exists yet, so the plan says so instead of computing nonsense."""

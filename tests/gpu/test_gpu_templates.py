@@ -18,7 +18,7 @@ from woodpecker.errors import EngineError
 from woodpecker.target import Target
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.dense import DenseTask
-from woodpecker.tasks.elementwise import ElementwiseTask
+from woodpecker.tasks.elementwise import ElementwiseRowsTask, ElementwiseTask
 from woodpecker.tasks.movement import MoveTask
 from woodpecker.tasks.pool import PoolTask
 from woodpecker.tasks.rows import RowTask
@@ -146,6 +146,18 @@ def test_conv_on_the_host_mapping_equals_the_reference(c, hw, k, kernel, stride,
 @given(st.integers(1, 6), st.integers(1, 9), st.integers(1, 40), st.integers(0, 2**16))
 def test_elementwise_on_the_host_mapping_equals_the_reference(h, w, c, seed):
     _check_on_host(elementwise, _elementwise(h, w, c), seed)
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 200), st.integers(0, 2**16))
+def test_a_group_of_another_rank_on_the_host_mapping_equals_the_reference(n_rows, c, seed):
+    """A transformer's residual sum with a per-feature constant: rows of the last axis in the
+    tensor's own layout, the constant along it."""
+    task = ElementwiseRowsTask(1, n_rows, 1, c, 2, c, (
+        ("Add", (("in", 0), ("in", 1)), ()), ("Add", (("step", 0), ("channel", 0)), ())))
+    assert elementwise.supports(task)
+    assert elementwise.views(task) == [(1, n_rows, 1, c)] * 2 + [None, (1, n_rows, 1, c)]
+    _check_on_host(elementwise, task, seed)
 
 
 @settings(max_examples=6, deadline=None)

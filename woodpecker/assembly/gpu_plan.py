@@ -123,7 +123,8 @@ def _movement(node: Node) -> MoveTask | None:
 
 def _choice(task: Task, target: Target, tuned: dict | None) -> tuple[str, dict] | None:
     for name, module in GPU_TEMPLATES.items():
-        if task.kind != module.KIND or not module.supports(task):
+        if task.kind not in getattr(module, "KINDS", (module.KIND,)) or \
+                not module.supports(task):
             continue
         space = module.space(task, target.device)
         if tuned is not None and space.is_valid(tuned):

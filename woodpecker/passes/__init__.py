@@ -21,7 +21,11 @@ from woodpecker.passes.fold_dynamic_matmul import fold_dynamic_matmul
 from woodpecker.passes.fold_qdq import fold_qdq
 from woodpecker.passes.fuse_attention import fuse_attention
 from woodpecker.passes.fuse_chain import fuse_chains
-from woodpecker.passes.fuse_elementwise import fuse_elementwise, fuse_row_elementwise
+from woodpecker.passes.fuse_elementwise import (
+    fuse_elementwise,
+    fuse_float_rows,
+    fuse_row_elementwise,
+)
 from woodpecker.passes.fuse_epilogue import fuse_epilogues
 from woodpecker.passes.fuse_prologue import fuse_prologues
 from woodpecker.passes.fuse_qconv_program import fuse_qconv_programs
@@ -50,6 +54,7 @@ PASSES: dict[str, Callable[[Graph], int]] = {
     "fuse_qconv_programs": fuse_qconv_programs,    # after fuse_elementwise
     "fuse_qdense_programs": fuse_qdense_programs,  # after fold_constants
     "fuse_row_elementwise": fuse_row_elementwise,  # after fuse_qdense_programs
+    "fuse_float_rows": fuse_float_rows,            # GPU plans only, after fuse_row_elementwise
     "fuse_prologues": fuse_prologues,
     "split_copied_concats": split_copied_concats,
     "fuse_chains": fuse_chains,
@@ -60,7 +65,9 @@ PASSES: dict[str, Callable[[Graph], int]] = {
 # AGO's intensive fusion of conv chains (passes/fuse_chain.py, before the separable pairs) and
 # of attention (passes/fuse_attention.py).
 INTENSIVE = ("fuse_chains", "fuse_attention")
-AGO = tuple(PASSES)
+# GPU plans' own passes (compiler_gpu.GPU_PASSES): no CPU pipeline runs them
+GPU_ONLY = ("fuse_float_rows",)
+AGO = tuple(p for p in PASSES if p not in GPU_ONLY)
 DEFAULT = tuple(p for p in AGO if p not in INTENSIVE)
 # The memory schedule's pipeline: its identity rewriting (passes/split_concat.py) splits
 # depthwise convs along their input Concats, which a separable conv would hide.

@@ -21,7 +21,7 @@ additions folded, never run as passes of their own): the group's inputs and outp
 8-bit. Groups over tensors of another rank (a statically quantized transformer's (batch,
 tokens, features)) are made by a later pass, `fuse_row_elementwise` (rule `ROWS`): the same
 growth, constants per last axis, computed in the tensors' own layout (tasks/elementwise.py),
-and only where a Q/DQ step joins.
+and only where a Q/DQ step joins (GPU plans group the float ones too, `fuse_float_rows`).
 """
 
 from __future__ import annotations
@@ -114,6 +114,10 @@ FOUR_D = GroupRule(lambda r: r == 4, _per_channel, lambda nodes: True)
 # pass of its own) — a float model's element-wise nodes there stay as they were
 ROWS = GroupRule(lambda r: 0 < r != 4, per_last_axis,
                  lambda nodes: any(n.op in QDQ_STEPS for n in nodes))
+# every float group of another rank, Q/DQ or not: GPU plans only (compiler_gpu.GPU_PASSES,
+# issue 54), whose element-wise template computes them; the CPU pipelines leave a float
+# transformer's residual sums to the library nodes they were measured with
+FLOAT_ROWS = GroupRule(ROWS.rank, per_last_axis, lambda nodes: True)
 
 
 def _group(graph: Graph, root: Node, taken: set[int], rule: GroupRule) -> list[Node]:
@@ -192,6 +196,12 @@ def fuse_row_elementwise(graph: Graph) -> int:
     transformer's DequantizeLinear → Add → QuantizeLinear around its residual sums and GELU.
     Runs after fuse_qdense_programs, which takes the chains right after its products first."""
     return fuse_groups(graph, ROWS)
+
+
+def fuse_float_rows(graph: Graph) -> int:
+    """Every element-wise group of rank other than 4 (`FLOAT_ROWS`): a float transformer's
+    residual sums, for GPU plans, after fuse_row_elementwise."""
+    return fuse_groups(graph, FLOAT_ROWS)
 
 
 def fuse_groups(graph: Graph, rule: GroupRule) -> int:

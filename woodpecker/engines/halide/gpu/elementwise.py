@@ -7,8 +7,10 @@ bandwidth: each row's channels × pixels are one flat run of memory, cut into bl
 `threads` threads, each computing `vec` consecutive elements (one vector load and store per
 input and the output where `vec` > 1), blocks over the runs and the rows × images.
 
-Supported: float32 groups of 4-d tensors (8-bit Q/DQ programs and other ranks stay with the
-other engines for now).
+Supported: float groups (fp32, or fp16 storage) of 4-d tensors, and of any other rank
+(`ElementwiseRowsTask`, passes/fuse_elementwise.fuse_float_rows: a transformer's residual sums)
+computed in the tensors' own layout as the (1, rows, 1, C) the same kernel reads, its constants
+per last axis. 8-bit Q/DQ programs stay with the CPU engines.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from woodpecker.tasks.elementwise import ElementwiseRowsTask, ElementwiseTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
 
 KIND = "elementwise"
+KINDS = (KIND, "elementwise_rows")
 
 SEEDS = ({"threads": 256, "vec": 4}, {"threads": 128, "vec": 1})
 
 
 def supports(task: ElementwiseTask) -> bool:
-    return type(task) is ElementwiseTask and task.dtype in FLOATS and \
+    return task.kind in KINDS and task.dtype in FLOATS and \
         all(task.input_dtype(i) == task.dtype for i in range(task.inputs))
 
 
@@ -40,13 +43,15 @@ def space(task: ElementwiseTask, device: GpuDevice) -> KnobSpace:
     return KnobSpace(knobs, constraints, SEEDS)
 
 
-def views(task: ElementwiseTask) -> list:
-    return own_shapes(task)
-
+def views(task: ElementwiseTask) -> list | None:
+    """4-d groups read their arrays as they are; a group of another rank its inputs and
+    output as (1, rows, 1, C) (the CPU template's views)."""
+    if not isinstance(task, ElementwiseRowsTask):
+        return own_shapes(task)
+    return [task.view] * task.inputs + [None] * bool(task.consts) + [task.view]
 
 
 def define(hl, task: ElementwiseTask, config: dict, mapping):
-    assert not isinstance(task, ElementwiseRowsTask)
     xs_params = [stored(hl, task.dtype, 4, f"x{i}") for i in range(task.inputs)]
     xs = [read for _, read in xs_params]
     k_param, k = stored(hl, task.dtype, 1, "k") if task.consts else (None, None)
