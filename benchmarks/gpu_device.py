@@ -23,6 +23,7 @@ script's own check where no GPU is lent. The run stops starting new work after `
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import platform
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from woodpecker.gpu.devices import GpuDevice  # noqa: E402
 from woodpecker.runtime.gpu_plan import GpuPlan  # noqa: E402
+from woodpecker.runtime.gpu_torch import clock, compute  # noqa: E402
 from woodpecker.tasks import task_from_key  # noqa: E402
 
 ROUNDS = 30
@@ -79,7 +81,7 @@ class TorchPlan:
     def __init__(self, plan: GpuPlan, torch, device: str, dtype=None) -> None:
         """`dtype`: the torch type to compute in (default float32; an fp16 plan's float16
         weights are widened)."""
-        self.torch, self.F = torch, torch.nn.functional
+        self.torch = torch
         dtype = dtype or torch.float32
         doc, blob = plan.doc, np.fromfile(plan.folder / plan.doc["weights"]["file"], np.uint8)
         entries = doc["weights"]["entries"]
@@ -96,70 +98,12 @@ class TorchPlan:
             consts = {j: weight(r["weight"]) for j, r in enumerate(step["args"]) if "weight" in r}
             self.steps.append((step, task, consts))
 
-    def _epilogue(self, y, epilogue, residuals):
-        F, torch = self.F, self.torch
-        res = iter(residuals)
-        for s in epilogue:
-            op = s[0]
-            y = (y + next(res) if op == "Add" else torch.relu(y) if op == "Relu"
-                 else y * s[1] if op == "Mul" else torch.clamp(y, s[1], s[2]) if op == "Clip"
-                 else torch.sigmoid(y) if op == "Sigmoid" else torch.tanh(y) if op == "Tanh"
-                 else F.hardswish(y) if op == "HardSwish" else F.silu(y) if op == "Silu"
-                 else torch.clamp(y * s[1] + s[2], 0, 1) if op == "HardSigmoid"
-                 else F.gelu(y, approximate="tanh" if s[1] == "tanh" else "none"))
-        return y
-
     def __call__(self, **inputs):
-        F, torch, values = self.F, self.torch, dict(inputs)
+        torch, values = self.torch, dict(inputs)
         for step, task, consts in self.steps:
             args = [consts[j] if j in consts else self._value(values, r["value"])
                     for j, r in enumerate(step["args"])]
-            kind = task.kind
-            if kind == "conv2d":
-                w = args[1].permute(3, 2, 0, 1)         # HWIO (HW1C depthwise) -> OIHW
-                top, left, bottom, right = task.pads
-                x = F.pad(args[0], (left, right, top, bottom))
-                y = F.conv2d(x, w, args[2] if task.has_bias else None, task.stride,
-                             0, task.dilation, task.groups)
-                y = self._epilogue(y, task.epilogue, args[2 + task.has_bias:])
-            elif kind == "pool":
-                top, left, bottom, right = task.pads
-                if task.reduce == "max":
-                    x = F.pad(args[0], (left, right, top, bottom), value=float("-inf"))
-                    y = F.max_pool2d(x, (task.kh, task.kw), task.stride, 0, task.dilation,
-                                     task.ceil_mode)
-                else:
-                    y = F.avg_pool2d(args[0], (task.kh, task.kw), task.stride, (top, left),
-                                     task.ceil_mode, task.count_include_pad)
-            elif kind == "dense":
-                b = args[1] if task.weights else args[1].reshape(task.batch, task.k, task.n)
-                y = args[0].reshape(task.batch, task.m, task.k) @ b
-                rest = args[2:]
-                if task.bias:
-                    y, rest = y + rest[0].reshape(y.shape[-1] if task.bias == "row"
-                                                  else y.shape), rest[1:]
-                y = self._epilogue(y, task.epilogue, [
-                    r.reshape(-1) if kind == "row" else r.reshape(y.shape)
-                    for r, kind in zip(rest, task.residuals)])
-            elif kind == "rows":
-                x = args[0].reshape(task.rows, task.width)
-                if task.op == "softmax":
-                    y = torch.softmax(x, -1)
-                elif task.op == "layernorm":
-                    y = F.layer_norm(x, (task.width,), args[1].reshape(-1),
-                                     args[2].reshape(-1) if task.has_bias else None,
-                                     task.epsilon)
-                else:
-                    y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + task.epsilon) \
-                        * args[1].reshape(-1)
-            elif kind == "move":
-                y = args[0].reshape(task.in_shape)[task.index()]
-                kept = [o for o, _, _ in task.axes if o >= 0]
-                y = y.permute(sorted(range(len(kept)), key=lambda i: kept[i]))
-            elif kind in ("elementwise", "elementwise_rows"):
-                y = self._program(task, args)
-            else:
-                raise NotImplementedError(f"no torch reference for {kind} steps yet")
+            y = compute(torch, task, args)
             name = step["out"]["value"]
             values[name] = y.reshape(self._shape(name))
         return {spec["name"]: self._value(values, spec["name"]).reshape(spec["shape"])
@@ -171,60 +115,12 @@ class TorchPlan:
         s = v["shape"]
         return [s[0], s[3], s[1], s[2]] if v.get("nhwc") else s
 
-    def _program(self, task, args):
-        """A fused element-wise group's program on NCHW tensors (constants: scalars, or per
-        channel along axis 1), or on a group of another rank's (per last axis)."""
-        torch = self.torch
-        xs, k = args[:task.inputs], args[task.inputs] if task.consts else None
-        rows = task.kind == "elementwise_rows"
-        xs = [x.reshape(-1, task.c) for x in xs] if rows else xs
-        chan = [1, -1] if rows else [1, -1] + [1] * (xs[0].dim() - 2)
-        steps = []
-        for op, refs, attrs in task.program:
-            a = [None if r is None else steps[r[1]] if r[0] == "step" else xs[r[1]]
-                 if r[0] == "in" else k[r[1]] if r[0] == "const"
-                 else k[r[1]:r[1] + (task.c if rows else xs[0].shape[1])].reshape(chan)
-                 for r in refs]
-            attrs = dict(attrs)
-            y = (a[0] + a[1] if op == "Add" else a[0] - a[1] if op == "Sub"
-                 else a[0] * a[1] if op == "Mul" else a[0] / a[1] if op == "Div"
-                 else torch.clamp(a[0], a[1] if len(a) > 1 else None,
-                                  a[2] if len(a) > 2 else None) if op == "Clip"
-                 else torch.where(a[0] < 0, a[0] * attrs.get("alpha", 0.01), a[0])
-                 if op == "LeakyRelu"
-                 else self._epilogue(a[0], [(op, attrs.get("alpha", 0.2), attrs.get("beta", 0.5))
-                                            if op == "HardSigmoid" else (op, "none")], []))
-            steps.append(y)
-        return steps[-1]
-
     def _value(self, values: dict, name: str):
         """A value computed so far, or a view (Flatten, Reshape) of one, in its own shape."""
         if name in values:
             return values[name]
         v = self.doc["values"][name]
         return self._value(values, v["alias"]).reshape(v["shape"])
-
-
-def _events(torch, device: str):
-    if device == "cpu":
-        class Clock:
-            def start(self):
-                self.t = time.perf_counter()
-
-            def stop(self):
-                return (time.perf_counter() - self.t) * 1e3
-        return Clock()
-
-    class Events:
-        def start(self):
-            self.a, self.b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            self.a.record()
-
-        def stop(self):
-            self.b.record()
-            self.b.synchronize()
-            return self.a.elapsed_time(self.b)
-    return Events()
 
 
 def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
@@ -258,6 +154,16 @@ def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
     row["max_abs_vs_torch_fp32"] = max(float(np.max(np.abs(ours[k] - ref[k]))) for k in ours)
     row["torch_output_scale"], row["tolerance"] = scale, bar
     row["within_tolerance"] = row["max_abs_vs_torch_fp32"] <= bar
+    # the per-node choice on this device (GpuSession.choose): each step's generated kernel
+    # against its library call, the faster kept; its outputs checked the same way
+    chosen = plan.session(session.memory if host else None)
+    report = chosen.choose(feeds)
+    mixed = chosen.run(feeds)
+    row["chosen"] = {"library_steps": sum(c.engine == "torch" for c in report),
+                     "max_abs_vs_torch_fp32": max(float(np.max(np.abs(mixed[k] - ref[k])))
+                                                  for k in mixed),
+                     "steps": [dataclasses.asdict(c) for c in report]}
+    row["chosen"]["within_tolerance"] = row["chosen"]["max_abs_vs_torch_fp32"] <= bar
     # the baselines compute in the plan's precision
     dtype = torch.float16 if half else torch.float32
     module = TorchPlan(plan, torch, device, dtype)
@@ -273,32 +179,47 @@ def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
         row["compile_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
         compiled = None
     row["compile_s"] = round(time.perf_counter() - t0, 1)
-    clock = _events(torch, device)
-    times = {"woodpecker": [], "eager": [], "compiled": []}
+    timer = clock(torch, device)
+    times = {"woodpecker": [], "chosen": [], "eager": [], "compiled": []}
     with torch.no_grad():
         for _ in range(3):
             session.launch()
             module(**tin)
         for _ in range(rounds):
-            for name, fn in (("woodpecker", session.launch), ("eager", lambda: module(**tin)),
+            for name, fn in (("woodpecker", session.launch), ("chosen", chosen.launch),
+                             ("eager", lambda: module(**tin)),
                              ("compiled", None if compiled is None else
                               lambda: compiled(**tin))):
                 if fn is None:
                     continue
                 _sync(torch, device)
                 session.memory.synchronize()
-                clock.start()
+                timer.start()
                 fn()
-                if name == "woodpecker":
+                if name in ("woodpecker", "chosen"):
                     session.memory.synchronize()
-                times[name].append(clock.stop())
+                times[name].append(timer.stop())
     row["median_ms"] = {k: float(np.median(v)) for k, v in times.items() if v}
-    for other in ("eager", "compiled"):
-        if times[other]:
-            ratios = [a / b for a, b in zip(times["woodpecker"], times[other])]
-            row[f"ours_over_{other}"] = {"median": float(np.median(ratios)),
-                                         "per_round": [round(r, 4) for r in ratios]}
+    for ours_name in ("woodpecker", "chosen"):
+        for other in ("eager", "compiled"):
+            if times[other]:
+                ratios = [a / b for a, b in zip(times[ours_name], times[other])]
+                key = f"{'ours' if ours_name == 'woodpecker' else 'chosen'}_over_{other}"
+                row[key] = {"median": float(np.median(ratios)),
+                            "per_round": [round(r, 4) for r in ratios]}
     return row
+
+
+def summary(row: dict) -> dict:
+    """A plan's row without its per-round and per-step lists (the log line of the run)."""
+    brief = {k: v for k, v in row.items() if "_over_" not in k and k != "chosen"}
+    if "chosen" in row:
+        brief["library_steps"] = row["chosen"]["library_steps"]
+        brief["chosen_ok"] = row["chosen"]["within_tolerance"]
+    for k, v in row.items():
+        if "_over_" in k:
+            brief[k] = round(v["median"], 3)
+    return brief
 
 
 def _sync(torch, device: str) -> None:
@@ -328,16 +249,16 @@ def run_batch(bundle: Path, torch, device: str, host: bool, out: Path) -> list[d
         x = torch.from_numpy(np.ascontiguousarray(x)).to(device)
         w = torch.from_numpy(np.ascontiguousarray(inputs[1].transpose(3, 2, 0, 1))).to(device)
         top, left, bottom, right = task.pads
-        clock, ts = _events(torch, device), []
+        timer, ts = clock(torch, device), []
         with torch.no_grad():
             for k in range(23):
-                clock.start()
+                timer.start()
                 torch.nn.functional.conv2d(torch.nn.functional.pad(
                     x, (left, right, top, bottom)), w, None, task.stride, 0, task.dilation)
                 if k >= 3:
-                    ts.append(clock.stop())
+                    ts.append(timer.stop())
                 else:
-                    clock.stop()
+                    timer.stop()
         best = min(ok, key=lambda r: r["ms"]) if ok else None
         best = None if best is None else {"config": best["config"], "ms": best["ms"]}
         cudnn = float(np.median(ts))
@@ -410,8 +331,7 @@ def main(argv=None) -> int:
             row = {"entry": entry["folder"],
                    "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
         results["plans"].append(row)
-        print(json.dumps({k: v for k, v in row.items() if not k.startswith("ours_")})[:400],
-              flush=True)
+        print(json.dumps(summary(row))[:400], flush=True)
         (out / "gpu_results.json").write_text(json.dumps(results, indent=1))
     if manifest.get("batch") and not args.no_batch:
         if time.perf_counter() - start > args.budget_s:

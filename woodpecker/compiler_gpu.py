@@ -7,25 +7,28 @@ Contract: `compile_gpu(model, folder, target="cuda:h100", configs=None, precisio
 writes the plan folder and returns it; `configs` maps task keys to tuned configs (none: each
 template's first seed); `precision="fp16"` stores every float tensor in half precision.
 `tuning_log`: a log the device's batch timings were read into (tune/gpu_batch.py): each
-task's fastest config. `check_on_host(folder, feeds)` runs the plan's walk on this CPU
+task's fastest candidate — a generated kernel's config, or the library (torch: cuDNN,
+cuBLAS), whose tasks join `library` (task keys, or assembly/gpu_plan.EVERY_TASK) and run as
+library steps. `check_on_host(folder, feeds)` runs the plan's walk on this CPU
 (assembly/gpu_host.py) and returns its outputs — what the tests compare with ONNX Runtime.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
 from woodpecker.assembly.gpu_host import HostMemory
-from woodpecker.assembly.gpu_plan import assemble_gpu_plan
+from woodpecker.assembly.gpu_plan import EVERY_TASK, assemble_gpu_plan
 from woodpecker.errors import WoodpeckerError
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, optimize
 from woodpecker.runtime.gpu_plan import GpuPlan
 from woodpecker.target import Target
-from woodpecker.tune.gpu_batch import PREFIX
+from woodpecker.tune.gpu_batch import tuned_choices
 from woodpecker.tune.records import TuningLog
 
 # The CPU plans' default passes without the depthwise + pointwise pairing (its conv chains and
@@ -39,14 +42,19 @@ GPU_PASSES = tuple(q for p in DEFAULT if p != "fuse_separable"
 def compile_gpu(model: Any, folder: "str | Path", target: "str | Target" = "cuda:h100",
                 configs: dict | None = None, input_shapes: dict | None = None,
                 progress: TextIO | None = None, precision: str = "fp32",
-                tuning_log: "str | Path | None" = None) -> Path:
+                tuning_log: "str | Path | None" = None,
+                library: Collection[str] = ()) -> Path:
     tgt = Target.parse(target)
     if tgt.device is None:
         raise WoodpeckerError(f"a GPU plan needs a cuda target, not {target!r}")
     if tuning_log is not None:
-        configs = {**tuned_configs(TuningLog(tuning_log, tgt.record_key)), **(configs or {})}
+        choices = tuned_choices(TuningLog(tuning_log, tgt.record_key))
+        configs = {**{k: c.config for k, c in choices.items() if not c.library},
+                   **(configs or {})}
+        if library is not EVERY_TASK:
+            library = {*library, *(k for k, c in choices.items() if c.library)}
     return assemble_gpu_plan(gpu_graph(model, input_shapes), tgt, folder, configs, progress,
-                             precision)
+                             precision, library)
 
 
 def gpu_graph(model: Any, input_shapes: dict | None = None):
@@ -54,14 +62,6 @@ def gpu_graph(model: Any, input_shapes: dict | None = None):
     graph = import_onnx(load_model_proto(model), input_shapes, None)
     optimize(graph, GPU_PASSES)
     return graph
-
-
-def tuned_configs(log: TuningLog) -> dict[str, dict]:
-    """The fastest measured config of every task the log (opened for a cuda target) holds GPU
-    records of (tune/gpu_batch.py)."""
-    keys = {r.task for r in log.records if r.template.startswith(PREFIX)}
-    return {key: dict(rec.config) for key in keys
-            if (rec := log.best(key)) is not None and rec.template.startswith(PREFIX)}
 
 
 def check_on_host(folder: "str | Path", feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

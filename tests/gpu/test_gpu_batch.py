@@ -12,11 +12,11 @@ import pytest
 
 from tests.gpu.test_gpu_plan import _small_model
 from woodpecker.assembly.gpu_host import host_kernel
-from woodpecker.compiler_gpu import compile_gpu, gpu_graph, tuned_configs
+from woodpecker.compiler_gpu import compile_gpu, gpu_graph
 from woodpecker.errors import PlanError
 from woodpecker.runtime.gpu_measure import measure_batch
 from woodpecker.target import Target
-from woodpecker.tune.gpu_batch import read_timings, write_batch
+from woodpecker.tune.gpu_batch import GpuChoice, read_timings, tuned_choices, write_batch
 from woodpecker.tune.records import TuningLog
 
 T4 = Target.parse("cuda:t4")
@@ -26,7 +26,7 @@ T4 = Target.parse("cuda:t4")
 def measured(tmp_path_factory):
     model = _small_model(11)
     folder = write_batch(gpu_graph(model), T4, tmp_path_factory.mktemp("batch") / "b", per_task=2)
-    results = measure_batch(folder, runs=2, warmup=0, kernel=host_kernel)
+    results = measure_batch(folder, runs=2, warmup=0, kernel=host_kernel, library_device="cpu")
     return model, folder, results
 
 
@@ -34,7 +34,12 @@ def test_every_candidate_is_checked_and_timed(measured):
     _, folder, results = measured
     batch = json.loads((folder / "batch.json").read_text())
     assert len(results) == len(batch["candidates"]) >= 5 * 2
-    assert {r["template"] for r in results} == {"conv", "pool", "dense"}
+    assert {r["template"] for r in results} == {"conv", "pool", "dense", "torch"}
+    # one library candidate per task, without a file: the task on torch
+    tasks = {c["task"] for c in batch["candidates"]}
+    library = [c for c in batch["candidates"] if c.get("engine") == "torch"]
+    assert sorted(c["task"] for c in library) == sorted(tasks) and not any("file" in c
+                                                                           for c in library)
     assert all("ms" in r and r["max_abs"] < 1e-3 for r in results), results
 
 
@@ -44,15 +49,18 @@ def test_timings_come_back_into_the_log_and_the_plan(measured, tmp_path):
     best = read_timings(folder, log)
     assert len(log.records) == len(results)
     assert {r.target for r in log.records} == {"cuda:tesla-t4:sm_75"}
-    assert {r.template for r in log.records} == {"gpu.conv", "gpu.pool", "gpu.dense"}
-    for task, config in best.items():
+    assert {r.template for r in log.records} == {"gpu.conv", "gpu.pool", "gpu.dense",
+                                                 "gpu.torch"}
+    for task, choice in best.items():
         fastest = min((r for r in results if r["task"] == task), key=lambda r: r["ms"])
-        assert config == fastest["config"]
-    assert tuned_configs(TuningLog(tmp_path / "gpu.jsonl", T4.record_key)) == best
+        assert choice == GpuChoice(fastest["template"], fastest["config"])
+    assert tuned_choices(TuningLog(tmp_path / "gpu.jsonl", T4.record_key)) == best
     assert TuningLog(tmp_path / "gpu.jsonl", Target.parse("cpu").record_key).records == []
     plan = compile_gpu(model, tmp_path / "plan", T4, tuning_log=tmp_path / "gpu.jsonl")
     steps = json.loads((plan / "plan.json").read_text())["steps"]
-    assert all(s["config"] == best[s["task"]] for s in steps)
+    for s in steps:      # the measured choice per node: the library, or the fastest config
+        assert (s.get("engine") == "torch") == best[s["task"]].library
+        assert best[s["task"]].library or s["config"] == best[s["task"]].config
     # a second batch draws only configs the log has not measured
     again = write_batch(gpu_graph(model), T4, tmp_path / "b2", per_task=1, log=log)
     measured_keys = {(r.task, json.dumps(r.config, sort_keys=True)) for r in log.records}

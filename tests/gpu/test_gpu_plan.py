@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from woodpecker.compiler_gpu import check_on_host, compile_gpu
 from woodpecker.errors import PlanError, WoodpeckerError
 from woodpecker.runtime.gpu_plan import GpuPlan
+from woodpecker.target import Target
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -233,6 +234,51 @@ def test_an_encoder_exported_at_batch_2_plans_its_residual_sums(tmp_path):
     with torch.no_grad():
         mirrored = TorchPlan(plan, torch, "cpu")(input=torch.from_numpy(x))[name].numpy()
     np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("which", ["every", "first conv and the product"])
+def test_library_steps_run_on_torch_over_the_plans_own_views(tmp_path, which):
+    """Library steps (runtime/gpu_torch.py) take the generated kernels' places on the same
+    arena views — NHWC images, a residual's flat view, the conv's HWIO weights — and the
+    walk still equals ONNX Runtime, alone or mixed with generated kernels."""
+    from woodpecker.assembly.gpu_plan import EVERY_TASK, gpu_steps
+    from woodpecker.compiler_gpu import gpu_graph
+
+    model = _small_model(5)
+    if which == "every":
+        library = EVERY_TASK
+    else:
+        steps = gpu_steps(gpu_graph(model), Target.parse("cuda:a100"))
+        library = {next(s.task.key for s in steps if s.task.kind == "conv2d"),
+                   next(s.task.key for s in steps if s.task.kind == "dense")}
+    folder = compile_gpu(model, tmp_path / "lib", "cuda:a100", library=library)
+    doc = GpuPlan.open(folder).doc
+    engines = [s.get("engine", "halide") for s in doc["steps"]]
+    assert engines.count("torch") == (len(engines) if which == "every" else 2)
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    got = check_on_host(folder, {"x": x})
+    ref = _ort(model, {"x": x})
+    np.testing.assert_allclose(list(got.values())[0], ref[0], rtol=1e-4, atol=1e-4)
+
+
+def test_choosing_engines_at_load_times_both_and_keeps_the_outputs(small_plan):
+    """`session.choose` times each step as its generated kernel and as its library call on
+    the plan's views and keeps the faster; the outputs stay ONNX Runtime's whichever wins."""
+    from woodpecker.assembly.gpu_host import HostMemory
+
+    model, folder = small_plan
+    x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    session = GpuPlan.open(folder).session(HostMemory())
+    report = session.choose({"x": x}, runs=2)
+    steps = GpuPlan.open(folder).doc["steps"]
+    assert [c.node for c in report] == [s["node"] for s in steps]
+    for choice in report:
+        assert choice.generated_ms > 0 and choice.library_ms > 0
+        assert choice.engine == ("torch" if choice.library_ms < choice.generated_ms
+                                 else "halide")
+    got = session.run({"x": x})
+    np.testing.assert_allclose(list(got.values())[0], _ort(model, {"x": x})[0], rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_a_value_read_in_the_other_layout_is_refused(tmp_path):

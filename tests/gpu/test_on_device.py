@@ -46,3 +46,23 @@ def test_device_memory_round_trips():
     np.testing.assert_array_equal(rt.download(view, np.empty_like(a)), a)
     free, total = rt.memory_info()
     assert 0 < free <= total
+
+
+def test_library_steps_and_the_choice_at_load_run_on_the_device(tmp_path):
+    """torch's cuDNN/cuBLAS calls on the plan's own device memory (runtime/gpu_torch.py),
+    for every step and as chosen per step by timing both on this device."""
+    from tests.gpu.test_gpu_plan import _small_model
+    from woodpecker.assembly.gpu_plan import EVERY_TASK
+    from woodpecker.compiler_gpu import check_on_host, compile_gpu
+    from woodpecker.runtime.gpu_plan import GpuPlan
+
+    model = _small_model(5)
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    library = compile_gpu(model, tmp_path / "lib", "cuda", library=EVERY_TASK)
+    expected = check_on_host(library, {"x": x})["y"]
+    np.testing.assert_allclose(GpuPlan.open(library).session().run({"x": x})["y"], expected,
+                               rtol=1e-3, atol=1e-3)
+    session = GpuPlan.open(compile_gpu(model, tmp_path / "gen", "cuda")).session()
+    report = session.choose({"x": x}, runs=3)
+    assert all(c.generated_ms > 0 and c.library_ms > 0 for c in report)
+    np.testing.assert_allclose(session.run({"x": x})["y"], expected, rtol=1e-3, atol=1e-3)

@@ -48,6 +48,12 @@ class HostMemory:
 
         return launch
 
+    def tensor(self, torch, view: np.ndarray):
+        return torch.from_numpy(view)
+
+    def timer(self) -> "WallTimer":
+        return WallTimer()
+
     def synchronize(self) -> None:
         pass
 

@@ -18,6 +18,12 @@ layout conversion yet). A Flatten, Reshape, Squeeze or Unsqueeze is a view of it
 bytes (no kernel) where they mean the same in both layouts; Transpose, Gather of one constant
 index and Slice are copies (tasks/movement.py).
 
+Library steps (`library`: task keys, or EVERY_TASK): a step whose task is listed runs on
+torch (cuDNN, cuBLAS: runtime/gpu_torch.py) over the same argument views, recorded as
+`"engine": "torch"`; its kernel is built and kept too, so the plan stays checkable on the
+host. compiler_gpu.compile_gpu lists the tasks whose library candidate the device measured
+fastest (tune/gpu_batch.py) — WPK §2.5's per-operator choice.
+
 `precision="fp16"`: every float32 tensor — activations, weights, the inputs and outputs on
 the device — is stored in float16 and computed in float32 by the templates (half the memory
 traffic; Halide 21 reaches no tensor cores); the host converts the inputs and outputs.
@@ -32,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -72,6 +79,21 @@ class GpuStep:
     task: Task
     template: str
     config: dict
+    engine: str = "halide"      # or LIBRARY: the step runs on torch (runtime/gpu_torch.py)
+
+
+LIBRARY = "torch"
+
+
+class EveryTask:
+    """`library=EVERY_TASK`: every step on the library (a plan of cuDNN and cuBLAS calls in
+    the plan's own arena — the per-node choice's other end)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+EVERY_TASK = EveryTask()
 
 
 def half(task: Task) -> Task:
@@ -86,9 +108,10 @@ def half(task: Task) -> Task:
 
 
 def gpu_steps(graph: Graph, target: Target, configs: dict | None = None,
-              precision: str = "fp32") -> list[GpuStep]:
-    """Each computing node's task (in half precision for an fp16 plan), template and config;
-    one WoodpeckerError naming every node no GPU template computes."""
+              precision: str = "fp32", library: Collection[str] = ()) -> list[GpuStep]:
+    """Each computing node's task (in half precision for an fp16 plan), template and config,
+    and its engine: the library for tasks whose key is in `library`; one WoodpeckerError
+    naming every node no GPU template computes."""
     if precision not in PRECISIONS:
         raise WoodpeckerError(f"GPU plans compute in {' or '.join(PRECISIONS)}, not "
                               f"{precision!r}")
@@ -104,7 +127,8 @@ def gpu_steps(graph: Graph, target: Target, configs: dict | None = None,
         if choice is None:
             missing.append(f"{node.name} ({node.op})")
         else:
-            steps.append(GpuStep(node, task, *choice))
+            steps.append(GpuStep(node, task, *choice,
+                                 LIBRARY if task.key in library else "halide"))
     if missing:
         raise WoodpeckerError(f"no GPU kernel computes {len(missing)} node(s): "
                               f"{', '.join(missing[:8])}{' …' if len(missing) > 8 else ''}")
@@ -199,12 +223,12 @@ def _arg_shapes(module, task: Task) -> list[tuple[int, ...]]:
 
 def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
                       configs: dict | None = None, progress=None,
-                      precision: str = "fp32") -> Path:
+                      precision: str = "fp32", library: Collection[str] = ()) -> Path:
     """Write the GPU plan of `graph` for `target` to `folder` (see the module contract)."""
     if target.device is None:
         raise WoodpeckerError("a GPU plan needs a cuda target")
     folder = Path(folder)
-    steps = gpu_steps(graph, target, configs, precision)
+    steps = gpu_steps(graph, target, configs, precision, library)
     store = np.float16 if precision == "fp16" else np.float32
     nhwc = device_layouts(graph, steps)
     aliases = _views(graph, nhwc)
@@ -240,9 +264,11 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
                         "task": step.task.key, "kernel": kernel, "sm": built.sm,
                         "sha256": sha256_file(folder / kernel), "args": refs,
                         "out": {"value": step.node.outputs[0].name, "shape": list(shapes[-1])}})
+        if step.engine == LIBRARY:
+            records[-1]["engine"] = LIBRARY
         if progress is not None:
-            print(f"  GPU kernel {k + 1}/{len(steps)}: {step.node.name} on {step.template}",
-                  file=progress)
+            print(f"  GPU kernel {k + 1}/{len(steps)}: {step.node.name} on "
+                  f"{step.template if step.engine != LIBRARY else LIBRARY}", file=progress)
     return _write(folder, graph, target, arena, aliases, records, weights, weight_bytes, nhwc,
                   precision)
 

@@ -9,7 +9,11 @@ candidate on the task's seeded random inputs, compares its output with the task'
 that for float16 storage) and times it by CUDA events (median of `runs` after `warmup`);
 results go to `timings.json` beside the batch, one entry per candidate — milliseconds, or the
 error that disqualifies it. numpy, ctypes and the plan runtime only: the device needs no
-Halide. `python -m woodpecker.runtime.gpu_measure BATCH` is the command a remote runner runs.
+Halide. A candidate of engine "torch" (no file) is the task computed by the library
+(runtime/gpu_torch.py: cuDNN, cuBLAS), checked and timed the same way, so the per-node choice
+between it and the generated kernels is made on measurements of the one device; without torch
+it is reported as an error, never chosen. `python -m woodpecker.runtime.gpu_measure BATCH`
+is the command a remote runner runs.
 """
 
 from __future__ import annotations
@@ -71,15 +75,18 @@ def open_batch(folder: "str | Path") -> dict:
     verified(inside(folder, batch["runtime"]["file"], "runtime"), batch["runtime"]["sha256"],
              "runtime")
     for c in batch["candidates"]:
+        if c.get("engine") == "torch":
+            continue
         verified(inside(folder, c["file"], "kernel"), c["sha256"], c["file"])
     return batch
 
 
 def measure_batch(folder: "str | Path", runs: int = 20, warmup: int = 3, kernel=None,
-                  progress=None) -> list[dict]:
+                  progress=None, library_device: str = "cuda") -> list[dict]:
     """Check and time every candidate of the batch at `folder` (see the module contract);
     `kernel(folder, candidate, task, inputs) -> (launch, fetch, timer)` runs one elsewhere
-    than on the device (a host check; default: `device_kernel`)."""
+    than on the device (a host check; default: `device_kernel`), `library_device` the torch
+    candidates ("cpu" for a host check)."""
     folder = Path(folder)
     batch = open_batch(folder)
     results, cache = [], {}
@@ -92,7 +99,12 @@ def measure_batch(folder: "str | Path", runs: int = 20, warmup: int = 3, kernel=
         task, inputs, ref = cache[cand["task"]]
         row = {key: cand[key] for key in ("task", "template", "config")}
         try:
-            launch, fetch, timer = (kernel or _device)(folder, cand, task, inputs)
+            if cand.get("engine") == "torch":
+                from woodpecker.runtime.gpu_torch import library_candidate
+
+                launch, fetch, timer = library_candidate(task, inputs, library_device)
+            else:
+                launch, fetch, timer = (kernel or _device)(folder, cand, task, inputs)
             launch()
             got = fetch().astype(np.float32)
             err = float(np.max(np.abs(got - ref)))

@@ -11,6 +11,11 @@ for the weights (copied once), one per input; each step's kernel bound to its bu
 differs), launches every step on the runtime's stream, copies the outputs back; `time(feeds,
 runs)` is CUDA-event milliseconds of the launches alone, per run.
 
+Library steps (`"engine": "torch"`) run on torch (runtime/gpu_torch.py) over the same views;
+torch is imported only for a plan that has them, or for `session.choose(feeds)`, which times
+every step both ways on this device and keeps the faster (WPK §2.5's per-operator choice at
+load).
+
 `session(memory=...)` takes another `Memory` (the Protocol below): assembly/gpu_host.py runs
 the very same plan walk on this CPU, with the same offsets in a numpy arena and each step's
 template built for the host, so a plan's layout, offsets, views and weights are checked
@@ -20,6 +25,7 @@ against ONNX Runtime on a machine without a GPU.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,6 +50,10 @@ class Memory(Protocol):
 
     def kernel(self, folder: Path, step: dict, views: list) -> Any: ...
 
+    def tensor(self, torch, view: Any) -> Any: ...
+
+    def timer(self) -> Any: ...
+
     def synchronize(self) -> None: ...
 
 
@@ -64,8 +74,22 @@ class DeviceMemory:
     def kernel(self, folder: Path, step: dict, views: list):
         return self._kernel(self.rt, folder / step["kernel"], len(views)).bind(views)
 
+    def tensor(self, torch, view):
+        """A torch CUDA tensor over a view's device memory (no copy; the plan's launches and
+        torch's both go on the legacy default stream, so they are ordered)."""
+        return torch.as_tensor(_CudaArray(view), device="cuda")
+
     def timer(self):
         return self._timer(self.rt)
+
+
+class _CudaArray:
+    """A device view as `__cuda_array_interface__` (what torch.as_tensor wraps)."""
+
+    def __init__(self, view) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": tuple(view.shape), "typestr": view.dtype.str, "version": 3,
+            "data": (int(view.buffer.device), False), "strides": None}
 
 
 def _fail(why: str) -> PlanError:
@@ -74,6 +98,15 @@ def _fail(why: str) -> PlanError:
 
 def _nbytes(shape, dtype: str) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise PlanError("this GPU plan runs library steps on torch, which is not "
+                        "installed here") from None
+    return torch
 
 
 class GpuPlan:
@@ -151,6 +184,17 @@ class GpuPlan:
         return GpuSession(self, memory)
 
 
+@dataclass(frozen=True)
+class StepChoice:
+    """One step's engine chosen on the device (`GpuSession.choose`)."""
+
+    node: str
+    task: str
+    generated_ms: float
+    library_ms: float
+    engine: str
+
+
 class GpuSession:
     def __init__(self, plan: GpuPlan, memory: Memory) -> None:
         doc, self.plan, self.memory = plan.doc, plan, memory
@@ -168,8 +212,10 @@ class GpuSession:
             mem = memory.alloc(_nbytes(v["shape"], v["dtype"]))
             self._inputs[spec["name"]] = (spec, memory.view(mem, 0, v["shape"], v["dtype"]),
                                           mem)
+        torch = _torch() if any(s.get("engine") == "torch" for s in doc["steps"]) else None
         self.launches = [memory.kernel(plan.folder, step, self._views(step))
-                         for step in doc["steps"]]
+                         if step.get("engine") != "torch" else
+                         self._library(torch, step) for step in doc["steps"]]
         self._outputs = [(spec, self._value_view(spec["name"], None)) for spec in doc["outputs"]]
 
     def _value_view(self, name: str, shape):
@@ -182,6 +228,14 @@ class GpuSession:
         if "input" in values[root]:
             return self.memory.view(self._inputs[root][2], 0, shape, v["dtype"])
         return self.memory.view(self._arena, values[root]["offset"], shape, v["dtype"])
+
+    def _library(self, torch, step: dict):
+        """A library step (runtime/gpu_torch.py): torch on the kernel's own views."""
+        from woodpecker.runtime.gpu_torch import TorchKernel
+        from woodpecker.tasks import task_from_key
+
+        *ins, out = (self.memory.tensor(torch, v) for v in self._views(step))
+        return TorchKernel(torch, task_from_key(step["task"]), ins, out)
 
     def _views(self, step: dict) -> list:
         entries = self.plan.doc["weights"]["entries"]
@@ -227,6 +281,34 @@ class GpuSession:
             out[spec["name"]] = np.ascontiguousarray(host.transpose(spec["from_device"])) \
                 if spec["from_device"] is not None else host.reshape(spec["shape"])
         return out
+
+    def choose(self, feeds: dict[str, np.ndarray], runs: int = 10) -> list[StepChoice]:
+        """WPK §2.5's per-operator choice made at load, on this device: every step timed as
+        its generated kernel and as its library call (torch: cuDNN, cuBLAS) on the plan's
+        own views (`runs` each, medians by the memory's timer), the faster kept for later
+        launches. The inputs are fed and the plan run once first, so every step reads
+        values of the right kind (timings do not depend on the values)."""
+        torch = _torch()
+        self.feed(feeds)
+        self.launch()
+        timer, report = self.memory.timer(), []
+        for i, step in enumerate(self.plan.doc["steps"]):
+            views = self._views(step)
+            generated = self.memory.kernel(self.plan.folder, step, views)
+            library = self._library(torch, step)
+            ms = []
+            for launch in (generated, library):
+                launch()
+                times = []
+                for _ in range(runs):
+                    timer.start()
+                    launch()
+                    times.append(timer.stop())
+                ms.append(float(np.median(times)))
+            self.launches[i] = library if ms[1] < ms[0] else generated
+            report.append(StepChoice(step["node"], step["task"], ms[0], ms[1],
+                                     "torch" if ms[1] < ms[0] else "halide"))
+        return report
 
     def time(self, feeds: dict[str, np.ndarray], runs: int = 30, warmup: int = 5) -> list[float]:
         """Milliseconds of device time per run of the launches (CUDA events; the inputs

@@ -8,9 +8,15 @@ again), into a batch folder `runtime/gpu_measure.py` checks and times on the dev
 -m woodpecker.runtime.gpu_measure BATCH`, numpy and ctypes only). `read_timings(folder, log)`
 takes that run's `timings.json` back into the tuning log — one record per candidate, keyed
 by the cuda target (`Target.record_key`: the device and its capability), errors recorded as
-invalid — and returns the best config per task, which `compiler_gpu.compile_gpu(configs=…)`
-builds the plan with. Templates are recorded as `gpu.<name>` (tune/records.py keeps records
-of templates the CPU engines do not know, inert for them).
+invalid — and returns the fastest candidate per task (`GpuChoice`), which
+`compiler_gpu.compile_gpu(tuning_log=…)` builds the plan with (`tuned_choices`). Templates are
+recorded as `gpu.<name>` (tune/records.py keeps records of templates the CPU engines do not
+know, inert for them).
+
+With `library` (default), each task also gets one library candidate (engine "torch", no
+file: runtime/gpu_torch.py), recorded as template `gpu.torch`: where it is the fastest, the
+plan runs that step on the library (WPK §2.5's per-operator choice, made on the device's
+measurements).
 
 Choice: random search over the knob spaces, seeds first — the device is lent for minutes, so
 one batch, not a search loop; later batches draw configs the log has not measured.
@@ -22,9 +28,10 @@ import json
 import random
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
-from woodpecker.assembly.gpu_plan import GPU_TEMPLATES, gpu_steps
+from woodpecker.assembly.gpu_plan import GPU_TEMPLATES, LIBRARY, gpu_steps
 from woodpecker.engines.halide.gpu.build import build_gpu
 from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_library
 from woodpecker.errors import WoodpeckerError
@@ -43,7 +50,7 @@ def _key(config: dict) -> str:
 
 def write_batch(graph: Graph, target: Target, folder: "str | Path", per_task: int = 8,
                 seed: int = 0, precision: str = "fp32", log: TuningLog | None = None,
-                progress=None) -> Path:
+                progress=None, library: bool = True) -> Path:
     folder = Path(folder)
     (folder / "kernels").mkdir(parents=True, exist_ok=True)
     tasks = {}
@@ -64,11 +71,15 @@ def write_batch(graph: Graph, target: Target, folder: "str | Path", per_task: in
             if _key(c) not in done:
                 configs.setdefault(_key(c), c)
         for config in configs.values():
-            library = kernel_library(build_gpu(module, task, config, target))
-            file = f"kernels/{library.name}"
-            shutil.copyfile(library, folder / file)
+            built = kernel_library(build_gpu(module, task, config, target))
+            file = f"kernels/{built.name}"
+            shutil.copyfile(built, folder / file)
             candidates.append({"task": key, "template": name, "config": config, "file": file,
                                "sha256": sha256_file(folder / file)})
+        if library and not any(r.task == key and r.template == PREFIX + LIBRARY
+                               for r in (log.records if log is not None else ())):
+            candidates.append({"task": key, "template": LIBRARY, "config": {},
+                               "engine": LIBRARY})
         if progress is not None:
             print(f"  GPU task {k + 1}/{len(tasks)}: {task.describe()}, {len(configs)} "
                   "candidates", file=progress, flush=True)
@@ -80,9 +91,22 @@ def write_batch(graph: Graph, target: Target, folder: "str | Path", per_task: in
     return folder
 
 
-def read_timings(folder: "str | Path", log: TuningLog) -> dict[str, dict]:
+@dataclass(frozen=True)
+class GpuChoice:
+    """A task's fastest measured candidate: a template (`gpu.<name>`'s name, or LIBRARY)
+    and its config."""
+
+    template: str
+    config: dict
+
+    @property
+    def library(self) -> bool:
+        return self.template == LIBRARY
+
+
+def read_timings(folder: "str | Path", log: TuningLog) -> dict[str, GpuChoice]:
     """The device's timings of the batch at `folder` into `log` (opened for the batch's
-    target); the best config per task key."""
+    target); the fastest candidate per task key."""
     folder = Path(folder)
     try:
         batch = json.loads((folder / "batch.json").read_text())
@@ -95,12 +119,20 @@ def read_timings(folder: "str | Path", log: TuningLog) -> dict[str, dict]:
     if log.target not in (None, target.record_key):
         raise WoodpeckerError(f"the batch was built for {target.record_key}; the log is "
                               f"opened for {log.target}")
-    best: dict[str, tuple[float, dict]] = {}
+    best: dict[str, tuple[float, GpuChoice]] = {}
     for r in timings["results"]:
         ms = r.get("ms")
         log.append(TuningRecord(task=r["task"], template=PREFIX + r["template"],
                                 config=r["config"], cost_s=None if ms is None else ms / 1e3,
                                 error=r.get("error"), target=target.record_key))
         if ms is not None and (r["task"] not in best or ms < best[r["task"]][0]):
-            best[r["task"]] = (ms, r["config"])
-    return {task: config for task, (_, config) in best.items()}
+            best[r["task"]] = (ms, GpuChoice(r["template"], r["config"]))
+    return {task: choice for task, (_, choice) in best.items()}
+
+
+def tuned_choices(log: TuningLog) -> dict[str, GpuChoice]:
+    """The fastest measured candidate of every task the log (opened for a cuda target) holds
+    GPU records of: a generated kernel's config, or the library."""
+    keys = {r.task for r in log.records if r.template.startswith(PREFIX)}
+    return {key: GpuChoice(rec.template[len(PREFIX):], dict(rec.config)) for key in keys
+            if (rec := log.best(key)) is not None and rec.template.startswith(PREFIX)}
