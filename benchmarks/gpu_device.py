@@ -7,13 +7,17 @@ For each plan of the bundle (manifest.json): its weights are regenerated from th
 seed and checked against the plan's sha256 (the bundle carries no weights: resnet50's alone
 exceed what travels to the device), its output checked against the expected output computed
 here (the plan's walk on the CPU) and against torch fp32 on the device running the plan's own
-graph (same weights, TF32 off; `TorchPlan`); then 30 interleaved rounds time Woodpecker's
-launches, that torch module eagerly (cuDNN/cuBLAS) and under torch.compile (inductor,
-max-autotune), all by CUDA events, as paired ratios. The bundle's tuning batch
+graph (same weights, TF32 off; `TorchPlan`); the per-node choice is made on the device
+(GpuSession.choose: each step's generated kernel against its library call) and the chosen walk
+captured as a CUDA graph (GpuSession.graph), both checked the same way; then 30 interleaved
+rounds time Woodpecker's launches as built, as chosen, the graph's replay, that torch module
+eagerly (cuDNN/cuBLAS) and under torch.compile (inductor, max-autotune), all by CUDA events,
+as paired ratios. The bundle's tuning batch
 (tune/gpu_batch.py) is measured by the remote runner (runtime/gpu_measure.py: every
 candidate checked against its task's numpy reference and timed by events) into
 DIR/timings.json, which tune/gpu_batch.read_timings takes back into a tuning log here; each
-conv layer's fastest candidate is compared with cuDNN's F.conv2d on the same input.
+conv layer's fastest candidate is compared with cuDNN's F.conv2d on the same input (the batch
+holds each task's library candidate too: the choice the tuned plan is built with).
 Results: DIR/gpu_results.json.
 
 `--host` runs the same code on this CPU (host builds of the kernels, torch on the CPU): the
@@ -179,14 +183,27 @@ def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
         row["compile_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
         compiled = None
     row["compile_s"] = round(time.perf_counter() - t0, 1)
+    graph = None
+    if not host:       # the chosen walk as one CUDA graph (GpuSession.graph)
+        try:
+            graph = chosen.graph()
+            graph()
+            chosen.memory.synchronize()
+            replayed = chosen.fetch()
+            row["graph_max_abs_vs_torch_fp32"] = max(
+                float(np.max(np.abs(replayed[k] - ref[k]))) for k in replayed)
+        except Exception as e:      # noqa: BLE001 - recorded, the run goes on
+            row["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            graph = None
     timer = clock(torch, device)
-    times = {"woodpecker": [], "chosen": [], "eager": [], "compiled": []}
+    times = {"woodpecker": [], "chosen": [], "graph": [], "eager": [], "compiled": []}
     with torch.no_grad():
         for _ in range(3):
             session.launch()
             module(**tin)
         for _ in range(rounds):
             for name, fn in (("woodpecker", session.launch), ("chosen", chosen.launch),
+                             ("graph", graph),
                              ("eager", lambda: module(**tin)),
                              ("compiled", None if compiled is None else
                               lambda: compiled(**tin))):
@@ -196,15 +213,15 @@ def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
                 session.memory.synchronize()
                 timer.start()
                 fn()
-                if name in ("woodpecker", "chosen"):
+                if name in ("woodpecker", "chosen", "graph"):
                     session.memory.synchronize()
                 times[name].append(timer.stop())
     row["median_ms"] = {k: float(np.median(v)) for k, v in times.items() if v}
-    for ours_name in ("woodpecker", "chosen"):
+    for ours_name in ("woodpecker", "chosen", "graph"):
         for other in ("eager", "compiled"):
-            if times[other]:
+            if times[other] and times[ours_name]:
                 ratios = [a / b for a, b in zip(times[ours_name], times[other])]
-                key = f"{'ours' if ours_name == 'woodpecker' else 'chosen'}_over_{other}"
+                key = f"{'ours' if ours_name == 'woodpecker' else ours_name}_over_{other}"
                 row[key] = {"median": float(np.median(ratios)),
                             "per_round": [round(r, 4) for r in ratios]}
     return row

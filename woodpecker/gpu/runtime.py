@@ -160,6 +160,11 @@ class CudaRuntime:
     def synchronize(self) -> None:
         self._check(self.lib.wp_cuda_synchronize(), "synchronizing the device")
 
+    def use_stream(self, stream: int) -> None:
+        """Launch kernels and record events on CUDA stream `stream` (0: the legacy default
+        stream, where torch's default work goes too)."""
+        self.lib.wp_cuda_use_stream(ctypes.c_void_p(stream or None))
+
 
 class GpuKernel:
     """One kernel library's `wp_kernel(buffers...)`: its launches go on the runtime's stream."""

@@ -14,7 +14,8 @@ runs)` is CUDA-event milliseconds of the launches alone, per run.
 Library steps (`"engine": "torch"`) run on torch (runtime/gpu_torch.py) over the same views;
 torch is imported only for a plan that has them, or for `session.choose(feeds)`, which times
 every step both ways on this device and keeps the faster (WPK §2.5's per-operator choice at
-load).
+load). `session.graph()` captures the walk as one CUDA graph (through torch's graph API, so
+library steps' temporaries live in its private pool) and returns its replay.
 
 `session(memory=...)` takes another `Memory` (the Protocol below): assembly/gpu_host.py runs
 the very same plan walk on this CPU, with the same offsets in a numpy arena and each step's
@@ -70,6 +71,7 @@ class DeviceMemory:
             raise PlanError(f"cannot run this GPU plan here: {e}") from None
         self.alloc, self.view, self.upload = self.rt.alloc, self.rt.view, self.rt.upload
         self.download, self.synchronize = self.rt.download, self.rt.synchronize
+        self.use_stream = self.rt.use_stream
 
     def kernel(self, folder: Path, step: dict, views: list):
         return self._kernel(self.rt, folder / step["kernel"], len(views)).bind(views)
@@ -309,6 +311,29 @@ class GpuSession:
             report.append(StepChoice(step["node"], step["task"], ms[0], ms[1],
                                      "torch" if ms[1] < ms[0] else "halide"))
         return report
+
+    def graph(self):
+        """The plan's launches captured once as a CUDA graph (torch.cuda.CUDAGraph: library
+        steps' temporaries then live in its private pool), returned as a call replaying it on
+        the default stream — one launch of the graph for the whole walk instead of one per
+        step. Needs torch with CUDA and a device (PlanError otherwise)."""
+        torch = _torch()
+        if not hasattr(self.memory, "use_stream") or not torch.cuda.is_available():
+            raise PlanError("CUDA graphs need the plan on a CUDA device, with torch")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.stream(side):      # warm up off the default stream, as torch asks
+                self.memory.use_stream(side.cuda_stream)
+                self.launch()
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                self.memory.use_stream(torch.cuda.current_stream().cuda_stream)
+                self.launch()
+        finally:
+            self.memory.use_stream(0)
+        return graph.replay
 
     def time(self, feeds: dict[str, np.ndarray], runs: int = 30, warmup: int = 5) -> list[float]:
         """Milliseconds of device time per run of the launches (CUDA events; the inputs

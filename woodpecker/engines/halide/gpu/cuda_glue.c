@@ -99,6 +99,8 @@ int wp_cuda_elapsed(float *ms, CUevent start, CUevent end) {
     return rc != 0 ? rc : cuEventElapsedTime_(ms, start, end);
 }
 
-/* Kernels run on `stream` from now on (0: the legacy default stream). */
+/* Kernels run on `stream` from now on (0: the legacy default stream); a CUDA graph's capture
+   points them at torch's capturing stream for the length of one walk. */
 int wp_cuda_use_stream(CUstream stream) { wp_stream = stream; return 0; }
+CUstream wp_cuda_current_stream(void) { return wp_stream; }
 int wp_cuda_stream_new(CUstream *stream) { return cuStreamCreate_(stream, 1 /* non-blocking */); }
