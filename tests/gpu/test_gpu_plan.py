@@ -297,13 +297,16 @@ def test_a_value_read_in_the_other_layout_is_refused(tmp_path):
         compile_gpu(model, tmp_path / "plan", "cuda:h100")
 
 
-def test_an_fp16_plan_stores_half_precision_and_stays_close(tmp_path):
+def test_an_fp16_plan_stores_half_precision_and_stays_close(tmp_path, small_plan):
     """`precision="fp16"`: weights and activations in float16 on the device, computed in
-    float32; the host converts inputs and outputs. Within 1e-2 of the outputs' scale."""
+    float32; the host converts inputs and outputs. Within 1e-2 of the outputs' scale. Its
+    arena is planned in half precision's bytes: at most half the fp32 plan's, plus alignment."""
     model = _small_model(7)
     folder = compile_gpu(model, tmp_path / "half", "cuda:a100", precision="fp16")
     doc = json.loads((folder / "plan.json").read_text())
     assert doc["precision"] == "fp16"
+    full = GpuPlan.open(small_plan[1]).doc["arena_bytes"]      # the same shapes in fp32
+    assert doc["arena_bytes"] <= full // 2 + 64 * len(doc["values"])
     assert {e["dtype"] for e in doc["weights"]["entries"]} == {"float16"}
     assert {v["dtype"] for v in doc["values"].values()} == {"float16"}
     assert doc["inputs"][0]["dtype"] == doc["outputs"][0]["dtype"] == "float32"

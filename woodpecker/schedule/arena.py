@@ -54,7 +54,7 @@ def _aligned(n: int, a: int) -> int:
 
 
 def lifetimes(graph: Graph, steps: Steps = None, aliases: dict | None = None,
-              every: bool = False) -> list[tuple[str, int, int, int]]:
+              every: bool = False, nbytes=value_bytes) -> list[tuple[str, int, int, int]]:
     """(value name, aligned bytes, first step, last step) for every activation, in order.
 
     `steps`: node indices per execution step (default one node each). A multi-node step (a
@@ -62,7 +62,8 @@ def lifetimes(graph: Graph, steps: Steps = None, aliases: dict | None = None,
     its outputs are live from its start, and values produced and read only inside it never
     reach the arena — with `every`, they do, live for the whole step (a region whose
     activations all live in the arena, runtime/steps.py). `aliases`: parts written in place
-    into a whole (schedule/aliases.py)."""
+    into a whole (schedule/aliases.py). `nbytes(value)`: a value's size (default its type's;
+    an fp16 GPU plan stores float32 values in half the bytes)."""
     steps = steps or [[i] for i in range(len(graph.nodes))]
     aliases = aliases or {}
     at = {id(graph.nodes[i]): k for k, step in enumerate(steps) for i in step}
@@ -88,7 +89,7 @@ def lifetimes(graph: Graph, steps: Steps = None, aliases: dict | None = None,
                 continue
             last = end if id(v) in outputs else max(readers, default=k)
             last = max(last, last_view.get(v.name, last))
-            out.append((v.name, _aligned(max(value_bytes(v), 1), ALIGNMENT),
+            out.append((v.name, _aligned(max(nbytes(v), 1), ALIGNMENT),
                         min(k, first_part.get(v.name, k)), last))
     return out
 
@@ -194,13 +195,13 @@ def _exact(life, upper: int, bound: int, seconds: float) -> tuple[int, dict[str,
 
 
 def plan_arena(graph: Graph, steps: Steps = None, aliases: dict | None = None,
-               exact_s: float = 0.0, every: bool = False) -> Arena:
+               exact_s: float = 0.0, every: bool = False, nbytes=value_bytes) -> Arena:
     """Offsets for the activations of `graph` in its current node order (grouped into `steps`,
     see `lifetimes`, with `aliases` placed inside their wholes): every placement order in
     ORDERS with best-fit and first-fit gaps; the smallest arena wins. With `exact_s`, an arena
     still above the live bound is then solved exactly (`_exact`) for up to that many
     seconds: the least arena for this order where the solver finishes."""
-    life = lifetimes(graph, steps, aliases, every)
+    life = lifetimes(graph, steps, aliases, every, nbytes)
     bound = live_peak(life)
     best = None
     for name, order in ORDERS.items():
