@@ -8,8 +8,9 @@ seed and checked against the plan's sha256 (the bundle carries no weights: resne
 exceed what travels to the device), its output checked against the expected output computed
 here (the plan's walk on the CPU) and against torch fp32 on the device running the plan's own
 graph (same weights, TF32 off; `TorchPlan`); the per-node choice is made on the device
-(GpuSession.choose: each step's generated kernel against its library call) and the chosen walk
-captured as a CUDA graph (GpuSession.graph), both checked the same way; then 30 interleaved
+(GpuSession.choose: each step's generated kernel against its library call), DOS stages of
+independent steps put on streams where measured faster (GpuSession.schedule), and the chosen
+walk captured as a CUDA graph (GpuSession.graph), each checked the same way; then 30 interleaved
 rounds time Woodpecker's launches as built, as chosen, the graph's replay, that torch module
 eagerly (cuDNN/cuBLAS) and under torch.compile (inductor, max-autotune), all by CUDA events,
 as paired ratios. The bundle's tuning batch
@@ -162,8 +163,10 @@ def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
     # against its library call, the faster kept; its outputs checked the same way
     chosen = plan.session(session.memory if host else None)
     report = chosen.choose(feeds)
+    stages = chosen.schedule(feeds).stages       # DOS stages on streams (runtime/gpu_stages.py)
     mixed = chosen.run(feeds)
     row["chosen"] = {"library_steps": sum(c.engine == "torch" for c in report),
+                     "concurrent_stages": [sorted(s.nodes) for s in stages if len(s.nodes) > 1],
                      "max_abs_vs_torch_fp32": max(float(np.max(np.abs(mixed[k] - ref[k])))
                                                   for k in mixed),
                      "steps": [dataclasses.asdict(c) for c in report]}

@@ -296,6 +296,10 @@ DOS_STAGE_MARGIN = 0.03
 DOS_PLAN_MARGIN = 0.02
 # The most seconds a parallel schedule may take, measurements included (issue 32: ≤ 60 s).
 DOS_SECONDS = 50.0
+# CUDA streams a GPU plan's DOS stages spread over (runtime/gpu_stages.py): the most steps one
+# stage runs at once. A choice, unmeasured (no GPU has been lent yet): a CNN's branches and a
+# transformer's heads rarely offer more independent kernels than 4 at a time.
+GPU_STREAMS = 4
 
 # -- arena (schedule/arena.py) ------------------------------------------------------------------
 

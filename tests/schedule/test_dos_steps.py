@@ -86,3 +86,41 @@ def test_dos_schedule_is_valid_within_threads_and_no_worse_than_the_baselines(ca
     assert schedule.cost <= sum(cost.alone) + 1e-9
     if block >= n:     # one block: Algorithm 1 over the whole graph beats the greedy stages
         assert schedule.cost <= greedy_schedule(n, edges, cost).cost + 1e-9
+
+
+def _segmentations(n: int):
+    """Every split of 0..n-1 into runs of consecutive steps."""
+    if n == 0:
+        yield []
+        return
+    for first in range(1, n + 1):
+        for rest in _segmentations(n - first):
+            yield [list(range(first))] + [[s + first for s in run] for run in rest]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(step_graphs())
+def test_the_contiguous_schedule_is_the_least_cost_run_split(case):
+    """Stages of consecutive steps only (GPU plans: the arena holds the steps in turn), none
+    reading another's output, within the threads; its cost is the least over every split of
+    the steps into such runs (by brute force), so never above the steps in turn."""
+    from woodpecker.schedule.dos_steps import contiguous_schedule
+
+    n, edges, seed, threads = case
+    table = Table(n, seed, threads)
+    found = contiguous_schedule(n, edges, table)
+    assert found.is_valid(range(n), edges)
+    order = [s for stage in found.stages for s in sorted(stage.nodes)]
+    assert order == list(range(n))
+    linked = set(edges)
+    for stage in found.stages:
+        assert len(stage.nodes) <= threads
+        assert not any((u, v) in linked for u in stage.nodes for v in stage.nodes)
+    best = INF
+    for runs in _segmentations(n):
+        if any(len(r) > threads or any((u, v) in linked for u in r for v in r) for r in runs):
+            continue
+        best = min(best, sum(table(frozenset(r))[0] if len(r) > 1 else table.alone[r[0]]
+                             for r in runs))
+    assert abs(found.cost - best) <= 1e-9 * max(1.0, best)
+    assert found.cost <= sum(table.alone) + 1e-9

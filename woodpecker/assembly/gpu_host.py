@@ -54,6 +54,24 @@ class HostMemory:
     def timer(self) -> "WallTimer":
         return WallTimer()
 
+    # streams and events: the host runs every step in turn, so ordering is given
+    def stream(self) -> int:
+        return 0
+
+    current_stream = stream
+
+    def event(self) -> None:
+        return None
+
+    def record(self, event, stream: int) -> None:
+        pass
+
+    def wait(self, stream: int, event) -> None:
+        pass
+
+    def use_stream(self, stream: int) -> None:
+        pass
+
     def synchronize(self) -> None:
         pass
 

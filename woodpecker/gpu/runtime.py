@@ -165,6 +165,30 @@ class CudaRuntime:
         stream, where torch's default work goes too)."""
         self.lib.wp_cuda_use_stream(ctypes.c_void_p(stream or None))
 
+    def current_stream(self) -> int:
+        self.lib.wp_cuda_current_stream.restype = ctypes.c_void_p
+        return int(self.lib.wp_cuda_current_stream() or 0)
+
+    def stream(self) -> int:
+        """A new non-blocking stream (DOS stages: ordered only by the events put between)."""
+        s = ctypes.c_void_p()
+        self._check(self.lib.wp_cuda_stream_new(ctypes.byref(s)), "creating a stream")
+        return int(s.value)
+
+    def event(self) -> ctypes.c_void_p:
+        e = ctypes.c_void_p()
+        self._check(self.lib.wp_cuda_event_new(ctypes.byref(e)), "creating an event")
+        return e
+
+    def record(self, event: ctypes.c_void_p, stream: int) -> None:
+        self._check(self.lib.wp_cuda_record_on(event, ctypes.c_void_p(stream or None)),
+                    "recording an event")
+
+    def wait(self, stream: int, event: ctypes.c_void_p) -> None:
+        """Work later put on `stream` waits for `event`."""
+        self._check(self.lib.wp_cuda_wait(ctypes.c_void_p(stream or None), event),
+                    "waiting on an event")
+
 
 class GpuKernel:
     """One kernel library's `wp_kernel(buffers...)`: its launches go on the runtime's stream."""

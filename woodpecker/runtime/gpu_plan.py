@@ -28,13 +28,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from woodpecker.config import DOS_RUNS, GPU_STREAMS
 from woodpecker.errors import PlanError, WoodpeckerError
 from woodpecker.files import inside, verified
 from woodpecker.target import Target
+
+if TYPE_CHECKING:
+    from woodpecker.schedule.dos import Schedule
 
 FORMAT, VERSION = "woodpecker-gpu-plan", 1
 DTYPES = frozenset({"float32", "float16", "uint8", "int8", "int32", "int64"})
@@ -71,7 +75,9 @@ class DeviceMemory:
             raise PlanError(f"cannot run this GPU plan here: {e}") from None
         self.alloc, self.view, self.upload = self.rt.alloc, self.rt.view, self.rt.upload
         self.download, self.synchronize = self.rt.download, self.rt.synchronize
-        self.use_stream = self.rt.use_stream
+        self.use_stream, self.current_stream = self.rt.use_stream, self.rt.current_stream
+        self.stream, self.event = self.rt.stream, self.rt.event
+        self.record, self.wait = self.rt.record, self.rt.wait
 
     def kernel(self, folder: Path, step: dict, views: list):
         return self._kernel(self.rt, folder / step["kernel"], len(views)).bind(views)
@@ -219,6 +225,8 @@ class GpuSession:
                          if step.get("engine") != "torch" else
                          self._library(torch, step) for step in doc["steps"]]
         self._outputs = [(spec, self._value_view(spec["name"], None)) for spec in doc["outputs"]]
+        self.walk = None            # a staged walk (schedule()), else the steps in turn
+        self._streams: dict[int, Any] = {}
 
     def _value_view(self, name: str, shape):
         """A view of value `name` (a view value: of the value it aliases) as `shape`."""
@@ -270,8 +278,43 @@ class GpuSession:
             self.memory.upload(view, x)      # in the view's type: an fp16 plan's float16
 
     def launch(self) -> None:
+        if self.walk is not None:
+            self.walk()
+            return
         for launch in self.launches:
             launch()
+
+    def on_stream(self, step: int, stream: int) -> None:
+        """Step `step`'s next launches go on `stream` (a library step's torch calls; the
+        generated kernels follow the memory's current stream)."""
+        launch = self.launches[step]
+        if hasattr(launch, "stream"):
+            launch.stream = None if not stream else self._torch_stream(stream)
+
+    def _torch_stream(self, stream: int):
+        if stream not in self._streams:
+            self._streams[stream] = _torch().cuda.ExternalStream(stream)
+        return self._streams[stream]
+
+    def schedule(self, feeds: dict[str, np.ndarray], streams: int = GPU_STREAMS,
+                 runs: int = DOS_RUNS) -> "Schedule":
+        """DOS on this device (runtime/gpu_stages.py): the steps' times alone and candidate
+        stages' together measured on `streams` streams, the least-cost stages of consecutive
+        steps (schedule/dos_steps.contiguous_schedule: the arena holds the steps in plan
+        order); later launches run the stages (a schedule without a concurrent stage leaves
+        the walk in turn)."""
+        from woodpecker.runtime.gpu_stages import StreamCosts, staged_walk, step_edges
+        from woodpecker.schedule.dos_steps import contiguous_schedule
+
+        self.walk = None
+        self.feed(feeds)
+        self.launch()
+        handles = [self.memory.stream() for _ in range(streams)]
+        costs = StreamCosts(self, handles, runs)
+        found = contiguous_schedule(len(self.launches), step_edges(self.plan.doc), costs)
+        if any(len(stage.nodes) > 1 for stage in found.stages):
+            self.walk = staged_walk(self, found, handles)
+        return found
 
     def fetch(self) -> dict[str, np.ndarray]:
         """Copy the outputs back (transposed to the model's layout where they differ)."""

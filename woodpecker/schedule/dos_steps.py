@@ -9,7 +9,9 @@ the stage cost of DOS §4.1 (`schedule/dos.StageCost`) — selection/parallel.St
 them on the plan's bound kernels. `dos_schedule` runs Algorithm 1 (`schedule/dos.py`) per
 block of consecutive steps (DOS §4.2) with stages of at most `threads` members and splits a
 stage found no faster together back into its members; `greedy_schedule` is DOS's greedy
-baseline; `critical_path` bounds what any schedule of these kernels can reach.
+baseline; `critical_path` bounds what any schedule of these kernels can reach;
+`contiguous_schedule` is the least-cost schedule whose stages are runs of consecutive steps
+(GPU plans, whose arena holds the steps in turn).
 """
 
 from __future__ import annotations
@@ -114,6 +116,37 @@ def greedy_schedule(n: int, edges: Sequence[tuple[int, int]], cost: StepCosts) -
                 stages.append(Stage(frozenset([s]), "sequential", cost.alone[s]))
         done.update(ready)
     return Schedule(tuple(stages))
+
+
+def contiguous_schedule(n: int, edges: Sequence[tuple[int, int]], cost: StepCosts) -> Schedule:
+    """DOS's least-cost schedule among those whose stages are runs of consecutive steps in
+    plan order (at most `cost.threads` steps, none reading another's output): the steps keep
+    their order, so an arena planned for them in turn stays valid (GPU plans,
+    runtime/gpu_stages.py) — any reordering could overwrite a value still to be read.
+    Dynamic programming over prefixes: best[j] = min over i of best[i] + cost(steps i..j-1),
+    a stage found no faster together split back into its members."""
+    linked = set(edges)
+    best: list[tuple[float, int]] = [(0.0, 0)] + [(INF, 0)] * n
+    for j in range(1, n + 1):
+        for i in range(j - 1, max(j - cost.threads, 0) - 1, -1):
+            members = frozenset(range(i, j))
+            if i < j - 1 and any((u, v) in linked for u in members for v in members):
+                break            # a longer run holds the same dependent pair
+            c, _ = cost(members) if i < j - 1 else (cost.alone[i], "sequential")
+            if best[i][0] + c < best[j][0]:
+                best[j] = (best[i][0] + c, i)
+    stages: list[Stage] = []
+    j = n
+    while j > 0:
+        i = best[j][1]
+        members = frozenset(range(i, j))
+        if len(members) > 1 and cost(members)[1] == "concurrent":
+            stages.append(Stage(members, "concurrent", cost(members)[0]))
+        else:
+            stages.extend(Stage(frozenset([s]), "sequential", cost.alone[s])
+                          for s in sorted(members, reverse=True))
+        j = i
+    return Schedule(tuple(reversed(stages)))
 
 
 def dos_schedule(n: int, edges: Sequence[tuple[int, int]], cost: StepCosts,

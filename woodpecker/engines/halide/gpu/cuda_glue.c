@@ -41,6 +41,7 @@ static CUresult (*cuEventRecord_)(CUevent, CUstream);
 static CUresult (*cuEventSynchronize_)(CUevent);
 static CUresult (*cuEventElapsedTime_)(float *, CUevent, CUevent);
 static CUresult (*cuStreamCreate_)(CUstream *, unsigned);
+static CUresult (*cuStreamWaitEvent_)(CUstream, CUevent, unsigned);
 
 static int acquire(void *user_context, void **ctx, int create) {
     (void)user_context; (void)create;
@@ -73,6 +74,7 @@ int wp_cuda_init(int ordinal) {
     RESOLVE_V2(cuMemFree); RESOLVE_V2(cuMemGetInfo); RESOLVE(cuEventCreate);
     RESOLVE_V2(cuEventDestroy); RESOLVE(cuEventRecord); RESOLVE(cuEventSynchronize);
     RESOLVE(cuEventElapsedTime); RESOLVE(cuStreamCreate);
+    RESOLVE(cuStreamWaitEvent);
     CUresult rc = cuInit_(0);
     int device = 0;
     if (rc == 0) rc = cuDeviceGet_(&device, ordinal);
@@ -103,4 +105,8 @@ int wp_cuda_elapsed(float *ms, CUevent start, CUevent end) {
    points them at torch's capturing stream for the length of one walk. */
 int wp_cuda_use_stream(CUstream stream) { wp_stream = stream; return 0; }
 CUstream wp_cuda_current_stream(void) { return wp_stream; }
+
+/* DOS stages on streams (runtime/gpu_stages.py): fork and join by events. */
+int wp_cuda_record_on(CUevent event, CUstream stream) { return cuEventRecord_(event, stream); }
+int wp_cuda_wait(CUstream stream, CUevent event) { return cuStreamWaitEvent_(stream, event, 0); }
 int wp_cuda_stream_new(CUstream *stream) { return cuStreamCreate_(stream, 1 /* non-blocking */); }
