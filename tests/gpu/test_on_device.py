@@ -66,3 +66,25 @@ def test_library_steps_and_the_choice_at_load_run_on_the_device(tmp_path):
     report = session.choose({"x": x}, runs=3)
     assert all(c.generated_ms > 0 and c.library_ms > 0 for c in report)
     np.testing.assert_allclose(session.run({"x": x})["y"], expected, rtol=1e-3, atol=1e-3)
+
+
+def test_stages_on_streams_and_a_cuda_graph_keep_the_outputs(tmp_path):
+    """DOS stages on streams (runtime/gpu_stages.py) and the walk as one CUDA graph."""
+    from woodpecker.compiler_gpu import check_on_host, compile_gpu
+    from woodpecker.runtime.gpu_plan import GpuPlan
+    from woodpecker.zoo import export
+
+    folder = compile_gpu(str(export("transformer_encoder")), tmp_path / "enc", "cuda")
+    x = np.random.default_rng(0).standard_normal((1, 128, 128)).astype(np.float32)
+    expected = check_on_host(folder, {"input": x})["output"]
+    session = GpuPlan.open(folder).session()
+    session.schedule({"input": x}, runs=5)
+    np.testing.assert_allclose(session.run({"input": x})["output"], expected, rtol=1e-3,
+                               atol=1e-3)
+    replay = session.graph()
+    session.feed({"input": 2 * x})
+    replay()
+    session.memory.synchronize()
+    np.testing.assert_allclose(session.fetch()["output"],
+                               check_on_host(folder, {"input": 2 * x})["output"], rtol=1e-3,
+                               atol=1e-3)
