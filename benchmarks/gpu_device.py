@@ -100,14 +100,15 @@ class TorchPlan:
         self.doc, self.steps = doc, []
         for step in doc["steps"]:
             task = task_from_key(step["task"])
-            consts = {j: weight(r["weight"]) for j, r in enumerate(step["args"]) if "weight" in r}
+            refs = step.get("library_args", step["args"])     # raw weights, not transformed
+            consts = {j: weight(r["weight"]) for j, r in enumerate(refs) if "weight" in r}
             self.steps.append((step, task, consts))
 
     def __call__(self, **inputs):
         torch, values = self.torch, dict(inputs)
         for step, task, consts in self.steps:
             args = [consts[j] if j in consts else self._value(values, r["value"])
-                    for j, r in enumerate(step["args"])]
+                    for j, r in enumerate(step.get("library_args", step["args"]))]
             y = compute(torch, task, args)
             name = step["out"]["value"]
             values[name] = y.reshape(self._shape(name))

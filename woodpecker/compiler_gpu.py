@@ -4,7 +4,8 @@ assembly/gpu_plan.py for a `cuda` target — kernels built here, to run on the d
 (runtime/gpu_plan.py; build here, run there).
 
 Contract: `compile_gpu(model, folder, target="cuda:h100", configs=None, precision="fp32")`
-writes the plan folder and returns it; `configs` maps task keys to tuned configs (none: each
+writes the plan folder and returns it; `configs` maps task keys to a config (for the first
+template it is valid for) or a GpuChoice (a template and its config; none: the first
 template's first seed); `precision="fp16"` stores every float tensor in half precision.
 `tuning_log`: a log the device's batch timings were read into (tune/gpu_batch.py): each
 task's fastest candidate — a generated kernel's config, or the library (torch: cuDNN,
@@ -49,8 +50,7 @@ def compile_gpu(model: Any, folder: "str | Path", target: "str | Target" = "cuda
         raise WoodpeckerError(f"a GPU plan needs a cuda target, not {target!r}")
     if tuning_log is not None:
         choices = tuned_choices(TuningLog(tuning_log, tgt.record_key))
-        configs = {**{k: c.config for k, c in choices.items() if not c.library},
-                   **(configs or {})}
+        configs = {**{k: c for k, c in choices.items() if not c.library}, **(configs or {})}
         if library is not EVERY_TASK:
             library = {*library, *(k for k, c in choices.items() if c.library)}
     return assemble_gpu_plan(gpu_graph(model, input_shapes), tgt, folder, configs, progress,

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 
 from tests.gpu.test_gpu_plan import _small_model
 from woodpecker.assembly.gpu_host import host_kernel
-from woodpecker.compiler_gpu import compile_gpu, gpu_graph
+from woodpecker.compiler_gpu import check_on_host, compile_gpu, gpu_graph
 from woodpecker.errors import PlanError
 from woodpecker.runtime.gpu_measure import measure_batch
 from woodpecker.target import Target
@@ -34,7 +36,12 @@ def test_every_candidate_is_checked_and_timed(measured):
     _, folder, results = measured
     batch = json.loads((folder / "batch.json").read_text())
     assert len(results) == len(batch["candidates"]) >= 5 * 2
-    assert {r["template"] for r in results} == {"conv", "pool", "dense", "torch"}
+    # every template that computes a task: the 3x3 convs' Winograd too, whose weights the
+    # runner transforms from its own seeded inputs (a spec travels, not the arrays)
+    assert {r["template"] for r in results} == {"conv", "winograd", "pool", "dense", "torch"}
+    wino = [c for c in batch["candidates"] if c["template"] == "winograd"]
+    assert wino and all(c["transforms"] == {"1": {"kind": "winograd_filter",
+                                                  "m": c["config"]["m"]}} for c in wino)
     # one library candidate per task, without a file: the task on torch
     tasks = {c["task"] for c in batch["candidates"]}
     library = [c for c in batch["candidates"] if c.get("engine") == "torch"]
@@ -49,8 +56,8 @@ def test_timings_come_back_into_the_log_and_the_plan(measured, tmp_path):
     best = read_timings(folder, log)
     assert len(log.records) == len(results)
     assert {r.target for r in log.records} == {"cuda:tesla-t4:sm_75"}
-    assert {r.template for r in log.records} == {"gpu.conv", "gpu.pool", "gpu.dense",
-                                                 "gpu.torch"}
+    assert {r.template for r in log.records} == {"gpu.conv", "gpu.winograd", "gpu.pool",
+                                                 "gpu.dense", "gpu.torch"}
     for task, choice in best.items():
         fastest = min((r for r in results if r["task"] == task), key=lambda r: r["ms"])
         assert choice == GpuChoice(fastest["template"], fastest["config"])
@@ -58,9 +65,15 @@ def test_timings_come_back_into_the_log_and_the_plan(measured, tmp_path):
     assert TuningLog(tmp_path / "gpu.jsonl", Target.parse("cpu").record_key).records == []
     plan = compile_gpu(model, tmp_path / "plan", T4, tuning_log=tmp_path / "gpu.jsonl")
     steps = json.loads((plan / "plan.json").read_text())["steps"]
-    for s in steps:      # the measured choice per node: the library, or the fastest config
+    for s in steps:      # the measured choice per node: the library, or the fastest kernel
         assert (s.get("engine") == "torch") == best[s["task"]].library
-        assert best[s["task"]].library or s["config"] == best[s["task"]].config
+        assert best[s["task"]].library or (s["template"], s["config"]) == (
+            best[s["task"]].template, best[s["task"]].config)
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(check_on_host(plan, {"x": x})["y"], expected, rtol=1e-4,
+                               atol=1e-4)
     # a second batch draws only configs the log has not measured
     again = write_batch(gpu_graph(model), T4, tmp_path / "b2", per_task=1, log=log)
     measured_keys = {(r.task, json.dumps(r.config, sort_keys=True)) for r in log.records}

@@ -281,6 +281,41 @@ def test_choosing_engines_at_load_times_both_and_keeps_the_outputs(small_plan):
                                atol=1e-4)
 
 
+def test_a_winograd_step_keeps_raw_weights_for_the_library(tmp_path):
+    """A measured choice of template (GpuChoice) is honoured: the 3×3 conv on Winograd, its
+    weights transformed at build (U = G g Gᵀ) with the raw ones kept as `library_args`, so
+    the choice at load can still time it against cuDNN; both walks equal ONNX Runtime."""
+    from woodpecker.assembly.gpu_host import HostMemory
+    from woodpecker.assembly.gpu_plan import GpuChoice, gpu_steps
+    from woodpecker.compiler_gpu import gpu_graph
+    from woodpecker.engines.halide.gpu import winograd
+
+    model = _small_model(9)
+    steps = gpu_steps(gpu_graph(model), Target.parse("cuda:a100"))
+    task = next(s.task for s in steps if winograd.supports(s.task))
+    key = task.key
+    config = next(c for c in winograd.space(task, Target.parse("cuda:a100").device)
+                  .valid_configs() if c["m"] == 2)
+    folder = compile_gpu(model, tmp_path / "w", "cuda:a100",
+                         configs={key: GpuChoice("winograd", config)})
+    doc = GpuPlan.open(folder).doc
+    (step,) = [s for s in doc["steps"] if s["task"] == key]
+    assert step["template"] == "winograd" and "library_args" in step
+    entries = doc["weights"]["entries"]
+    assert entries[step["args"][1]["weight"]]["shape"][:2] == [4, 4]       # (b, a, C, K)
+    assert entries[step["library_args"][1]["weight"]]["shape"][:2] == [3, 3]   # HWIO
+    x = np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    ref = _ort(model, {"x": x})[0]
+    np.testing.assert_allclose(check_on_host(folder, {"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
+    session = GpuPlan.open(folder).session(HostMemory())
+    session.choose({"x": x}, runs=1)
+    np.testing.assert_allclose(session.run({"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
+    library = compile_gpu(model, tmp_path / "l", "cuda:a100", library={key},
+                          configs={key: GpuChoice("winograd", config)})
+    np.testing.assert_allclose(check_on_host(library, {"x": x})["y"], ref, rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_a_value_read_in_the_other_layout_is_refused(tmp_path):
     """A conv's NHWC output read by a softmax over its last (NCHW) axis: no GPU layout
     conversion exists yet, so the plan says so instead of computing nonsense."""

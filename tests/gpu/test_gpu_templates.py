@@ -6,13 +6,14 @@ reference for drawn shapes and configs."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.assembly.gpu_plan import GPU_TEMPLATES
+from woodpecker.assembly.gpu_plan import GPU_TEMPLATES, kernel_arguments
 from woodpecker.engines.halide.gpu.build import build_gpu, build_host, ptx_of
 from woodpecker.errors import EngineError
 from woodpecker.target import Target
@@ -24,8 +25,9 @@ from woodpecker.tasks.pool import PoolTask
 from woodpecker.tasks.rows import RowTask
 
 T4, A100 = Target.parse("cuda:t4"), Target.parse("cuda:a100")
-conv, dense, depthwise, elementwise, movement, pool, rows = (GPU_TEMPLATES[name] for name in (
-    "conv", "dense", "depthwise", "elementwise", "movement", "pool", "rows"))
+conv, dense, depthwise, elementwise, movement, pool, rows, winograd = (
+    GPU_TEMPLATES[name] for name in ("conv", "dense", "depthwise", "elementwise", "movement",
+                                     "pool", "rows", "winograd"))
 
 
 def _dense(m=64, k=96, n=128, batch=1, weights=True, bias="row", relu=True) -> DenseTask:
@@ -63,7 +65,8 @@ def _transpose(shape=(2, 5, 3, 7), perm=(0, 2, 1, 3)) -> MoveTask:
     return MoveTask(tuple(shape), out, tuple((perm.index(a), 0, 1) for a in range(len(shape))))
 
 
-CASES = [(dense, _dense()), (conv, _conv()), (elementwise, _elementwise()),
+CASES = [(dense, _dense()), (conv, _conv()), (winograd, _conv()),
+         (elementwise, _elementwise()),
          (depthwise, _depthwise()), (pool, _pool()),
          (rows, RowTask(64, 128, "softmax", 0.0, False)), (movement, _transpose())]
 
@@ -121,7 +124,7 @@ def _check_on_host(module, task, seed: int) -> None:
     space = module.space(task, A100.device)
     config = space.sample(random.Random(seed))
     inputs = task.random_inputs(seed)
-    got = build_host(module, task, config)(*inputs)
+    got = build_host(module, task, config)(*kernel_arguments(module, task, config, inputs))
     np.testing.assert_allclose(got, task.reference(inputs), rtol=1e-4, atol=1e-4,
                                err_msg=str(config))
 
@@ -140,6 +143,24 @@ def test_dense_on_the_host_mapping_equals_the_reference(m, k, n, batch, weights,
 def test_conv_on_the_host_mapping_equals_the_reference(c, hw, k, kernel, stride, residual,
                                                        seed):
     _check_on_host(conv, _conv(c, hw, k, kernel, stride, residual), seed)
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.sampled_from([3, 8, 16]), st.integers(2, 13), st.sampled_from([8, 24, 64]),
+       st.integers(1, 2), st.booleans(), st.integers(0, 2**16))
+def test_winograd_on_the_host_mapping_equals_the_reference(c, hw, k, n, residual, seed):
+    """F(2, 3) and F(4, 3): the input and output transforms' tiles past the image's edge
+    (odd sizes), batches (tiles numbered across images), the epilogue with a residual; the
+    weights transformed by the template's `arguments` as the plan does."""
+    task = replace(_conv(c, hw, k, 3, 1, residual), n=n)
+    assert winograd.supports(task)
+    _check_on_host(winograd, task, seed)
+
+
+def test_winograd_takes_3x3_stride_1_convs_only():
+    assert not winograd.supports(_conv(16, 12, 64, 1, 1))
+    assert not winograd.supports(_conv(16, 12, 64, 3, 2))
+    assert not winograd.supports(replace(_conv(3, 12, 64, 3, 1), x_layout="NCHW"))
 
 
 @settings(max_examples=4, deadline=None)

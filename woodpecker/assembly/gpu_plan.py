@@ -52,6 +52,7 @@ from woodpecker.engines.halide.gpu import (
     movement,
     pool,
     rows,
+    winograd,
 )
 from woodpecker.engines.halide.gpu.build import build_gpu
 from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_library
@@ -62,13 +63,16 @@ from woodpecker.runtime.gpu_plan import FORMAT, VERSION
 from woodpecker.schedule.aliases import VIEW
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.target import Target
-from woodpecker.tasks import NHWC, Task, task_from_node
+from woodpecker.tasks import NHWC, Task, task_from_node, transforms
 from woodpecker.tasks.elementwise import ElementwiseTask
 from woodpecker.tasks.movement import MoveTask
+from woodpecker.tasks.transforms import Transform
 
 PRECISIONS = ("fp32", "fp16")
-GPU_TEMPLATES = {"conv": conv, "depthwise": depthwise, "dense": dense, "pool": pool,
-                 "elementwise": elementwise, "rows": rows, "movement": movement}
+# in order of preference for a task no measurement chose for (the first that supports it);
+# a tuning batch measures every template that supports a task (tune/gpu_batch.py)
+GPU_TEMPLATES = {"conv": conv, "winograd": winograd, "depthwise": depthwise, "dense": dense,
+                 "pool": pool, "elementwise": elementwise, "rows": rows, "movement": movement}
 VIEW_OPS = frozenset({"Flatten", "Reshape", "Squeeze", "Unsqueeze"})
 WEIGHT_ALIGN = 256        # cudaMalloc's alignment: every weight starts on one
 
@@ -83,6 +87,19 @@ class GpuStep:
 
 
 LIBRARY = "torch"
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """A task's measured choice (tune/gpu_batch.py): a GPU template's name and config, or
+    LIBRARY (the task on torch)."""
+
+    template: str
+    config: dict
+
+    @property
+    def library(self) -> bool:
+        return self.template == LIBRARY
 
 
 class EveryTask:
@@ -145,14 +162,29 @@ def _movement(node: Node) -> MoveTask | None:
         return None
 
 
-def _choice(task: Task, target: Target, tuned: dict | None) -> tuple[str, dict] | None:
-    for name, module in GPU_TEMPLATES.items():
-        if task.kind not in getattr(module, "KINDS", (module.KIND,)) or \
-                not module.supports(task):
-            continue
+def templates_for(task: Task) -> list[str]:
+    """The GPU templates that compute `task`, in GPU_TEMPLATES' order."""
+    return [name for name, module in GPU_TEMPLATES.items()
+            if task.kind in getattr(module, "KINDS", (module.KIND,)) and module.supports(task)]
+
+
+def _choice(task: Task, target: Target, tuned: "dict | GpuChoice | None",
+            ) -> tuple[str, dict] | None:
+    """`tuned` where it is valid (a GpuChoice's template, or the first template a bare config
+    is valid for), else the first template's first seed (or valid config)."""
+    names = templates_for(task)
+    if isinstance(tuned, GpuChoice):
+        if tuned.template in names and \
+                GPU_TEMPLATES[tuned.template].space(task, target.device).is_valid(tuned.config):
+            return tuned.template, dict(tuned.config)
+        tuned = None
+    for name in names:
+        module = GPU_TEMPLATES[name]
         space = module.space(task, target.device)
         if tuned is not None and space.is_valid(tuned):
             return name, dict(tuned)
+    for name in names:
+        space = GPU_TEMPLATES[name].space(task, target.device)
         if space.seeds:
             return name, dict(space.seeds[0])
         first = next(iter(space.valid_configs()), None)
@@ -220,6 +252,48 @@ def _stored_bytes(v: Value, precision: str) -> int:
     return n // 2 if precision == "fp16" and v.dtype == np.float32 else n
 
 
+class _Weights:
+    """The plan's weights.bin being laid out: each constant at the next WEIGHT_ALIGN offset."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, np.ndarray]] = []
+        self.bytes = 0
+
+    def refs(self, args: list, shapes: list, run_time: list[str], store) -> list[dict]:
+        """Argument references of a step: a run-time value by name, or a constant added
+        (float32 in the plan's float type, reshaped to the kernel's view where sizes agree)."""
+        names, refs = iter(run_time), []
+        for a, shape in zip(args, shapes, strict=True):
+            shape = tuple(shape)
+            if a is None:
+                refs.append({"value": next(names), "shape": list(shape)})
+                continue
+            a = np.ascontiguousarray(a, store if a.dtype == np.float32 else a.dtype)
+            if tuple(a.shape) != shape and a.size == int(np.prod(shape)):
+                a = a.reshape(shape)
+            refs.append({"weight": len(self.entries), "shape": list(a.shape)})
+            self.entries.append((self.bytes, a))
+            self.bytes += -(-a.nbytes // WEIGHT_ALIGN) * WEIGHT_ALIGN
+        return refs
+
+
+def argument_transforms(module, task: Task, config: dict) -> dict[int, Transform]:
+    """The transforms a template applies to the task's constants once (winograd.py's
+    weights; tasks/transforms.py), by argument index; none for most."""
+    hook = getattr(module, "transforms", None)
+    return {} if hook is None else hook(task, config)
+
+
+def kernel_arguments(module, task: Task, config: dict, args: list) -> list:
+    """The task's arguments as the template's kernel takes them (None: one that arrives at
+    run time): its constants transformed where the template says so."""
+    out = list(args)
+    for i, spec in argument_transforms(module, task, config).items():
+        if out[i] is not None:
+            out[i] = transforms.apply(spec, out[i])
+    return out
+
+
 def _arg_shapes(module, task: Task) -> list[tuple[int, ...]]:
     """Each kernel argument's shape as the kernel reads it, then the output's."""
     shapes = [a.shape for a in task.random_inputs(0)] + [tuple(task.out_shape)]
@@ -240,7 +314,7 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
     aliases = _views(graph, nhwc)
     arena = plan_arena(graph, None, aliases, nbytes=lambda v: _stored_bytes(v, precision))
     (folder / "kernels").mkdir(parents=True, exist_ok=True)
-    weights, weight_bytes, records = [], 0, []
+    blob, records = _Weights(), []
     for k, step in enumerate(steps):
         module = GPU_TEMPLATES[step.template]
         built = build_gpu(module, step.task, step.config, target)
@@ -252,31 +326,25 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
             [i for i, v in enumerate(step.node.inputs) if v is not None]
         constants = [None if step.node.inputs[i].data is None else step.task.constant(step.node, i)
                      for i in present]
-        args = constants            # the task's arguments, as every GPU template takes them
+        args = kernel_arguments(module, step.task, step.config, constants)
+        run_time = [step.node.inputs[i].name for i in present
+                    if step.node.inputs[i].data is None]
         shapes = _arg_shapes(module, step.task)
-        run_time = iter(step.node.inputs[i] for i in present if step.node.inputs[i].data is None)
-        refs = []
-        for a, shape in zip(args, shapes[:-1], strict=True):
-            if a is None:
-                refs.append({"value": next(run_time).name, "shape": list(shape)})
-                continue
-            a = np.ascontiguousarray(a, store if a.dtype == np.float32 else a.dtype)
-            if tuple(a.shape) != shape and a.size == int(np.prod(shape)):
-                a = a.reshape(shape)
-            refs.append({"weight": len(weights), "shape": list(a.shape)})
-            weights.append((weight_bytes, a))
-            weight_bytes += -(-a.nbytes // WEIGHT_ALIGN) * WEIGHT_ALIGN
         records.append({"node": step.node.name, "template": step.template, "config": step.config,
                         "task": step.task.key, "kernel": kernel, "sm": built.sm,
-                        "sha256": sha256_file(folder / kernel), "args": refs,
+                        "sha256": sha256_file(folder / kernel),
+                        "args": blob.refs(args, shapes[:-1], run_time, store),
                         "out": {"value": step.node.outputs[0].name, "shape": list(shapes[-1])}})
+        if any(a is not c for a, c in zip(args, constants)):    # the library's own weights
+            records[-1]["library_args"] = blob.refs(
+                constants, [a.shape for a in step.task.random_inputs(0)], run_time, store)
         if step.engine == LIBRARY:
             records[-1]["engine"] = LIBRARY
         if progress is not None:
             print(f"  GPU kernel {k + 1}/{len(steps)}: {step.node.name} on "
                   f"{step.template if step.engine != LIBRARY else LIBRARY}", file=progress)
-    return _write(folder, graph, target, arena, aliases, records, weights, weight_bytes, nhwc,
-                  precision)
+    return _write(folder, graph, target, arena, aliases, records, blob.entries, blob.bytes,
+                  nhwc, precision)
 
 
 def _write(folder: Path, graph: Graph, target: Target, arena, aliases, records, weights,

@@ -3,17 +3,18 @@ the tuner's remote runner; AutoTVM's RPC Runner, with the batch as the unit of t
 
 Contract: a batch folder (tune/gpu_batch.py writes it on the build machine) holds `batch.json`
 — the target, the runtime library and per candidate its task key, template, config, kernel
-library and sha256 — and the files. `measure_batch(folder)` checks every file, runs each
-candidate on the task's seeded random inputs, compares its output with the task's reference
-(numpy, on this host's CPU: within `TOLERANCE` of the output's scale for float32, ten times
-that for float16 storage) and times it by CUDA events (median of `runs` after `warmup`);
-results go to `timings.json` beside the batch, one entry per candidate — milliseconds, or the
-error that disqualifies it. numpy, ctypes and the plan runtime only: the device needs no
-Halide. A candidate of engine "torch" (no file) is the task computed by the library
-(runtime/gpu_torch.py: cuDNN, cuBLAS), checked and timed the same way, so the per-node choice
-between it and the generated kernels is made on measurements of the one device; without torch
-it is reported as an error, never chosen. `python -m woodpecker.runtime.gpu_measure BATCH`
-is the command a remote runner runs.
+library and sha256, and the transforms its template applies to constants (a Winograd kernel's
+weights: tasks/transforms.py, applied here to the same seeded inputs) — and the files.
+`measure_batch(folder)` checks every file, runs each candidate on the task's seeded random
+inputs, compares its output with the task's reference (numpy, on this host's CPU: within
+`TOLERANCE` of the output's scale for float32, ten times that for float16 storage) and times it
+by CUDA events (median of `runs` after `warmup`); results go to `timings.json` beside the
+batch, one entry per candidate — milliseconds, or the error that disqualifies it. numpy, ctypes
+and the plan runtime only: the device needs no Halide. A candidate of engine "torch" (no file)
+is the task computed by the library (runtime/gpu_torch.py: cuDNN, cuBLAS), checked and timed
+the same way, so the per-node choice between it and the generated kernels is made on
+measurements of the one device; without torch it is reported as an error, never chosen. `python
+-m woodpecker.runtime.gpu_measure BATCH` is the command a remote runner runs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import numpy as np
 
 from woodpecker.errors import PlanError
 from woodpecker.files import inside, verified
-from woodpecker.tasks import task_from_key
+from woodpecker.tasks import task_from_key, transforms
+from woodpecker.tasks.transforms import Transform
 
 FORMAT = "woodpecker-gpu-batch"
 TOLERANCE = 1e-4
@@ -78,6 +80,11 @@ def open_batch(folder: "str | Path") -> dict:
         if c.get("engine") == "torch":
             continue
         verified(inside(folder, c["file"], "kernel"), c["sha256"], c["file"])
+        for spec in c.get("transforms", {}).values():
+            try:
+                Transform.from_json(spec)
+            except ValueError as e:
+                raise PlanError(f"GPU batch: {e}") from None
     return batch
 
 
@@ -104,7 +111,8 @@ def measure_batch(folder: "str | Path", runs: int = 20, warmup: int = 3, kernel=
 
                 launch, fetch, timer = library_candidate(task, inputs, library_device)
             else:
-                launch, fetch, timer = (kernel or _device)(folder, cand, task, inputs)
+                launch, fetch, timer = (kernel or _device)(folder, cand, task,
+                                                           _arguments(cand, inputs))
             launch()
             got = fetch().astype(np.float32)
             err = float(np.max(np.abs(got - ref)))
@@ -131,6 +139,15 @@ def measure_batch(folder: "str | Path", runs: int = 20, warmup: int = 3, kernel=
     (folder / "timings.json").write_text(json.dumps(
         {"format": FORMAT + "-timings", "batch": batch["id"], "results": results}, indent=1))
     return results
+
+
+def _arguments(cand: dict, inputs: list) -> list:
+    """The task's inputs with those the candidate's template transforms (a Winograd
+    kernel's weights: tasks/transforms.py) transformed."""
+    args = list(inputs)
+    for i, spec in cand.get("transforms", {}).items():
+        args[int(i)] = transforms.apply(Transform.from_json(spec), args[int(i)])
+    return args
 
 
 def _device(folder: Path, cand: dict, task, inputs):

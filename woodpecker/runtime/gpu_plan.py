@@ -173,7 +173,9 @@ class GpuPlan:
             if step["sm"] != sm:
                 raise _fail(f"kernel {step['kernel']} is PTX for sm_{step['sm']}, the target's "
                             f"is sm_{sm}")
-            for ref in (*step["args"], step["out"]):
+            for ref in (*step["args"], *step.get("library_args", ()), step["out"]):
+                if "weight" in ref and not 0 <= ref["weight"] < len(weights["entries"]):
+                    raise _fail(f"step {step['node']!r} reads a weight the plan lacks")
                 name = ref.get("value")
                 if name is not None and name not in doc["values"]:
                     raise _fail(f"step {step['node']!r} reads unknown value {name!r}")
@@ -244,13 +246,16 @@ class GpuSession:
         from woodpecker.runtime.gpu_torch import TorchKernel
         from woodpecker.tasks import task_from_key
 
-        *ins, out = (self.memory.tensor(torch, v) for v in self._views(step))
+        *ins, out = (self.memory.tensor(torch, v) for v in self._views(step, library=True))
         return TorchKernel(torch, task_from_key(step["task"]), ins, out)
 
-    def _views(self, step: dict) -> list:
+    def _views(self, step: dict, library: bool = False) -> list:
+        """The step's argument and output views: its kernel's, or with `library` the
+        library's (a template that transforms its weights keeps the raw ones beside them)."""
         entries = self.plan.doc["weights"]["entries"]
         views = []
-        for ref in (*step["args"], step["out"]):
+        args = step.get("library_args", step["args"]) if library else step["args"]
+        for ref in (*args, step["out"]):
             if "weight" in ref:
                 w = entries[ref["weight"]]
                 views.append(self.memory.view(self._weights, w["offset"], ref["shape"],

@@ -28,10 +28,16 @@ import json
 import random
 import shutil
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
-from woodpecker.assembly.gpu_plan import GPU_TEMPLATES, LIBRARY, gpu_steps
+from woodpecker.assembly.gpu_plan import (
+    GPU_TEMPLATES,
+    LIBRARY,
+    GpuChoice,
+    argument_transforms,
+    gpu_steps,
+    templates_for,
+)
 from woodpecker.engines.halide.gpu.build import build_gpu
 from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_library
 from woodpecker.errors import WoodpeckerError
@@ -55,34 +61,24 @@ def write_batch(graph: Graph, target: Target, folder: "str | Path", per_task: in
     (folder / "kernels").mkdir(parents=True, exist_ok=True)
     tasks = {}
     for step in gpu_steps(graph, target, precision=precision):
-        tasks.setdefault(step.task.key, (step.task, step.template))
+        tasks.setdefault(step.task.key, step.task)
     candidates = []
-    for k, (key, (task, name)) in enumerate(tasks.items()):
-        module = GPU_TEMPLATES[name]
-        space = module.space(task, target.device)
-        done = set() if log is None else {_key(r.config) for r in log.records
-                                          if r.task == key and r.template == PREFIX + name}
-        rng = random.Random(seed * 1000003 + k)
-        configs = {_key(c): c for c in space.seeds if _key(c) not in done}
-        for _ in range(per_task * 20):
-            if len(configs) >= len(space.seeds) + per_task:
-                break
-            c = space.sample(rng)
-            if _key(c) not in done:
-                configs.setdefault(_key(c), c)
-        for config in configs.values():
-            built = kernel_library(build_gpu(module, task, config, target))
-            file = f"kernels/{built.name}"
-            shutil.copyfile(built, folder / file)
-            candidates.append({"task": key, "template": name, "config": config, "file": file,
-                               "sha256": sha256_file(folder / file)})
-        if library and not any(r.task == key and r.template == PREFIX + LIBRARY
-                               for r in (log.records if log is not None else ())):
+    for k, (key, task) in enumerate(tasks.items()):
+        drawn = 0
+        for name in templates_for(task):
+            configs = _draw(GPU_TEMPLATES[name].space(task, target.device),
+                            _measured(log, key, name), random.Random(seed * 1000003 + k),
+                            per_task)
+            drawn += len(configs)
+            for config in configs:
+                candidates.append(_candidate(folder, GPU_TEMPLATES[name], name, task, config,
+                                             target))
+        if library and not _measured(log, key, LIBRARY):
             candidates.append({"task": key, "template": LIBRARY, "config": {},
                                "engine": LIBRARY})
         if progress is not None:
-            print(f"  GPU task {k + 1}/{len(tasks)}: {task.describe()}, {len(configs)} "
-                  "candidates", file=progress, flush=True)
+            print(f"  GPU task {k + 1}/{len(tasks)}: {task.describe()}, {drawn} candidates",
+                  file=progress, flush=True)
     shutil.copyfile(cuda_runtime(target), folder / "runtime.so")
     batch = {"format": FORMAT, "id": uuid.uuid4().hex, "target": target.to_json(),
              "runtime": {"file": "runtime.so", "sha256": sha256_file(folder / "runtime.so")},
@@ -91,17 +87,36 @@ def write_batch(graph: Graph, target: Target, folder: "str | Path", per_task: in
     return folder
 
 
-@dataclass(frozen=True)
-class GpuChoice:
-    """A task's fastest measured candidate: a template (`gpu.<name>`'s name, or LIBRARY)
-    and its config."""
+def _measured(log: TuningLog | None, key: str, template: str) -> set[str]:
+    """The configs of `template` the log already measured for task `key`."""
+    return set() if log is None else {_key(r.config) for r in log.records
+                                      if r.task == key and r.template == PREFIX + template}
 
-    template: str
-    config: dict
 
-    @property
-    def library(self) -> bool:
-        return self.template == LIBRARY
+def _draw(space, done: set[str], rng: random.Random, per_task: int) -> list[dict]:
+    """The space's seeds and `per_task` sampled configs, none of them in `done`."""
+    configs = {_key(c): c for c in space.seeds if _key(c) not in done}
+    for _ in range(per_task * 20):
+        if len(configs) >= len(space.seeds) + per_task:
+            break
+        c = space.sample(rng)
+        if _key(c) not in done:
+            configs.setdefault(_key(c), c)
+    return list(configs.values())
+
+
+def _candidate(folder: Path, module, name: str, task, config: dict, target: Target) -> dict:
+    """One built candidate in the batch folder, with the transforms of its constants a
+    template asks for (winograd.py's weights), which the runner applies."""
+    built = kernel_library(build_gpu(module, task, config, target))
+    file = f"kernels/{built.name}"
+    shutil.copyfile(built, folder / file)
+    cand = {"task": task.key, "template": name, "config": config, "file": file,
+            "sha256": sha256_file(folder / file)}
+    specs = argument_transforms(module, task, config)
+    if specs:        # the runner transforms its own seeded inputs (tasks/transforms.py)
+        cand["transforms"] = {str(i): spec.to_json() for i, spec in specs.items()}
+    return cand
 
 
 def read_timings(folder: "str | Path", log: TuningLog) -> dict[str, GpuChoice]:

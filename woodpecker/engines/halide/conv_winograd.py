@@ -56,26 +56,13 @@ from woodpecker.engines.halide.conv_common import (
 from woodpecker.engines.halide.template_parts import aligned_channel_tiles, compiled, pad_input
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.space import Constraint, Knob, KnobSpace
+from woodpecker.tasks.transforms import MATRICES
 
 KIND = "conv2d"
 # U holds (m+2)² values per 3×3 filter (16 at m = 2, 36 at m = 4) and the raw 9 follow it: 2.8
 # or 5 times the model's weights (resnet18's 13 Winograd layers: 164 MiB against 45 MiB raw),
 # so a memory plan (templates.weight_expanding) does without this template.
 EXPANDS_WEIGHTS = True
-
-# Lavin & Gray (2016): Bᵀ (input), G (filter), Aᵀ (output) for F(m, 3).
-MATRICES = {
-    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], float),
-        np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]]),
-        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], float)),
-    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], float),
-        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
-        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
-                  [0, 1, -1, 8, -8, 1]], float)),
-}
-
 
 def supports(task: ConvTask) -> bool:
     return task.groups == 1 and task.dtype == "float32" and (task.kh, task.kw) == (3, 3) \

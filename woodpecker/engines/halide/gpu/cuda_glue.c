@@ -23,6 +23,7 @@ typedef int (*stream_t)(void *, void *, void **);
 extern acquire_t halide_set_cuda_acquire_context(acquire_t handler);
 extern release_t halide_set_cuda_release_context(release_t handler);
 extern stream_t halide_set_cuda_get_stream(stream_t handler);
+extern int halide_reuse_device_allocations(void *user_context, _Bool reuse);
 
 static CUcontext wp_context;
 static CUstream wp_stream;
@@ -84,6 +85,9 @@ int wp_cuda_init(int ordinal) {
     halide_set_cuda_acquire_context(acquire);
     halide_set_cuda_release_context(release);
     halide_set_cuda_get_stream(get_stream);
+    /* templates with intermediates in device memory (winograd.py's V and M) allocate on
+       their first launch only: later ones take the freed blocks back */
+    halide_reuse_device_allocations(NULL, 1);
     return 0;
 }
 
