@@ -316,19 +316,56 @@ def test_a_winograd_step_keeps_raw_weights_for_the_library(tmp_path):
                                atol=1e-4)
 
 
-def test_a_value_read_in_the_other_layout_is_refused(tmp_path):
-    """A conv's NHWC output read by a softmax over its last (NCHW) axis: no GPU layout
-    conversion exists yet, so the plan says so instead of computing nonsense."""
+def _model(nodes, inputs, outputs, weights) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "m", inputs, outputs, weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_nhwc_values_read_in_the_model_layout_are_converted(tmp_path, precision):
+    """A conv's NHWC output read by a softmax over its last (NCHW) axis, and flattened into a
+    classifier with 4×4 pixels left (VGG's and AlexNet's Flatten): one movement kernel each
+    (LayoutConvert) transposes it to NCHW; the walk and the torch mirror equal ONNX Runtime."""
+    import torch
+
+    from benchmarks.gpu_device import TorchPlan
+
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    fc = numpy_helper.from_array(rng.standard_normal((10, 128)).astype(np.float32), "fc")
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Softmax", ["c"], ["y"], axis=-1)]
-    graph = helper.make_graph(
-        nodes, "mix", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(WoodpeckerError, match="reads .* in its own layout, which the device "
-                                              "holds in the other"):
+             helper.make_node("Softmax", ["c"], ["s"], axis=-1),
+             helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                   [helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 8, 8, 8]),
+                    helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], [w, fc])
+    folder = compile_gpu(model, tmp_path / "plan", "cuda:h100", precision=precision)
+    plan = GpuPlan.open(folder)
+    converts = [s for s in plan.doc["steps"] if s.get("layout_conversion")]
+    assert len(converts) == 2 and {s["template"] for s in converts} == {"movement"}
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    got = check_on_host(folder, {"x": x})
+    bar = 1e-4 if precision == "fp32" else 2e-2
+    for ref, name in zip(_ort(model, {"x": x}), ("s", "y"), strict=True):
+        np.testing.assert_allclose(got[name], ref, rtol=bar, atol=bar * np.abs(ref).max())
+        if precision == "fp32":
+            with torch.no_grad():
+                mirrored = TorchPlan(plan, torch, "cpu")(x=torch.from_numpy(x))[name].numpy()
+            np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_value_wanted_in_nhwc_but_held_in_its_own_layout_is_refused(tmp_path):
+    """A softmax's output (its own layout) read by a conv (NHWC): no conversion that way."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=-1),
+             helper.make_node("Conv", ["s", "w"], ["y"], pads=[1, 1, 1, 1])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [w])
+    with pytest.raises(WoodpeckerError, match="reads .* in NHWC, which the device holds in "
+                                              "the other"):
         compile_gpu(model, tmp_path / "plan", "cuda:h100")
 
 

@@ -13,10 +13,13 @@ Device layout (`device_layouts`): a 4-d value an NHWC task (conv, pool, element-
 writes, or a model input such tasks read, is NHWC on the device; every other value keeps its
 own layout (a transformer's). A model input a stem conv reads stays NCHW; an NHWC input is
 transposed on the host before its copy, an NHWC output after it — so the only transfers are
-the plan's inputs and outputs. A step reading a value in the other layout is refused (no GPU
-layout conversion yet). A Flatten, Reshape, Squeeze or Unsqueeze is a view of its input's
-bytes (no kernel) where they mean the same in both layouts; Transpose, Gather of one constant
-index and Slice are copies (tasks/movement.py).
+the plan's inputs and outputs. An NHWC value read in the model's layout — by a step of
+another layout, or through a view whose bytes differ (a classifier's Flatten of 7×7
+features) — is converted once by a movement kernel (`convert_layouts`: a `LayoutConvert`
+node before its first such reader); the other way round is refused. A Flatten, Reshape,
+Squeeze or Unsqueeze is a view of its input's bytes (no kernel) where they mean the same in
+both layouts; Transpose, Gather of one constant index and Slice are copies
+(tasks/movement.py).
 
 Library steps (`library`: task keys, or EVERY_TASK): a step whose task is listed runs on
 torch (cuDNN, cuBLAS: runtime/gpu_torch.py) over the same argument views, recorded as
@@ -74,6 +77,7 @@ PRECISIONS = ("fp32", "fp16")
 GPU_TEMPLATES = {"conv": conv, "winograd": winograd, "depthwise": depthwise, "dense": dense,
                  "pool": pool, "elementwise": elementwise, "rows": rows, "movement": movement}
 VIEW_OPS = frozenset({"Flatten", "Reshape", "Squeeze", "Unsqueeze"})
+CONVERT = "LayoutConvert"     # a GPU plan's own node: an NHWC value to the model's layout
 WEIGHT_ALIGN = 256        # cudaMalloc's alignment: every weight starts on one
 
 
@@ -200,6 +204,8 @@ def device_shape(v: Value, nhwc: bool) -> tuple[int, ...]:
 
 
 def _reads_nhwc(step: GpuStep, v: Value) -> bool:
+    if step.node.op == CONVERT:      # a layout conversion reads the NHWC bytes it transposes
+        return v is step.node.inputs[0]
     return len(v.shape) == 4 and any(
         u is v and step.task.input_layout(i) == NHWC for i, u in enumerate(step.node.inputs))
 
@@ -207,7 +213,18 @@ def _reads_nhwc(step: GpuStep, v: Value) -> bool:
 def device_layouts(graph: Graph, steps: list[GpuStep]) -> dict[str, bool]:
     """Per value, whether it is NHWC on the device: a 4-d output of an NHWC task (conv,
     pool, element-wise groups), or a 4-d model input such tasks read; every other value keeps
-    its own layout. A step reading a value in the other layout is one WoodpeckerError."""
+    its own layout. A step reading a value in the other layout is one WoodpeckerError (the
+    assembly first converts what it can: `convert_layouts`)."""
+    nhwc = _layouts(graph, steps)
+    for s, _, v in _mismatches(steps, nhwc):
+        raise WoodpeckerError(
+            f"node {s.node.name} ({s.node.op}) reads {v.name!r} in "
+            f"{'NHWC' if _reads_nhwc(s, v) else 'its own layout'}, which the device holds "
+            "in the other; GPU plans convert only NHWC values to the model's layout")
+    return nhwc
+
+
+def _layouts(graph: Graph, steps: list[GpuStep]) -> dict[str, bool]:
     made = {s.node.outputs[0].name: s for s in steps}
     nhwc = {}
     for v in graph.values.values():
@@ -217,16 +234,59 @@ def device_layouts(graph: Graph, steps: list[GpuStep]) -> dict[str, bool]:
             nhwc[v.name] = any(_reads_nhwc(s, v) for s in steps)
         else:
             nhwc[v.name] = False
-    for s in steps:
-        for v in s.node.inputs:
-            if v is None or v.data is not None:
-                continue
-            if _reads_nhwc(s, v) != nhwc[v.name] and len(v.shape) == 4:
-                raise WoodpeckerError(
-                    f"node {s.node.name} ({s.node.op}) reads {v.name!r} in "
-                    f"{'NHWC' if _reads_nhwc(s, v) else 'its own layout'}, which the device holds "
-                    "in the other; GPU plans convert no layouts yet")
     return nhwc
+
+
+def _mismatches(steps: list[GpuStep], nhwc: dict[str, bool]) -> list[tuple]:
+    """(step, input index, value) where a step reads a 4-d value in the other layout."""
+    return [(s, i, v) for s in steps for i, v in enumerate(s.node.inputs)
+            if v is not None and v.data is None and len(v.shape) == 4
+            and _reads_nhwc(s, v) != nhwc[v.name]]
+
+
+def _needs_model_layout(graph: Graph, nhwc: dict[str, bool]) -> list[Value]:
+    """The NHWC values a view reshapes (their bytes differ from the model layout's)."""
+    return [node.inputs[0] for node in graph.nodes if node.op in VIEW_OPS
+            and node.inputs[0].data is None and nhwc.get(node.inputs[0].name)
+            and tuple(node.inputs[0].shape[2:]) != (1, 1)]
+
+
+def convert_layouts(graph: Graph, steps: list[GpuStep], target: Target,
+                    precision: str = "fp32") -> tuple[list[GpuStep], dict[str, bool]]:
+    """Every NHWC value read in the model's layout — by a step of another layout, or through
+    a view (a classifier's Flatten of a conv's 7×7 features) — gets one conversion step (a
+    movement kernel transposing it to NCHW, a node `LayoutConvert` before its first such
+    reader) whose output those readers take instead. Returns the steps in graph order and the
+    layouts. A value the device holds in its own layout but a step reads in NHWC is left to
+    `device_layouts` to refuse (no model has needed it)."""
+    nhwc = _layouts(graph, steps)
+    wanted: dict[str, list[tuple[Node, int]]] = {}
+    for s, i, v in _mismatches(steps, nhwc):
+        if nhwc[v.name]:
+            wanted.setdefault(v.name, []).append((s.node, i))
+    for v in _needs_model_layout(graph, nhwc):
+        wanted.setdefault(v.name, []).extend(
+            (c, i) for c in v.consumers if c.op in VIEW_OPS for i, u in enumerate(c.inputs)
+            if u is v)
+    if not wanted:
+        return steps, nhwc
+    for name, readers in wanted.items():
+        v = graph.values[name]
+        order = {id(n): k for k, n in enumerate(graph.nodes)}
+        first = min(order[id(node)] for node, _ in readers)
+        out = graph.value(graph.fresh_name(name + ".nchw"), v.shape, v.dtype)
+        node = graph.add_node(CONVERT, [v], [out], {}, name=graph.fresh_name(
+            name + ".to_nchw"), index=first)
+        for reader, i in readers:
+            graph.set_input(reader, i, out)
+        n, c, h, w = (int(d) for d in v.shape)
+        task = MoveTask((n, h, w, c), (n, c, h, w), ((0, 0, 1), (2, 0, 1), (3, 0, 1), (1, 0, 1)),
+                        v.dtype.name)
+        task = half(task) if precision == "fp16" else task
+        steps.append(GpuStep(node, task, *_choice(task, target, None)))
+    order = {id(n): k for k, n in enumerate(graph.nodes)}
+    steps = sorted(steps, key=lambda s: order[id(s.node)])
+    return steps, _layouts(graph, steps)
 
 
 def _views(graph: Graph, nhwc: dict[str, bool]) -> dict[str, tuple]:
@@ -241,7 +301,7 @@ def _views(graph: Graph, nhwc: dict[str, bool]) -> dict[str, tuple]:
                                   "planned on the GPU (constant folding leaves none)")
         if nhwc[src.name] and (src.shape[2], src.shape[3]) != (1, 1):
             raise WoodpeckerError(f"node {node.name} ({node.op}) reshapes an NHWC value whose "
-                                  "bytes differ from NCHW's; no GPU kernel converts layouts yet")
+                                  "bytes differ from NCHW's (convert_layouts converts these)")
         aliases[out.name] = (src.name, VIEW, 0)
     return aliases
 
@@ -310,6 +370,7 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
     folder = Path(folder)
     steps = gpu_steps(graph, target, configs, precision, library)
     store = np.float16 if precision == "fp16" else np.float32
+    steps, _ = convert_layouts(graph, steps, target, precision)
     nhwc = device_layouts(graph, steps)
     aliases = _views(graph, nhwc)
     arena = plan_arena(graph, None, aliases, nbytes=lambda v: _stored_bytes(v, precision))
@@ -340,6 +401,8 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
                 constants, [a.shape for a in step.task.random_inputs(0)], run_time, store)
         if step.engine == LIBRARY:
             records[-1]["engine"] = LIBRARY
+        if step.node.op == CONVERT:          # the model's value itself, in its own layout
+            records[-1]["layout_conversion"] = True
         if progress is not None:
             print(f"  GPU kernel {k + 1}/{len(steps)}: {step.node.name} on "
                   f"{step.template if step.engine != LIBRARY else LIBRARY}", file=progress)
