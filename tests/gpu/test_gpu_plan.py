@@ -16,6 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from woodpecker.assembly.gpu_plan import EVERY_TASK
 from woodpecker.compiler_gpu import check_on_host, compile_gpu
 from woodpecker.errors import PlanError, WoodpeckerError
 from woodpecker.runtime.gpu_plan import GpuPlan
@@ -138,12 +139,12 @@ def test_feeds_of_the_wrong_shape_are_one_line(small_plan):
 
 
 def test_nodes_no_gpu_template_computes_are_named(tmp_path):
-    nodes = [helper.make_node("Concat", ["x", "x"], ["y"], axis=1)]
+    nodes = [helper.make_node("ArgMax", ["x"], ["y"], axis=1)]
     graph = helper.make_graph(
-        nodes, "cat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])])
+        nodes, "arg", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 1])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(WoodpeckerError, match=r"no GPU kernel computes 1 node\(s\): .*Concat"):
+    with pytest.raises(WoodpeckerError, match=r"no GPU kernel computes 1 node\(s\): .*ArgMax"):
         compile_gpu(model, tmp_path / "plan", "cuda:h100")
     assert not (tmp_path / "plan" / "plan.json").exists()
 
@@ -356,17 +357,95 @@ def test_nhwc_values_read_in_the_model_layout_are_converted(tmp_path, precision)
             np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
 
 
-def test_a_value_wanted_in_nhwc_but_held_in_its_own_layout_is_refused(tmp_path):
-    """A softmax's output (its own layout) read by a conv (NHWC): no conversion that way."""
+def test_concats_plan_in_nhwc_or_in_the_model_layout(tmp_path):
+    """Two convs' NHWC outputs joined along channels stay NHWC (an inception block); joined
+    with the model input they are converted and joined in the model's layout; a constant
+    joins the latter. Walk and mirror equal ONNX Runtime; no node is refused."""
+    import torch
+
+    from benchmarks.gpu_device import TorchPlan
+
+    rng = np.random.default_rng(1)
+    w1 = numpy_helper.from_array(rng.standard_normal((8, 4, 1, 1)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((6, 4, 3, 3)).astype(np.float32), "w2")
+    k = numpy_helper.from_array(rng.standard_normal((1, 2, 6, 6)).astype(np.float32), "k")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Concat", ["r", "x", "k"], ["y"], axis=1)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, 6, 6])],
+                   [w1, w2, k])
+    folder = compile_gpu(model, tmp_path / "plan", "cuda:h100")
+    plan = GpuPlan.open(folder)
+    concats = [s for s in plan.doc["steps"] if s["template"] == "concat"]
+    assert [json.loads(s["task"].partition(":")[2])["nhwc"] for s in concats] == [True, False]
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    ref = _ort(model, {"x": x})[0]
+    np.testing.assert_allclose(check_on_host(folder, {"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        mirrored = TorchPlan(plan, torch, "cpu")(x=torch.from_numpy(x))["y"].numpy()
+    np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
+    library = compile_gpu(model, tmp_path / "lib", "cuda:h100", library=EVERY_TASK)
+    np.testing.assert_allclose(check_on_host(library, {"x": x})["y"], ref, rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_a_value_held_in_its_own_layout_is_converted_for_a_conv(tmp_path):
+    """A softmax's output (its own layout) read by a conv (NHWC), as a ShuffleNet's Slice or
+    a ConvNeXt's Transpose feeds one: converted to NHWC by one movement kernel."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w")
     nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=-1),
              helper.make_node("Conv", ["s", "w"], ["y"], pads=[1, 1, 1, 1])]
     model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [w])
-    with pytest.raises(WoodpeckerError, match="reads .* in NHWC, which the device holds in "
-                                              "the other"):
-        compile_gpu(model, tmp_path / "plan", "cuda:h100")
+    folder = compile_gpu(model, tmp_path / "plan", "cuda:h100")
+    steps = GpuPlan.open(folder).doc["steps"]
+    assert [s.get("layout_conversion", False) for s in steps] == [False, True, False]
+    x = rng.standard_normal((1, 8, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(check_on_host(folder, {"x": x})["y"], _ort(model, {"x": x})[0],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_convs_with_a_prologue_plan_on_the_gpu(tmp_path):
+    """Squeeze-and-excitation (x · sigmoid(conv(pool(x))) into a conv: the scale becomes the
+    conv's prologue, a run-time per-channel vector) and a ReLU before a depthwise conv
+    (RandWire's, DARTS'): the templates apply the prologue as they read the input; walk,
+    mirror and the library path equal ONNX Runtime."""
+    import torch
+
+    from benchmarks.gpu_device import TorchPlan
+
+    rng = np.random.default_rng(2)
+    ws = numpy_helper.from_array(rng.standard_normal((16, 16, 1, 1)).astype(np.float32), "ws")
+    wc = numpy_helper.from_array(rng.standard_normal((16, 16, 1, 1)).astype(np.float32), "wc")
+    wd = numpy_helper.from_array(rng.standard_normal((16, 1, 3, 3)).astype(np.float32), "wd")
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["p"]),
+             helper.make_node("Conv", ["p", "ws"], ["q"]),
+             helper.make_node("Sigmoid", ["q"], ["g"]),
+             helper.make_node("Mul", ["x", "g"], ["m"]),
+             helper.make_node("Conv", ["m", "wc"], ["y"]),
+             helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Conv", ["r", "wd"], ["z"], group=16, pads=[1, 1, 1, 1])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8]),
+                    helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16, 8, 8])],
+                   [ws, wc, wd])
+    folder = compile_gpu(model, tmp_path / "plan", "cuda:h100")
+    plan = GpuPlan.open(folder)
+    prologues = [s for s in plan.doc["steps"] if '"prologue"' in s["task"]]
+    assert len(prologues) == 2
+    x = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    refs = dict(zip("yz", _ort(model, {"x": x}), strict=True))
+    library = compile_gpu(model, tmp_path / "lib", "cuda:h100", library=EVERY_TASK)
+    with torch.no_grad():
+        mirrored = TorchPlan(plan, torch, "cpu")(x=torch.from_numpy(x))
+    for got in (check_on_host(folder, {"x": x}), check_on_host(library, {"x": x}),
+                {k: v.numpy() for k, v in mirrored.items()}):
+        for name, ref in refs.items():
+            np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4)
 
 
 def test_an_fp16_plan_stores_half_precision_and_stays_close(tmp_path, small_plan):

@@ -20,14 +20,14 @@ from woodpecker.target import Target
 from woodpecker.tasks.conv import ConvTask
 from woodpecker.tasks.dense import DenseTask
 from woodpecker.tasks.elementwise import ElementwiseRowsTask, ElementwiseTask
-from woodpecker.tasks.movement import MoveTask
+from woodpecker.tasks.movement import ConcatTask, MoveTask
 from woodpecker.tasks.pool import PoolTask
 from woodpecker.tasks.rows import RowTask
 
 T4, A100 = Target.parse("cuda:t4"), Target.parse("cuda:a100")
-conv, dense, depthwise, elementwise, movement, pool, rows, winograd = (
+conv, dense, depthwise, elementwise, movement, pool, rows, winograd, concat = (
     GPU_TEMPLATES[name] for name in ("conv", "dense", "depthwise", "elementwise", "movement",
-                                     "pool", "rows", "winograd"))
+                                     "pool", "rows", "winograd", "concat"))
 
 
 def _dense(m=64, k=96, n=128, batch=1, weights=True, bias="row", relu=True) -> DenseTask:
@@ -68,7 +68,8 @@ def _transpose(shape=(2, 5, 3, 7), perm=(0, 2, 1, 3)) -> MoveTask:
 CASES = [(dense, _dense()), (conv, _conv()), (winograd, _conv()),
          (elementwise, _elementwise()),
          (depthwise, _depthwise()), (pool, _pool()),
-         (rows, RowTask(64, 128, "softmax", 0.0, False)), (movement, _transpose())]
+         (rows, RowTask(64, 128, "softmax", 0.0, False)), (movement, _transpose()),
+         (concat, ConcatTask(((1, 5, 5, 8), (1, 5, 5, 24)), 3, 1, True))]
 
 
 @pytest.mark.parametrize("module, task", CASES, ids=lambda v: getattr(v, "__name__", ""))
@@ -234,3 +235,18 @@ def test_movement_on_the_host_mapping_equals_numpy(shape, data):
     picked = MoveTask(tuple(shape), out, axes)
     np.testing.assert_array_equal(picked.reference([x]), want)
     _check_on_host(movement, picked, 1)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 4), st.data())
+def test_concat_on_the_host_mapping_equals_numpy(rank, data):
+    """Any rank, any axis, two to four inputs of different extents along it."""
+    base = data.draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank))
+    axis = data.draw(st.integers(0, rank - 1))
+    extents = data.draw(st.lists(st.integers(1, 6), min_size=2, max_size=4))
+    shapes = tuple(tuple(e if a == axis else d for a, d in enumerate(base)) for e in extents)
+    task = ConcatTask(shapes, axis, axis)
+    inputs = task.random_inputs(0)
+    config = concat.space(task, A100.device).sample(random.Random(0))
+    got = build_host(concat, task, config)(*inputs)
+    np.testing.assert_array_equal(got, np.concatenate(inputs, axis))

@@ -16,7 +16,8 @@ transposed on the host before its copy, an NHWC output after it — so the only 
 the plan's inputs and outputs. An NHWC value read in the model's layout — by a step of
 another layout, or through a view whose bytes differ (a classifier's Flatten of 7×7
 features) — is converted once by a movement kernel (`convert_layouts`: a `LayoutConvert`
-node before its first such reader); the other way round is refused. A Flatten, Reshape,
+node before its first such reader), and a value held in its own layout that an NHWC step
+reads is converted the other way. A Flatten, Reshape,
 Squeeze or Unsqueeze is a view of its input's bytes (no kernel) where they mean the same in
 both layouts; Transpose, Gather of one constant index and Slice are copies
 (tasks/movement.py).
@@ -48,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from woodpecker.engines.halide.gpu import (
+    concat,
     conv,
     dense,
     depthwise,
@@ -68,16 +70,17 @@ from woodpecker.schedule.arena import plan_arena
 from woodpecker.target import Target
 from woodpecker.tasks import NHWC, Task, task_from_node, transforms
 from woodpecker.tasks.elementwise import ElementwiseTask
-from woodpecker.tasks.movement import MoveTask
+from woodpecker.tasks.movement import ConcatTask, MoveTask
 from woodpecker.tasks.transforms import Transform
 
 PRECISIONS = ("fp32", "fp16")
 # in order of preference for a task no measurement chose for (the first that supports it);
 # a tuning batch measures every template that supports a task (tune/gpu_batch.py)
 GPU_TEMPLATES = {"conv": conv, "winograd": winograd, "depthwise": depthwise, "dense": dense,
-                 "pool": pool, "elementwise": elementwise, "rows": rows, "movement": movement}
+                 "pool": pool, "elementwise": elementwise, "rows": rows, "movement": movement,
+                 "concat": concat}
 VIEW_OPS = frozenset({"Flatten", "Reshape", "Squeeze", "Unsqueeze"})
-CONVERT = "LayoutConvert"     # a GPU plan's own node: an NHWC value to the model's layout
+CONVERT = "LayoutConvert"     # a GPU plan's own node: a value moved between NHWC and NCHW
 WEIGHT_ALIGN = 256        # cudaMalloc's alignment: every weight starts on one
 
 
@@ -137,11 +140,11 @@ def gpu_steps(graph: Graph, target: Target, configs: dict | None = None,
         raise WoodpeckerError(f"GPU plans compute in {' or '.join(PRECISIONS)}, not "
                               f"{precision!r}")
     configs = configs or {}
-    steps, missing = [], []
+    steps, missing, made_nhwc = [], [], set()
     for node in graph.nodes:
         if node.op in VIEW_OPS:
             continue
-        task = task_from_node(node) or _movement(node)
+        task = task_from_node(node) or _movement(node) or _concat(node, made_nhwc)
         if task is not None and precision == "fp16":
             task = half(task)
         choice = None if task is None else _choice(task, target, configs.get(task.key))
@@ -150,6 +153,8 @@ def gpu_steps(graph: Graph, target: Target, configs: dict | None = None,
         else:
             steps.append(GpuStep(node, task, *choice,
                                  LIBRARY if task.key in library else "halide"))
+            if task.layout == NHWC and len(node.outputs[0].shape) == 4:
+                made_nhwc.add(node.outputs[0].name)
     if missing:
         raise WoodpeckerError(f"no GPU kernel computes {len(missing)} node(s): "
                               f"{', '.join(missing[:8])}{' …' if len(missing) > 8 else ''}")
@@ -170,6 +175,16 @@ def templates_for(task: Task) -> list[str]:
     """The GPU templates that compute `task`, in GPU_TEMPLATES' order."""
     return [name for name, module in GPU_TEMPLATES.items()
             if task.kind in getattr(module, "KINDS", (module.KIND,)) and module.supports(task)]
+
+
+def _concat(node: Node, made_nhwc: set[str]) -> ConcatTask | None:
+    """A Concat as a GPU copy: in NHWC where every input is an NHWC image made by an earlier
+    step (the layout decision device_layouts then reads back), else in the model's layout
+    (an NHWC input then converted first, convert_layouts)."""
+    if node.op != "Concat" or any(v is None or v.shape is None for v in node.inputs):
+        return None
+    nhwc = all(v.name in made_nhwc and len(v.shape) == 4 for v in node.inputs)
+    return ConcatTask.from_node(node, nhwc)
 
 
 def _choice(task: Task, target: Target, tuned: "dict | GpuChoice | None",
@@ -204,8 +219,8 @@ def device_shape(v: Value, nhwc: bool) -> tuple[int, ...]:
 
 
 def _reads_nhwc(step: GpuStep, v: Value) -> bool:
-    if step.node.op == CONVERT:      # a layout conversion reads the NHWC bytes it transposes
-        return v is step.node.inputs[0]
+    if step.node.op == CONVERT:      # a conversion to NCHW reads the NHWC bytes it transposes
+        return v is step.node.inputs[0] and not step.node.attrs["to_nhwc"]
     return len(v.shape) == 4 and any(
         u is v and step.task.input_layout(i) == NHWC for i, u in enumerate(step.node.inputs))
 
@@ -220,7 +235,7 @@ def device_layouts(graph: Graph, steps: list[GpuStep]) -> dict[str, bool]:
         raise WoodpeckerError(
             f"node {s.node.name} ({s.node.op}) reads {v.name!r} in "
             f"{'NHWC' if _reads_nhwc(s, v) else 'its own layout'}, which the device holds "
-            "in the other; GPU plans convert only NHWC values to the model's layout")
+            "in the other (convert_layouts converts these first)")
     return nhwc
 
 
@@ -229,7 +244,9 @@ def _layouts(graph: Graph, steps: list[GpuStep]) -> dict[str, bool]:
     nhwc = {}
     for v in graph.values.values():
         if v.name in made:
-            nhwc[v.name] = len(v.shape) == 4 and made[v.name].task.layout == NHWC
+            step = made[v.name]
+            nhwc[v.name] = step.node.attrs["to_nhwc"] if step.node.op == CONVERT else \
+                len(v.shape) == 4 and step.task.layout == NHWC
         elif v.producer is None and v.data is None:
             nhwc[v.name] = any(_reads_nhwc(s, v) for s in steps)
         else:
@@ -254,34 +271,37 @@ def _needs_model_layout(graph: Graph, nhwc: dict[str, bool]) -> list[Value]:
 def convert_layouts(graph: Graph, steps: list[GpuStep], target: Target,
                     precision: str = "fp32") -> tuple[list[GpuStep], dict[str, bool]]:
     """Every NHWC value read in the model's layout — by a step of another layout, or through
-    a view (a classifier's Flatten of a conv's 7×7 features) — gets one conversion step (a
-    movement kernel transposing it to NCHW, a node `LayoutConvert` before its first such
-    reader) whose output those readers take instead. Returns the steps in graph order and the
-    layouts. A value the device holds in its own layout but a step reads in NHWC is left to
-    `device_layouts` to refuse (no model has needed it)."""
+    a view (a classifier's Flatten of a conv's 7×7 features) — and every value held in its
+    own layout that a step reads in NHWC (a conv after a Slice or a Transpose: ShuffleNet,
+    ConvNeXt) gets one conversion step: a movement kernel transposing it, a node
+    `LayoutConvert` (attribute `to_nhwc`) before its first such reader, whose output those
+    readers take instead. Returns the steps in graph order and the layouts."""
     nhwc = _layouts(graph, steps)
-    wanted: dict[str, list[tuple[Node, int]]] = {}
+    wanted: dict[tuple[str, bool], list[tuple[Node, int]]] = {}    # (value, to NHWC): readers
     for s, i, v in _mismatches(steps, nhwc):
-        if nhwc[v.name]:
-            wanted.setdefault(v.name, []).append((s.node, i))
+        if nhwc[v.name] or v.producer is not None:      # a model input is the readers' layout
+            wanted.setdefault((v.name, not nhwc[v.name]), []).append((s.node, i))
     for v in _needs_model_layout(graph, nhwc):
-        wanted.setdefault(v.name, []).extend(
+        wanted.setdefault((v.name, False), []).extend(
             (c, i) for c in v.consumers if c.op in VIEW_OPS for i, u in enumerate(c.inputs)
             if u is v)
     if not wanted:
         return steps, nhwc
-    for name, readers in wanted.items():
+    for (name, to_nhwc), readers in wanted.items():
         v = graph.values[name]
         order = {id(n): k for k, n in enumerate(graph.nodes)}
         first = min(order[id(node)] for node, _ in readers)
-        out = graph.value(graph.fresh_name(name + ".nchw"), v.shape, v.dtype)
-        node = graph.add_node(CONVERT, [v], [out], {}, name=graph.fresh_name(
-            name + ".to_nchw"), index=first)
+        suffix = ".nhwc" if to_nhwc else ".nchw"
+        out = graph.value(graph.fresh_name(name + suffix), v.shape, v.dtype)
+        node = graph.add_node(CONVERT, [v], [out], {"to_nhwc": to_nhwc},
+                              name=graph.fresh_name(name + ".to" + suffix), index=first)
         for reader, i in readers:
             graph.set_input(reader, i, out)
         n, c, h, w = (int(d) for d in v.shape)
-        task = MoveTask((n, h, w, c), (n, c, h, w), ((0, 0, 1), (2, 0, 1), (3, 0, 1), (1, 0, 1)),
-                        v.dtype.name)
+        task = MoveTask((n, c, h, w), (n, h, w, c), ((0, 0, 1), (3, 0, 1), (1, 0, 1), (2, 0, 1)),
+                        v.dtype.name) if to_nhwc else \
+            MoveTask((n, h, w, c), (n, c, h, w), ((0, 0, 1), (2, 0, 1), (3, 0, 1), (1, 0, 1)),
+                     v.dtype.name)
         task = half(task) if precision == "fp16" else task
         steps.append(GpuStep(node, task, *_choice(task, target, None)))
     order = {id(n): k for k, n in enumerate(graph.nodes)}

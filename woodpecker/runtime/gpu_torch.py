@@ -42,19 +42,13 @@ def epilogue(torch, y, steps, residuals):
     return y
 
 
-def program(torch, task, args):
-    """A fused element-wise group's program: on NCHW tensors (constants scalars, or per
-    channel along axis 1), or a group of another rank's on its rows (per last axis)."""
-    xs, k = args[:task.inputs], args[task.inputs] if task.consts else None
-    rows = task.kind == "elementwise_rows"
-    xs = [x.reshape(-1, task.c) for x in xs] if rows else xs
-    chan = [1, -1] if rows else [1, -1] + [1] * (xs[0].dim() - 2)
-    width = task.c if rows else xs[0].shape[1]
-    steps = []
-    for op, refs, attrs in task.program:
-        a = [None if r is None else steps[r[1]] if r[0] == "step" else xs[r[1]]
-             if r[0] == "in" else k[r[1]] if r[0] == "const"
-             else k[r[1]:r[1] + width].reshape(chan) for r in refs]
+def run_steps(torch, steps, value_of):
+    """An element-wise program's last value ((op, args, attrs) steps, ops/fused.py);
+    `value_of(ref)` gives an ("in", i), ("const", j) or ("channel", j) argument."""
+    values = []
+    for op, refs, attrs in steps:
+        a = [None if r is None else values[r[1]] if r[0] == "step" else value_of(r)
+             for r in refs]
         attrs = dict(attrs)
         y = (a[0] + a[1] if op == "Add" else a[0] - a[1] if op == "Sub"
              else a[0] * a[1] if op == "Mul" else a[0] / a[1] if op == "Div"
@@ -64,8 +58,20 @@ def program(torch, task, args):
              if op == "LeakyRelu"
              else epilogue(torch, a[0], [(op, attrs.get("alpha", 0.2), attrs.get("beta", 0.5))
                                          if op == "HardSigmoid" else (op, "none")], []))
-        steps.append(y)
-    return steps[-1]
+        values.append(y)
+    return values[-1]
+
+
+def program(torch, task, args):
+    """A fused element-wise group's program: on NCHW tensors (constants scalars, or per
+    channel along axis 1), or a group of another rank's on its rows (per last axis)."""
+    xs, k = args[:task.inputs], args[task.inputs] if task.consts else None
+    rows = task.kind == "elementwise_rows"
+    xs = [x.reshape(-1, task.c) for x in xs] if rows else xs
+    chan = [1, -1] if rows else [1, -1] + [1] * (xs[0].dim() - 2)
+    width = task.c if rows else xs[0].shape[1]
+    return run_steps(torch, task.program, lambda r: xs[r[1]] if r[0] == "in" else k[r[1]]
+                     if r[0] == "const" else k[r[1]:r[1] + width].reshape(chan))
 
 
 def compute(torch, task, args: list) -> Any:
@@ -74,11 +80,14 @@ def compute(torch, task, args: list) -> Any:
     if kind == "conv2d":
         w = args[1].permute(3, 2, 0, 1)         # HWIO (HW1C depthwise) -> OIHW
         top, left, bottom, right = task.pads
-        x = args[0] if top == left == bottom == right == 0 else \
-            F.pad(args[0], (left, right, top, bottom))
+        x, vectors = args[0], args[len(args) - task.vectors:]
+        if task.prologue:           # x · s[c] (squeeze-and-excitation), a ReLU first, …
+            x = run_steps(torch, task.prologue, lambda r: x if r[1] == 0 else vectors[r[1] - 1])
+        x = x if top == left == bottom == right == 0 else F.pad(x, (left, right, top, bottom))
         y = F.conv2d(x, w, args[2] if task.has_bias else None, task.stride, 0, task.dilation,
                      task.groups)
-        return epilogue(torch, y, task.epilogue, args[2 + task.has_bias:])
+        return epilogue(torch, y, task.epilogue,
+                        args[2 + task.has_bias:len(args) - task.vectors])
     if kind == "pool":
         top, left, bottom, right = task.pads
         if task.reduce == "max":
@@ -112,6 +121,8 @@ def compute(torch, task, args: list) -> Any:
         return y.permute(sorted(range(len(kept)), key=lambda i: kept[i]))
     if kind in ("elementwise", "elementwise_rows"):
         return program(torch, task, args)
+    if kind == "concat":
+        return torch.cat(list(args), dim=task.model_axis)
     raise NotImplementedError(f"no torch form of {kind} tasks")
 
 
@@ -132,8 +143,12 @@ def model_args(task, args: list) -> list:
         first = 2 + task.has_bias
         for i in range(first, first + sum(1 for s in task.epilogue if s[0] == "Add")):
             args[i] = _nchw(args[i], (task.n, task.k, task.out_h, task.out_w))
+        for i in range(len(args) - task.vectors, len(args)):      # (N, 1, 1, C) vectors
+            args[i] = _nchw(args[i], (task.n, task.c, 1, 1))
     elif task.kind == "pool":
         args[0] = _nchw(args[0], (task.n, task.c, task.h, task.w))
+    elif task.kind == "concat":                     # NHWC images along any axis
+        args = [_nchw(a, (s[0], s[3], s[1], s[2])) for a, s in zip(args, task.shapes)]
     else:                                           # a 4-d element-wise group
         for i in range(task.inputs):
             args[i] = _nchw(args[i], (task.n, task.c, task.h, task.w))

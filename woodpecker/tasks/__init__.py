@@ -184,9 +184,9 @@ def spec_task(spec: dict) -> Task:
 def gpu_only_kinds() -> dict[str, type]:
     """Task kinds only GPU plans compute as kernels (movement: on the CPU numpy and the
     libraries move data), kept out of `task_kinds` so no CPU engine claims their nodes."""
-    from woodpecker.tasks.movement import MoveTask
+    from woodpecker.tasks.movement import ConcatTask, MoveTask
 
-    return {MoveTask.kind: MoveTask}
+    return {MoveTask.kind: MoveTask, ConcatTask.kind: ConcatTask}
 
 
 def task_from_key(key: str) -> Task:

@@ -1,10 +1,12 @@
-"""The movement task: a copy whose every output element reads one input element through an
-affine index map — Transpose, Gather of one constant index, Slice over constant bounds.
+"""The movement tasks: a copy whose every output element reads one input element through an
+affine index map — Transpose, Gather of one constant index, Slice over constant bounds
+(`MoveTask`) — and a Concat (`ConcatTask`).
 
 `axes[a]` says where input axis `a`'s index comes from: (output axis, start, step) — index =
 start + step · out[axis] — or (-1, start, 0), a fixed index (an axis Gather removes). Only GPU
 plans compute movement as a kernel (engines/halide/gpu/movement.py): on the CPU numpy and the
-libraries move data, so this kind is not offered to the CPU engines (`tasks.GPU_ONLY_KINDS`).
+libraries move data, so these kinds are not offered to the CPU engines
+(`tasks.gpu_only_kinds`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from woodpecker.ir.graph import Node
-from woodpecker.tasks import Task
+from woodpecker.tasks import NHWC, Task
 
 
 @dataclass(frozen=True)
@@ -89,3 +91,65 @@ class MoveTask(Task):
     @property
     def elements(self) -> int:
         return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class ConcatTask(Task):
+    """A Concat as one copy kernel (GPU plans): every output element read from the input its
+    index along `axis` falls in. Shapes and `axis` are the device's: NHWC (`nhwc`) where every
+    input is an NHWC image on the device — the axis then moved as the data is — else the
+    model's own; `model_axis` is the node's axis in the model."""
+
+    kind = "concat"
+    ops = frozenset({"Concat"})
+
+    shapes: tuple[tuple[int, ...], ...]
+    axis: int
+    model_axis: int
+    nhwc: bool = False
+    dtype: str = "float32"
+
+    @property
+    def layout(self) -> str:
+        return NHWC if self.nhwc else ""
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        shape = list(self.shapes[0])
+        shape[self.axis] = sum(s[self.axis] for s in self.shapes)
+        return tuple(shape)
+
+    @property
+    def flops(self) -> int:
+        return 0
+
+    @classmethod
+    def from_node(cls, node: Node, nhwc: bool = False) -> "ConcatTask":
+        """`nhwc`: the inputs are NHWC images on the device (the caller knows the layouts)."""
+        rank = len(node.outputs[0].shape)
+        axis = node.attrs.get("axis", 0) % rank
+        shapes = [tuple(int(d) for d in v.shape) for v in node.inputs]
+        if nhwc:
+            shapes = [(s[0], s[2], s[3], s[1]) for s in shapes]
+        return cls(tuple(shapes), (0, 3, 1, 2)[axis] if nhwc else axis, axis, nhwc,
+                   node.outputs[0].dtype.name)
+
+    def describe(self) -> str:
+        out = "x".join(map(str, self.out_shape))
+        return f"concat {len(self.shapes)} along {self.axis} -> {out}"
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return [rng.standard_normal(s).astype(self.dtype) for s in self.shapes]
+
+    def constant(self, node: Node, i: int) -> np.ndarray:
+        """A constant input (a class token): in the model's layout, as only a concat in the
+        model's layout takes constants."""
+        return np.ascontiguousarray(node.inputs[i].data)
+
+    def reference(self, inputs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(inputs, axis=self.axis)
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.out_shape)

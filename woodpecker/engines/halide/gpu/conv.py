@@ -15,7 +15,8 @@ whole window (`unroll_window`) or its rows only. `stage`: `w` stages the block's
 channels × every input channel and tap) in shared memory, valid where they fit the block's
 shared memory (dense.py says why Halide 21 stages whole slabs).
 
-Supported: ungrouped float32 convs without a prologue, of NHWC input or of a model input read
+Supported: ungrouped float convs — a prologue (squeeze-and-excitation's x · s[c], an
+activation first) applied as the input is read (ConvInputs) — of NHWC input or of a model input read
 where it lies in NCHW (a stem conv's few channels: `ConvTask.x_layout`). Depthwise and
 grouped convs are not computed yet.
 """
@@ -44,7 +45,6 @@ SEEDS = ({"threads_c": 16, "threads_x": 8, "reg_c": 4, "reg_x": 2, "c_step": 4,
 
 def supports(task: ConvTask) -> bool:
     return type(task) is ConvTask and task.dtype in FLOATS and task.groups == 1 \
-        and not task.prologue \
         and all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
 
@@ -53,7 +53,9 @@ def _tile(c: dict) -> tuple[int, int]:
 
 
 def space(task: ConvTask, device: GpuDevice) -> KnobSpace:
-    knobs = [Knob("threads_c", (8, 16, 32, 64)), Knob("threads_x", (1, 2, 4, 8, 16)),
+    # threads_c down to 1: a layer of a few output channels (an inception branch's 6) has a
+    # tile within them only so
+    knobs = [Knob("threads_c", (1, 2, 4, 8, 16, 32, 64)), Knob("threads_x", (1, 2, 4, 8, 16)),
              Knob("reg_c", (1, 2, 4)), Knob("reg_x", (1, 2, 4, 7)), Knob("c_step", (1, 2, 4, 8)),
              Knob("unroll_window", (False, True)), Knob("stage", ("none", "w"))]
     window = task.kh * task.kw

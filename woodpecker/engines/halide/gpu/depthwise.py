@@ -24,7 +24,7 @@ views = own_shapes
 
 
 def supports(task: ConvTask) -> bool:
-    return type(task) is ConvTask and task.dtype in FLOATS and not task.prologue \
+    return type(task) is ConvTask and task.dtype in FLOATS \
         and not task.reads_nchw and conv_depthwise.supports(replace(task, dtype="float32"))
 
 

@@ -15,12 +15,12 @@ from woodpecker.tasks.space import Knob, KnobSpace
 
 KIND = "move"
 SEEDS = ({"threads": 256},)
-_TYPES = {"float32": ("Float", 32), "float16": ("Float", 16), "int64": ("Int", 64),
+TYPES = {"float32": ("Float", 32), "float16": ("Float", 16), "int64": ("Int", 64),
           "int32": ("Int", 32), "uint8": ("UInt", 8), "int8": ("Int", 8)}
 
 
 def supports(task: MoveTask) -> bool:
-    return task.dtype in _TYPES and 1 <= len(task.shape) <= 6
+    return task.dtype in TYPES and 1 <= len(task.shape) <= 6
 
 
 def space(task: MoveTask, device: GpuDevice) -> KnobSpace:
@@ -34,20 +34,25 @@ def views(task: MoveTask) -> list:
 
 
 def define(hl, task: MoveTask, config: dict, mapping):
-    code, bits = _TYPES[task.dtype]
+    code, bits = TYPES[task.dtype]
     x = hl.ImageParam(getattr(hl, code)(bits), len(task.in_shape), "x")
     rank = len(task.shape)
     v = [hl.Var(f"d{d}") for d in range(rank)]            # Halide order: v[0] innermost
     at = [k if o < 0 else k + st * v[rank - 1 - o] for o, k, st in task.axes]
     out = hl.Func("out")
     out[v] = x[list(reversed(at))]
+    fused_threads(hl, mapping, out, v, config["threads"])
+    return out, [x]
+
+
+def fused_threads(hl, mapping, out, v: list, threads: int) -> None:
+    """`out`'s axes `v` (innermost first) fused into one run, blocks of `threads` threads."""
     run = v[0]
-    for d in range(1, rank):
+    for d in range(1, len(v)):
         fused = hl.Var(f"f{d}")
         out.fuse(run, v[d], fused)
         run = fused
     bo, ti = hl.Var("bo"), hl.Var("ti")
-    out.split(run, bo, ti, config["threads"], hl.TailStrategy.GuardWithIf)
+    out.split(run, bo, ti, threads, hl.TailStrategy.GuardWithIf)
     mapping.blocks(out, bo)
     mapping.threads(out, ti)
-    return out, [x]

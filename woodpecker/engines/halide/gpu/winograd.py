@@ -26,7 +26,8 @@ V and M live in device memory between the kernels; the plan runtime keeps Halide
 allocations for reuse (cuda_glue.c), so a launch after the first allocates nothing.
 
 Supported: ungrouped float 3×3 convs of stride 1 and dilation 1 on NHWC input (a stem conv
-reading its NCHW input stays with conv.py), any epilogue the CPU templates fuse. A
+reading its NCHW input stays with conv.py), any prologue (applied as the input is read,
+ConvInputs) and any epilogue the CPU templates fuse. A
 non-finite input makes its whole tile non-finite here (the CPU template's direct fallback
 is not carried over): GPU plans are checked on finite data, and this is written down.
 """
@@ -52,7 +53,7 @@ SEEDS = ({"m": 4, "threads_c": 16, "threads_t": 8, "reg_c": 4, "reg_t": 2, "v_th
 def supports(task: ConvTask) -> bool:
     return type(task) is ConvTask and task.dtype in FLOATS and task.groups == 1 \
         and (task.kh, task.kw) == (3, 3) and task.stride == (1, 1) \
-        and task.dilation == (1, 1) and not task.prologue and not task.reads_nchw \
+        and task.dilation == (1, 1) and not task.reads_nchw \
         and all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
 
