@@ -392,6 +392,24 @@ def test_concats_plan_in_nhwc_or_in_the_model_layout(tmp_path):
                                atol=1e-4)
 
 
+def test_a_position_embedding_and_a_two_class_head_plan(tmp_path):
+    """A ViT's Add of a constant of the activation's whole shape (an input of the element-wise
+    group, stored with the weights) and SwiftNet's 2-class classifier (a product's tile of
+    one or two threads across)."""
+    rng = np.random.default_rng(3)
+    pos = numpy_helper.from_array(rng.standard_normal((1, 5, 16)).astype(np.float32), "pos")
+    fc = numpy_helper.from_array(rng.standard_normal((16, 2)).astype(np.float32), "fc")
+    nodes = [helper.make_node("Add", ["x", "pos"], ["e"]),
+             helper.make_node("MatMul", ["e", "fc"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 16])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 2])], [pos, fc])
+    folder = compile_gpu(model, tmp_path / "plan", "cuda:h100")
+    assert [s["template"] for s in GpuPlan.open(folder).doc["steps"]] == ["elementwise", "dense"]
+    x = rng.standard_normal((1, 5, 16)).astype(np.float32)
+    np.testing.assert_allclose(check_on_host(folder, {"x": x})["y"], _ort(model, {"x": x})[0],
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_a_value_held_in_its_own_layout_is_converted_for_a_conv(tmp_path):
     """A softmax's output (its own layout) read by a conv (NHWC), as a ShuffleNet's Slice or
     a ConvNeXt's Transpose feeds one: converted to NHWC by one movement kernel."""

@@ -146,6 +146,18 @@ def test_conv_on_the_host_mapping_equals_the_reference(c, hw, k, kernel, stride,
     _check_on_host(conv, _conv(c, hw, k, kernel, stride, residual), seed)
 
 
+@settings(max_examples=4, deadline=None)
+@given(st.sampled_from([2, 4, 8]), st.sampled_from([2, 4]), st.integers(5, 11),
+       st.sampled_from([1, 3]), st.integers(1, 2), st.integers(0, 2**16))
+def test_grouped_conv_on_the_host_mapping_equals_the_reference(groups, per_group, hw, kernel,
+                                                               stride, seed):
+    """RegNet's and ResNeXt's grouped convs: each output channel reads its group's inputs."""
+    c = groups * per_group
+    task = replace(_conv(c, hw, 2 * c, kernel, stride), groups=groups)
+    assert conv.supports(task) and not depthwise.supports(task)
+    _check_on_host(conv, task, seed)
+
+
 @settings(max_examples=5, deadline=None)
 @given(st.sampled_from([3, 8, 16]), st.integers(2, 13), st.sampled_from([8, 24, 64]),
        st.integers(1, 2), st.booleans(), st.integers(0, 2**16))

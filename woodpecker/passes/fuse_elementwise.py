@@ -56,11 +56,17 @@ def _eligible(node: Node, rule: "GroupRule") -> bool:
         if v is None:
             continue
         if v.is_const:
-            if v.data.size != 1 and rule.per_channel(v, y.shape) is None:
+            if v.data.size != 1 and rule.per_channel(v, y.shape) is None and not (
+                    rule.whole_constants and _whole(v, y)):
                 return False
         elif tuple(v.shape) != tuple(y.shape) or v.dtype != y.dtype:
             return False
     return True
+
+
+def _whole(v: Value, y: Value) -> bool:
+    """A float32 constant of `y`'s whole shape."""
+    return v.data.dtype == np.float32 and tuple(v.data.shape) == tuple(y.shape)
 
 
 def _qdq_eligible(node: Node, rule: "GroupRule") -> bool:
@@ -100,11 +106,13 @@ def per_last_axis(v: Value, shape: tuple[int, ...]) -> np.ndarray | None:
 class GroupRule:
     """Which element-wise groups a pass makes: of which ranks (`rank`), constants along which
     axis (`per_channel`: a constant's values per channel, or None), and which groups are worth
-    a node (`keep`)."""
+    a node (`keep`); `whole_constants`: a constant of the output's whole shape (a ViT's
+    position embedding) joins as an input of the group, not as constants."""
 
     rank: Callable[[int], bool]
     per_channel: Callable[[Value, tuple[int, ...]], np.ndarray | None]
     keep: Callable[[list[Node]], bool]
+    whole_constants: bool = False
 
 
 # 4-d groups, computed in NHWC like the convolutions around them, constants per axis 1
@@ -117,7 +125,7 @@ ROWS = GroupRule(lambda r: 0 < r != 4, per_last_axis,
 # every float group of another rank, Q/DQ or not: GPU plans only (compiler_gpu.GPU_PASSES,
 # issue 54), whose element-wise template computes them; the CPU pipelines leave a float
 # transformer's residual sums to the library nodes they were measured with
-FLOAT_ROWS = GroupRule(ROWS.rank, per_last_axis, lambda nodes: True)
+FLOAT_ROWS = GroupRule(ROWS.rank, per_last_axis, lambda nodes: True, whole_constants=True)
 
 
 def _group(graph: Graph, root: Node, taken: set[int], rule: GroupRule) -> list[Node]:
@@ -139,11 +147,13 @@ def _group(graph: Graph, root: Node, taken: set[int], rule: GroupRule) -> list[N
     return group
 
 
-def element_program(nodes: list[Node], per_channel=None,
+def element_program(nodes: list[Node], per_channel=None, whole_constants: bool = False,
                     ) -> tuple[list[dict], list[Value], list[float]]:
     """The steps of `nodes` (in graph order), their run-time inputs and the constant vector;
     `per_channel(v, shape)` gives a non-scalar constant's values, one per channel (by default
-    along axis 1 of a 4-d tensor; a product's output columns for passes/fuse_qdense_program.py)."""
+    along axis 1 of a 4-d tensor; a product's output columns for passes/fuse_qdense_program.py);
+    with `whole_constants`, a constant of the output's whole shape is an input like a run-time
+    one."""
     per_channel = per_channel or _per_channel
     step_of: dict[int, int] = {}
     inputs: list[Value] = []
@@ -157,7 +167,8 @@ def element_program(nodes: list[Node], per_channel=None,
     def ref(v: Value | None, shape) -> list | None:
         if v is None:
             return None
-        if v.is_const:
+        if v.is_const and not (whole_constants and v.data.size > 1
+                               and per_channel(v, shape) is None):
             if v.data.size == 1:
                 return constant(v.data, "const")
             return constant(per_channel(v, shape), "channel")
@@ -217,7 +228,7 @@ def fuse_groups(graph: Graph, rule: GroupRule) -> int:
     for group in groups:
         order = {id(n): k for k, n in enumerate(graph.nodes)}
         nodes = sorted(group, key=lambda n: order[id(n)])
-        program, inputs, consts = element_program(nodes, rule.per_channel)
+        program, inputs, consts = element_program(nodes, rule.per_channel, rule.whole_constants)
         root = nodes[-1]
         ins = list(inputs)
         if consts:

@@ -15,10 +15,11 @@ whole window (`unroll_window`) or its rows only. `stage`: `w` stages the block's
 channels × every input channel and tap) in shared memory, valid where they fit the block's
 shared memory (dense.py says why Halide 21 stages whole slabs).
 
-Supported: ungrouped float convs — a prologue (squeeze-and-excitation's x · s[c], an
-activation first) applied as the input is read (ConvInputs) — of NHWC input or of a model input read
-where it lies in NCHW (a stem conv's few channels: `ConvTask.x_layout`). Depthwise and
-grouped convs are not computed yet.
+Supported: float convs, ungrouped or grouped with several input channels per group (RegNet's,
+ResNeXt's: an output channel reads its group's C/groups input channels; one channel per group
+is depthwise.py's), with a prologue (squeeze-and-excitation's x · s[c], an activation first)
+applied as the input is read (ConvInputs), of NHWC input or of a model input read where it
+lies in NCHW (a stem conv's few channels: `ConvTask.x_layout`).
 """
 
 from __future__ import annotations
@@ -43,9 +44,15 @@ SEEDS = ({"threads_c": 16, "threads_x": 8, "reg_c": 4, "reg_x": 2, "c_step": 4,
           "unroll_window": True, "stage": "none"})
 
 
+def conv_depthwise_like(task: ConvTask) -> bool:
+    """One input channel per group (depthwise.py's, and a channel multiplier's)."""
+    return task.groups == task.c
+
+
 def supports(task: ConvTask) -> bool:
-    return type(task) is ConvTask and task.dtype in FLOATS and task.groups == 1 \
-        and all(step[0] in EPILOGUE_OPS for step in task.epilogue)
+    return type(task) is ConvTask and task.dtype in FLOATS and \
+        (task.groups == 1 or not conv_depthwise_like(task)) and \
+        all(step[0] in EPILOGUE_OPS for step in task.epilogue)
 
 
 def _tile(c: dict) -> tuple[int, int]:
@@ -60,16 +67,18 @@ def space(task: ConvTask, device: GpuDevice) -> KnobSpace:
              Knob("unroll_window", (False, True)), Knob("stage", ("none", "w"))]
     window = task.kh * task.kw
 
+    per_group = task.c // task.groups
+
     def shared(c: dict) -> int:
-        return 4 * _tile(c)[0] * task.c * window if c["stage"] == "w" else 0
+        return 4 * _tile(c)[0] * per_group * window if c["stage"] == "w" else 0
 
     constraints = [
         *gpu_constraints(device, lambda c: c["threads_c"] * c["threads_x"], shared=shared,
                          registers=lambda c: c["reg_c"] * c["reg_x"] + c["reg_c"] + c["reg_x"]),
         Constraint("the block's tile within the output channels and the row",
                    lambda c: _tile(c)[0] <= task.k and _tile(c)[1] <= task.out_w),
-        Constraint("the reduction step divides the input channels",
-                   lambda c: task.c % c["c_step"] == 0),
+        Constraint("the reduction step divides a group's input channels",
+                   lambda c: per_group % c["c_step"] == 0),
     ]
     return KnobSpace(knobs, constraints, SEEDS)
 
@@ -83,10 +92,12 @@ def define(hl, task: ConvTask, config: dict, mapping):
     io = ConvInputs(hl, task)
     w_in = io.w.in_()
     co, ox, oy, n = hl.Var("co"), hl.Var("ox"), hl.Var("oy"), hl.Var("n")
-    r = hl.RDom([(0, task.c), (0, task.kw), (0, task.kh)], "r")
+    per_group = task.c // task.groups
+    r = hl.RDom([(0, per_group), (0, task.kw), (0, task.kh)], "r")
     (sy, sx), (dy, dx) = task.stride, task.dilation
-    x_at = io.padded[r[0], ox * sx + r[1] * dx - task.pads[1], oy * sy + r[2] * dy - task.pads[0],
-                     n]
+    channel = r[0] if task.groups == 1 else co / (task.k // task.groups) * per_group + r[0]
+    x_at = io.padded[channel, ox * sx + r[1] * dx - task.pads[1],
+                     oy * sy + r[2] * dy - task.pads[0], n]
     acc = hl.Func("acc")
     acc[co, ox, oy, n] = io.bias(co)
     acc[co, ox, oy, n] += w_in[co, r[0], r[1], r[2]] * x_at

@@ -55,7 +55,8 @@ def _shared_bytes(task: DenseTask, c: dict) -> int:
 
 
 def space(task: DenseTask, device: GpuDevice) -> KnobSpace:
-    knobs = [Knob("threads_n", (8, 16, 32, 64)), Knob("threads_m", (1, 2, 4, 8, 16, 32)),
+    # threads_n down to 1: a classifier of 2 classes (SwiftNet's) has a tile within it only so
+    knobs = [Knob("threads_n", (1, 2, 4, 8, 16, 32, 64)), Knob("threads_m", (1, 2, 4, 8, 16, 32)),
              Knob("reg_n", (1, 2, 4)), Knob("reg_m", (1, 2, 4, 8)), Knob("k_step", (1, 4, 8, 16)),
              Knob("stage", ("none", "b", "ab"))]
     constraints = [
