@@ -237,3 +237,16 @@ class Timer:
         rt._check(rt.lib.wp_cuda_elapsed(ctypes.byref(ms), self._events[0], self._events[1]),
                   "timing with events")
         return float(ms.value)
+
+
+def timed(launch, timer, runs: int, warmup: int = 1) -> list[float]:
+    """Milliseconds of each of `runs` calls of `launch` by `timer` (start()/stop(): CUDA
+    events, or a host stand-in), after `warmup` untimed ones."""
+    for _ in range(warmup):
+        launch()
+    times = []
+    for _ in range(runs):
+        timer.start()
+        launch()
+        times.append(timer.stop())
+    return times

@@ -28,6 +28,7 @@ import numpy as np
 
 from woodpecker.errors import PlanError
 from woodpecker.files import inside, verified
+from woodpecker.gpu.runtime import timed
 from woodpecker.tasks import task_from_key, transforms
 from woodpecker.tasks.transforms import Transform
 
@@ -122,14 +123,7 @@ def measure_batch(folder: "str | Path", runs: int = 20, warmup: int = 3, kernel=
             if not err <= bar:
                 row["error"] = f"output off the reference by {err:.3g} (bar {bar:.3g})"
             else:
-                for _ in range(warmup):
-                    launch()
-                times = []
-                for _ in range(runs):
-                    timer.start()
-                    launch()
-                    times.append(timer.stop())
-                row["ms"] = float(np.median(times))
+                row["ms"] = float(np.median(timed(launch, timer, runs, warmup)))
         except Exception as e:            # noqa: BLE001 - a crashing candidate is reported
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
         results.append(row)

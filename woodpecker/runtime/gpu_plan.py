@@ -35,6 +35,7 @@ import numpy as np
 from woodpecker.config import DOS_RUNS, GPU_STREAMS
 from woodpecker.errors import PlanError, WoodpeckerError
 from woodpecker.files import inside, verified
+from woodpecker.gpu.runtime import timed
 from woodpecker.target import Target
 
 if TYPE_CHECKING:
@@ -346,15 +347,7 @@ class GpuSession:
             views = self._views(step)
             generated = self.memory.kernel(self.plan.folder, step, views)
             library = self._library(torch, step)
-            ms = []
-            for launch in (generated, library):
-                launch()
-                times = []
-                for _ in range(runs):
-                    timer.start()
-                    launch()
-                    times.append(timer.stop())
-                ms.append(float(np.median(times)))
+            ms = [float(np.median(timed(launch, timer, runs))) for launch in (generated, library)]
             self.launches[i] = library if ms[1] < ms[0] else generated
             report.append(StepChoice(step["node"], step["task"], ms[0], ms[1],
                                      "torch" if ms[1] < ms[0] else "halide"))
@@ -387,12 +380,4 @@ class GpuSession:
         """Milliseconds of device time per run of the launches (CUDA events; the inputs
         copied once before)."""
         self.feed(feeds)
-        for _ in range(warmup):
-            self.launch()
-        timer = self.memory.timer()
-        times = []
-        for _ in range(runs):
-            timer.start()
-            self.launch()
-            times.append(timer.stop())
-        return times
+        return timed(self.launch, self.memory.timer(), runs, warmup)

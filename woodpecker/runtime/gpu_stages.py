@@ -30,6 +30,7 @@ from functools import cache
 import numpy as np
 
 from woodpecker.config import DOS_STAGE_MARGIN
+from woodpecker.gpu.runtime import timed
 from woodpecker.schedule.dos import Schedule
 from woodpecker.schedule.dos_steps import INF, stage_cost
 
@@ -105,13 +106,7 @@ class StreamCosts:
         self.ratio = cache(self._ratio)
 
     def _median(self, run) -> float:
-        run()
-        times = []
-        for _ in range(self.runs):
-            self._timer.start()
-            run()
-            times.append(self._timer.stop())
-        return float(np.median(times))
+        return float(np.median(timed(run, self._timer, self.runs)))
 
     def candidate(self, s: int) -> bool:
         return True

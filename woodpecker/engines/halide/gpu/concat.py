@@ -10,22 +10,15 @@ seam and one elsewhere.
 
 from __future__ import annotations
 
-from woodpecker.engines.halide.gpu.mapping import gpu_constraints
-from woodpecker.engines.halide.gpu.movement import SEEDS, TYPES, fused_threads
-from woodpecker.gpu.devices import GpuDevice
+from woodpecker.engines.halide.gpu.movement import TYPES, fused_threads
+from woodpecker.engines.halide.gpu.movement import space as space  # a copy's one knob
 from woodpecker.tasks.movement import ConcatTask
-from woodpecker.tasks.space import Knob, KnobSpace
 
 KIND = "concat"
 
 
 def supports(task: ConcatTask) -> bool:
     return task.dtype in TYPES and 1 <= len(task.out_shape) <= 6
-
-
-def space(task: ConcatTask, device: GpuDevice) -> KnobSpace:
-    return KnobSpace([Knob("threads", (64, 128, 256, 512, 1024))],
-                     gpu_constraints(device, lambda c: c["threads"]), SEEDS)
 
 
 def views(task: ConcatTask) -> list:
