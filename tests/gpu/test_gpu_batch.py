@@ -74,12 +74,20 @@ def test_timings_come_back_into_the_log_and_the_plan(measured, tmp_path):
                                     providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(check_on_host(plan, {"x": x})["y"], expected, rtol=1e-4,
                                atol=1e-4)
-    # a second batch draws only configs the log has not measured
-    again = write_batch(gpu_graph(model), T4, tmp_path / "b2", per_task=1, log=log)
+    # a second batch draws only configs the log has not measured, half of them one-knob
+    # mutations of the fastest measured so far (a genetic search across batches)
+    again = write_batch(gpu_graph(model), T4, tmp_path / "b2", per_task=2, log=log)
     measured_keys = {(r.task, json.dumps(r.config, sort_keys=True)) for r in log.records}
     fresh = json.loads((again / "batch.json").read_text())["candidates"]
     assert not any((c["task"], json.dumps(c["config"], sort_keys=True)) in measured_keys
                    for c in fresh)
+    for task, template in {(c["task"], c["template"]) for c in fresh if c["template"] != "torch"}:
+        timed = sorted((r.cost_s, json.dumps(r.config, sort_keys=True)) for r in log.records
+                       if r.task == task and r.template == "gpu." + template and r.cost_s)
+        parents = [json.loads(k) for _, k in timed[:3]]
+        children = [c["config"] for c in fresh if (c["task"], c["template"]) == (task, template)]
+        assert any(sum(child[k] != p[k] for k in p) == 1 for child in children
+                   for p in parents), (template, children, parents)
 
 
 def test_a_tampered_batch_is_refused(measured, tmp_path):

@@ -18,8 +18,11 @@ file: runtime/gpu_torch.py), recorded as template `gpu.torch`: where it is the f
 plan runs that step on the library (WPK §2.5's per-operator choice, made on the device's
 measurements).
 
-Choice: random search over the knob spaces, seeds first — the device is lent for minutes, so
-one batch, not a search loop; later batches draw configs the log has not measured.
+Choice: the search is a genetic one across batches: the first batch is each template's seeds
+and random samples; every later batch (written with the log its predecessors' timings went
+into) draws half of its configs as one-knob mutations of the `PARENTS` fastest measured so
+far and half at random, never a config the log holds — the device is lent for minutes, so
+each batch is one call's worth of measurements.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from woodpecker.target import Target
 from woodpecker.tune.records import TuningLog, TuningRecord
 
 PREFIX = "gpu."
+PARENTS = 3     # the fastest measured configs per task and template a later batch mutates
 
 
 def _key(config: dict) -> str:
@@ -68,7 +72,7 @@ def write_batch(graph: Graph, target: Target, folder: "str | Path", per_task: in
         for name in templates_for(task):
             configs = _draw(GPU_TEMPLATES[name].space(task, target.device),
                             _measured(log, key, name), random.Random(seed * 1000003 + k),
-                            per_task)
+                            per_task, _fastest(log, key, name, PARENTS))
             drawn += len(configs)
             for config in configs:
                 candidates.append(_candidate(folder, GPU_TEMPLATES[name], name, task, config,
@@ -93,11 +97,33 @@ def _measured(log: TuningLog | None, key: str, template: str) -> set[str]:
                                       if r.task == key and r.template == PREFIX + template}
 
 
-def _draw(space, done: set[str], rng: random.Random, per_task: int) -> list[dict]:
-    """The space's seeds and `per_task` sampled configs, none of them in `done`."""
+def _fastest(log: TuningLog | None, key: str, template: str, count: int) -> list[dict]:
+    """The `count` fastest valid configs of `template` the log measured for task `key`."""
+    if log is None:
+        return []
+    timed = sorted((r.cost_s, _key(r.config), r.config) for r in log.records
+                   if r.task == key and r.template == PREFIX + template and r.cost_s is not None)
+    return [dict(c) for _, _, c in timed[:count]]
+
+
+def _draw(space, done: set[str], rng: random.Random, per_task: int,
+          parents: list[dict] = ()) -> list[dict]:
+    """The space's seeds, then `per_task` configs none of which is in `done`: with `parents`
+    (the fastest measured so far) half of them mutations of those — one knob changed to
+    another of its values, valid — and the rest sampled (a genetic search across batches)."""
     configs = {_key(c): c for c in space.seeds if _key(c) not in done}
+    want = len(configs) + per_task
     for _ in range(per_task * 20):
-        if len(configs) >= len(space.seeds) + per_task:
+        if len(configs) >= want - per_task // 2 or not parents:
+            break
+        parent = rng.choice(parents)
+        knob = rng.choice(space.knobs)
+        others = [v for v in knob.values if v != parent.get(knob.name)]
+        c = {**parent, knob.name: rng.choice(others)} if others else parent
+        if _key(c) not in done and space.is_valid(c):
+            configs.setdefault(_key(c), c)
+    for _ in range(per_task * 20):
+        if len(configs) >= want:
             break
         c = space.sample(rng)
         if _key(c) not in done:
