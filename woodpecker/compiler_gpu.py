@@ -9,7 +9,7 @@ template it is valid for) or a GpuChoice (a template and its config; none: the f
 template's first seed); `precision="fp16"` stores every float tensor in half precision.
 `tuning_log`: a log the device's batch timings were read into (tune/gpu_batch.py): each
 task's fastest candidate — a generated kernel's config, or the library (torch: cuDNN,
-cuBLAS), whose tasks join `library` (task keys, or assembly/gpu_plan.EVERY_TASK) and run as
+cuBLAS), whose tasks join `library` (task keys, or assembly/gpu_steps.EVERY_TASK) and run as
 library steps. `check_on_host(folder, feeds)` runs the plan's walk on this CPU
 (assembly/gpu_host.py) and returns its outputs — what the tests compare with ONNX Runtime.
 """
@@ -23,7 +23,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from woodpecker.assembly.gpu_host import HostMemory
-from woodpecker.assembly.gpu_plan import EVERY_TASK, assemble_gpu_plan
+from woodpecker.assembly.gpu_plan import assemble_gpu_plan
+from woodpecker.assembly.gpu_steps import EVERY_TASK
 from woodpecker.errors import WoodpeckerError
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.passes import DEFAULT, optimize

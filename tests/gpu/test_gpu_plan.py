@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from woodpecker.assembly.gpu_plan import EVERY_TASK
+from woodpecker.assembly.gpu_steps import EVERY_TASK
 from woodpecker.compiler_gpu import check_on_host, compile_gpu
 from woodpecker.errors import PlanError, WoodpeckerError
 from woodpecker.runtime.gpu_plan import GpuPlan
@@ -242,7 +242,7 @@ def test_library_steps_run_on_torch_over_the_plans_own_views(tmp_path, which):
     """Library steps (runtime/gpu_torch.py) take the generated kernels' places on the same
     arena views — NHWC images, a residual's flat view, the conv's HWIO weights — and the
     walk still equals ONNX Runtime, alone or mixed with generated kernels."""
-    from woodpecker.assembly.gpu_plan import EVERY_TASK, gpu_steps
+    from woodpecker.assembly.gpu_steps import EVERY_TASK, gpu_steps
     from woodpecker.compiler_gpu import gpu_graph
 
     model = _small_model(5)
@@ -287,7 +287,7 @@ def test_a_winograd_step_keeps_raw_weights_for_the_library(tmp_path):
     weights transformed at build (U = G g Gᵀ) with the raw ones kept as `library_args`, so
     the choice at load can still time it against cuDNN; both walks equal ONNX Runtime."""
     from woodpecker.assembly.gpu_host import HostMemory
-    from woodpecker.assembly.gpu_plan import GpuChoice, gpu_steps
+    from woodpecker.assembly.gpu_steps import GpuChoice, gpu_steps
     from woodpecker.compiler_gpu import gpu_graph
     from woodpecker.engines.halide.gpu import winograd
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from woodpecker.assembly.gpu_plan import GPU_TEMPLATES, kernel_arguments
+from woodpecker.assembly.gpu_steps import GPU_TEMPLATES, kernel_arguments
 from woodpecker.engines.halide.gpu.build import build_gpu, build_host, ptx_of
 from woodpecker.errors import EngineError
 from woodpecker.target import Target

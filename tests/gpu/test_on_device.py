@@ -52,7 +52,7 @@ def test_library_steps_and_the_choice_at_load_run_on_the_device(tmp_path):
     """torch's cuDNN/cuBLAS calls on the plan's own device memory (runtime/gpu_torch.py),
     for every step and as chosen per step by timing both on this device."""
     from tests.gpu.test_gpu_plan import _small_model
-    from woodpecker.assembly.gpu_plan import EVERY_TASK
+    from woodpecker.assembly.gpu_steps import EVERY_TASK
     from woodpecker.compiler_gpu import check_on_host, compile_gpu
     from woodpecker.runtime.gpu_plan import GpuPlan
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from woodpecker.assembly.gpu_plan import GPU_TEMPLATES
+from woodpecker.assembly.gpu_steps import GPU_TEMPLATES
 from woodpecker.engines.halide.gpu.build import build_host
 from woodpecker.runtime.gpu_measure import stored_float
 from woodpecker.tasks import task_from_key

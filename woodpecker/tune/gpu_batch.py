@@ -2,7 +2,7 @@
 AutoTVM's Builder here, its RPC Runner there).
 
 Contract: `write_batch(graph, target, folder, per_task)` builds, for every distinct GPU task
-of the graph (assembly/gpu_plan.gpu_steps), its template's seeds and `per_task` configs drawn
+of the graph (assembly/gpu_steps.gpu_steps), its template's seeds and `per_task` configs drawn
 from its space (seeded; configs the log already measured for the target are not drawn
 again), into a batch folder `runtime/gpu_measure.py` checks and times on the device (`python
 -m woodpecker.runtime.gpu_measure BATCH`, numpy and ctypes only). `read_timings(folder, log)`
@@ -33,7 +33,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from woodpecker.assembly.gpu_plan import (
+from woodpecker.assembly.gpu_steps import (
     GPU_TEMPLATES,
     LIBRARY,
     GpuChoice,
