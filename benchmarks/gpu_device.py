@@ -99,7 +99,8 @@ class TorchPlan:
             return t.to(dtype) if t.is_floating_point() else t
         self.doc, self.steps = doc, []
         for step in doc["steps"]:
-            task = task_from_key(step["task"])
+            host = step.get("engine") == "host"
+            task = None if host else task_from_key(step["task"])
             refs = step.get("library_args", step["args"])     # raw weights, not transformed
             consts = {j: weight(r["weight"]) for j, r in enumerate(refs) if "weight" in r}
             self.steps.append((step, task, consts))
@@ -107,14 +108,30 @@ class TorchPlan:
     def __call__(self, **inputs):
         torch, values = self.torch, dict(inputs)
         for step, task, consts in self.steps:
-            args = [consts[j] if j in consts else self._value(values, r["value"])
+            args = [consts[j] if j in consts else None if "none" in r else
+                    self._value(values, r["value"])
                     for j, r in enumerate(step.get("library_args", step["args"]))]
+            if task is None:           # a host step: the op's numpy reference, as the plan
+                for ref, y in zip(step["outs"], self._host(step, args)):
+                    values[ref["value"]] = y.reshape(self._shape(ref["value"]))
+                continue
             # a layout conversion is the value itself in the model's layout
             y = args[0] if step.get("layout_conversion") else compute(torch, task, args)
             name = step["out"]["value"]
             values[name] = y.reshape(self._shape(name))
         return {spec["name"]: self._value(values, spec["name"]).reshape(spec["shape"])
                 for spec in self.doc["outputs"]}
+
+    def _host(self, step: dict, args: list) -> list:
+        from woodpecker.ops import OPS
+        from woodpecker.runtime.gpu_host_ops import decode_attrs
+
+        device = next((a.device for a in args if a is not None), "cpu")
+        out = OPS[step["op"]].reference(decode_attrs(step["attrs"]), *[
+            None if a is None else a.float().cpu().numpy() if a.is_floating_point()
+            else a.cpu().numpy() for a in args])
+        return [self.torch.from_numpy(np.ascontiguousarray(y)).to(device)
+                for y in (out if isinstance(out, (list, tuple)) else [out])]
 
     def _shape(self, name: str) -> list[int]:
         """A value's shape in the model (NCHW where the device holds it NHWC)."""

@@ -144,7 +144,8 @@ def test_nodes_no_gpu_template_computes_are_named(tmp_path):
         nodes, "arg", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
         [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 1])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(WoodpeckerError, match=r"no GPU kernel computes 1 node\(s\): .*ArgMax"):
+    with pytest.raises(WoodpeckerError, match=r"neither a GPU kernel nor the host computes 1 "
+                                              r"node\(s\): .*ArgMax"):
         compile_gpu(model, tmp_path / "plan", "cuda:h100")
     assert not (tmp_path / "plan" / "plan.json").exists()
 
@@ -390,6 +391,51 @@ def test_concats_plan_in_nhwc_or_in_the_model_layout(tmp_path):
     library = compile_gpu(model, tmp_path / "lib", "cuda:h100", library=EVERY_TASK)
     np.testing.assert_allclose(check_on_host(library, {"x": x})["y"], ref, rtol=1e-4,
                                atol=1e-4)
+
+
+def test_a_node_no_gpu_kernel_computes_runs_on_the_host_between_copies(tmp_path, capsys):
+    """A Split and a Resize (no GPU template): host steps running the ops' numpy references
+    between copies, their inputs converted to the model's layout and their outputs back to
+    NHWC for the convs; the walk and the torch mirror equal ONNX Runtime, the CLI says how
+    many ran on the host, and the choice at load leaves them alone."""
+    import torch
+
+    from benchmarks.gpu_device import TorchPlan
+    from woodpecker.assembly.gpu_host import HostMemory
+    from woodpecker.cli import main
+
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 4, 1, 1)).astype(np.float32), "w2")
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Split", ["c"], ["a", "b"], axis=1, num_outputs=2),
+             helper.make_node("Conv", ["a", "w2"], ["d"]),
+             helper.make_node("Add", ["d", "b"], ["e"]),
+             helper.make_node("Resize", ["e", "", "scales"], ["y"], mode="nearest")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 12, 12])], [w, w2, scales]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    folder = compile_gpu(model, tmp_path / "plan", "cuda:h100")
+    plan = GpuPlan.open(folder)
+    host = [s for s in plan.doc["steps"] if s.get("engine") == "host"]
+    assert [s["op"] for s in host] == ["Split", "Resize"]
+    assert len(host[0]["outs"]) == 2 and host[1]["args"][1] == {"none": True}
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    ref = _ort(model, {"x": x})[0]
+    np.testing.assert_allclose(check_on_host(folder, {"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        mirrored = TorchPlan(plan, torch, "cpu")(x=torch.from_numpy(x))["y"].numpy()
+    np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
+    session = plan.session(HostMemory())
+    report = session.choose({"x": x}, runs=1)
+    assert len(report) == len(plan.doc["steps"]) - 2
+    np.testing.assert_allclose(session.run({"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
+    onnx.save(model, tmp_path / "m.onnx")
+    assert main(["gpu-plan", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "p2"), "--target",
+                 "cuda:h100"]) == 0
+    assert "2 node(s) run on the host between copies" in capsys.readouterr().out
 
 
 def test_a_position_embedding_and_a_two_class_head_plan(tmp_path):

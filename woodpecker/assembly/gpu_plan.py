@@ -40,7 +40,9 @@ from woodpecker.assembly.gpu_layouts import convert_layouts, device_layouts, dev
 from woodpecker.assembly.gpu_steps import (
     CONVERT,
     GPU_TEMPLATES,
+    HOST,
     LIBRARY,
+    GpuStep,
     gpu_steps,
     kernel_arguments,
 )
@@ -49,6 +51,7 @@ from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_lib
 from woodpecker.errors import WoodpeckerError
 from woodpecker.files import sha256_file
 from woodpecker.ir.graph import Graph, Value
+from woodpecker.runtime.gpu_host_ops import encode_attrs
 from woodpecker.runtime.gpu_plan import FORMAT, VERSION
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.target import Target
@@ -80,7 +83,8 @@ class _Weights:
             if a is None:
                 refs.append({"value": next(names), "shape": list(shape)})
                 continue
-            a = np.ascontiguousarray(a, store if a.dtype == np.float32 else a.dtype)
+            a = np.ascontiguousarray(a, store if a.dtype == np.float32 and store is not None
+                                     else a.dtype)
             if tuple(a.shape) != shape and a.size == int(np.prod(shape)):
                 a = a.reshape(shape)
             refs.append({"weight": len(self.entries), "shape": list(a.shape)})
@@ -112,6 +116,12 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
     (folder / "kernels").mkdir(parents=True, exist_ok=True)
     blob, records = _Weights(), []
     for k, step in enumerate(steps):
+        if step.engine == HOST:
+            records.append(_host_record(step, blob, nhwc))
+            if progress is not None:
+                print(f"  GPU step {k + 1}/{len(steps)}: {step.node.name} ({step.node.op}) on "
+                      "the host (no GPU kernel computes it: two copies)", file=progress)
+            continue
         module = GPU_TEMPLATES[step.template]
         built = build_gpu(module, step.task, step.config, target)
         library = kernel_library(built)
@@ -143,6 +153,29 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
                   f"{step.template if step.engine != LIBRARY else LIBRARY}", file=progress)
     return _write(folder, graph, target, arena, aliases, records, blob.entries, blob.bytes,
                   nhwc, precision)
+
+
+def _host_record(step: GpuStep, blob: "_Weights", nhwc: dict[str, bool]) -> dict:
+    """A host step (runtime/gpu_host_ops.py): its op, attributes, arguments (constants in
+    their own types) and outputs, all in the model's layout."""
+    node = step.node
+    try:
+        attrs = encode_attrs(node.attrs)
+    except ValueError as e:
+        raise WoodpeckerError(f"node {node.name} ({node.op}) runs on the host, but its {e} "
+                              "cannot be written into the plan") from None
+    args = []
+    for v in node.inputs:
+        if v is None:
+            args.append({"none": True})
+        elif v.data is not None:
+            args.extend(blob.refs([np.asarray(v.data)], [v.data.shape], [], None))
+        else:
+            assert not nhwc[v.name], v.name      # convert_layouts moved it to its own layout
+            args.append({"value": v.name, "shape": list(v.shape)})
+    outs = [{"value": v.name, "shape": list(v.shape)} for v in node.outputs]
+    return {"node": node.name, "template": HOST, "engine": HOST, "task": step.task.key,
+            "op": node.op, "attrs": attrs, "args": args, "out": outs[0], "outs": outs}
 
 
 def _write(folder: Path, graph: Graph, target: Target, arena, aliases, records, weights,

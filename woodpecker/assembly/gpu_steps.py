@@ -14,6 +14,7 @@ Winograd's U). Flatten, Reshape, Squeeze and Unsqueeze are views, not steps (`VI
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
@@ -56,6 +57,30 @@ class GpuStep:
 
 
 LIBRARY = "torch"
+HOST = "host"     # engine: the node's numpy reference on the host (runtime/gpu_host_ops.py)
+
+
+@dataclass(frozen=True)
+class HostOp:
+    """The task of a host step: a node no GPU template computes, run by its numpy reference
+    between copies (runtime/gpu_host_ops.py). Keyed by the node: nothing shares it."""
+
+    op: str
+    node: str
+    dtype: str = "float32"
+
+    kind = HOST
+    layout = ""           # the model's own layout: an NHWC value it reads is converted first
+
+    @property
+    def key(self) -> str:
+        return f"{HOST}:" + json.dumps({"op": self.op, "node": self.node}, sort_keys=True)
+
+    def input_layout(self, i: int) -> str:
+        return self.layout
+
+    def describe(self) -> str:
+        return f"{self.op} on the host"
 
 
 @dataclass(frozen=True)
@@ -94,10 +119,12 @@ def half(task: Task) -> Task:
 
 
 def gpu_steps(graph: Graph, target: Target, configs: dict | None = None,
-              precision: str = "fp32", library: Collection[str] = ()) -> list[GpuStep]:
+              precision: str = "fp32", library: Collection[str] = (),
+              host_fallback: bool = True) -> list[GpuStep]:
     """Each computing node's task (in half precision for an fp16 plan), template and config,
-    and its engine: the library for tasks whose key is in `library`; one WoodpeckerError
-    naming every node no GPU template computes."""
+    and its engine: the library for tasks whose key is in `library`; a node no GPU template
+    computes runs on the host by its numpy reference (`host_fallback`; HOST steps); one
+    WoodpeckerError names every node neither can run."""
     if precision not in PRECISIONS:
         raise WoodpeckerError(f"GPU plans compute in {' or '.join(PRECISIONS)}, not "
                               f"{precision!r}")
@@ -110,7 +137,9 @@ def gpu_steps(graph: Graph, target: Target, configs: dict | None = None,
         if task is not None and precision == "fp16":
             task = half(task)
         choice = None if task is None else _choice(task, target, configs.get(task.key))
-        if choice is None:
+        if choice is None and host_fallback and _host_op(node) is not None:
+            steps.append(GpuStep(node, _host_op(node), HOST, {}, HOST))
+        elif choice is None:
             missing.append(f"{node.name} ({node.op})")
         else:
             steps.append(GpuStep(node, task, *choice,
@@ -118,9 +147,21 @@ def gpu_steps(graph: Graph, target: Target, configs: dict | None = None,
             if task.layout == NHWC and len(node.outputs[0].shape) == 4:
                 made_nhwc.add(node.outputs[0].name)
     if missing:
-        raise WoodpeckerError(f"no GPU kernel computes {len(missing)} node(s): "
+        raise WoodpeckerError(f"neither a GPU kernel nor the host computes {len(missing)} "
+                              f"node(s): "
                               f"{', '.join(missing[:8])}{' …' if len(missing) > 8 else ''}")
     return steps
+
+
+def _host_op(node: Node) -> HostOp | None:
+    """A host step for `node`: an op with a numpy reference (not ONNX Runtime's opaque
+    nodes: the device has numpy alone) and static output shapes."""
+    from woodpecker.ops import OPS
+
+    if node.op not in OPS or node.op == "Opaque" or not node.outputs or any(
+            v.shape is None or v.dtype is None for v in node.outputs):
+        return None
+    return HostOp(node.op, node.name, node.outputs[0].dtype.name)
 
 
 def _movement(node: Node) -> MoveTask | None:

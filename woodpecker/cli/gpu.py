@@ -15,9 +15,13 @@ def cmd_gpu_plan(args) -> None:
     folder = compile_gpu(args.model, args.output, args.target, progress=sys.stdout,
                          precision=args.precision)
     plan = GpuPlan.open(folder)
-    print(f"GPU plan for {plan.device.describe()}: {len(plan.doc['steps'])} kernels, "
-          f"arena {plan.doc['arena_bytes'] / 2**20:.1f} MiB, weights "
+    host = [s["op"] for s in plan.doc["steps"] if s.get("engine") == "host"]
+    print(f"GPU plan for {plan.device.describe()}: {len(plan.doc['steps']) - len(host)} "
+          f"kernels, arena {plan.doc['arena_bytes'] / 2**20:.1f} MiB, weights "
           f"{plan.doc['weights']['bytes'] / 2**20:.1f} MiB -> {folder}")
+    if host:
+        print(f"  {len(host)} node(s) run on the host between copies (no GPU kernel computes "
+              f"them): {', '.join(sorted(set(host)))}")
     if args.check:
         import onnxruntime as ort
 

@@ -11,11 +11,13 @@ for the weights (copied once), one per input; each step's kernel bound to its bu
 differs), launches every step on the runtime's stream, copies the outputs back; `time(feeds,
 runs)` is CUDA-event milliseconds of the launches alone, per run.
 
-Library steps (`"engine": "torch"`) run on torch (runtime/gpu_torch.py) over the same views;
-torch is imported only for a plan that has them, or for `session.choose(feeds)`, which times
-every step both ways on this device and keeps the faster (WPK §2.5's per-operator choice at
-load). `session.graph()` captures the walk as one CUDA graph (through torch's graph API, so
-library steps' temporaries live in its private pool) and returns its replay.
+Host steps (`"engine": "host"`, runtime/gpu_host_ops.py) run a node no GPU template computes by
+its numpy reference between copies. Library steps (`"engine": "torch"`) run on torch
+(runtime/gpu_torch.py) over the same views; torch is imported only for a plan that has them, or
+for `session.choose(feeds)`, which times every step both ways on this device and keeps the
+faster (WPK §2.5's per-operator choice at load). `session.graph()` captures the walk as one
+CUDA graph (through torch's graph API, so library steps' temporaries live in its private pool)
+and returns its replay.
 
 `session(memory=...)` takes another `Memory` (the Protocol below): assembly/gpu_host.py runs
 the very same plan walk on this CPU, with the same offsets in a numpy arena and each step's
@@ -170,11 +172,15 @@ class GpuPlan:
 
         sm = halide_capability(self.target.device.capability)
         for step in doc["steps"]:
-            self._file({"file": step["kernel"], "sha256": step["sha256"]})
-            if step["sm"] != sm:
-                raise _fail(f"kernel {step['kernel']} is PTX for sm_{step['sm']}, the target's "
-                            f"is sm_{sm}")
-            for ref in (*step["args"], *step.get("library_args", ()), step["out"]):
+            if step.get("engine") != "host":
+                self._file({"file": step["kernel"], "sha256": step["sha256"]})
+                if step["sm"] != sm:
+                    raise _fail(f"kernel {step['kernel']} is PTX for sm_{step['sm']}, the "
+                                f"target's is sm_{sm}")
+            for ref in (*step["args"], *step.get("library_args", ()), step["out"],
+                        *step.get("outs", ())):
+                if "none" in ref:
+                    continue
                 if "weight" in ref and not 0 <= ref["weight"] < len(weights["entries"]):
                     raise _fail(f"step {step['node']!r} reads a weight the plan lacks")
                 name = ref.get("value")
@@ -224,9 +230,10 @@ class GpuSession:
             self._inputs[spec["name"]] = (spec, memory.view(mem, 0, v["shape"], v["dtype"]),
                                           mem)
         torch = _torch() if any(s.get("engine") == "torch" for s in doc["steps"]) else None
-        self.launches = [memory.kernel(plan.folder, step, self._views(step))
-                         if step.get("engine") != "torch" else
-                         self._library(torch, step) for step in doc["steps"]]
+        self.launches = [self._host(step) if step.get("engine") == "host" else
+                         self._library(torch, step) if step.get("engine") == "torch" else
+                         memory.kernel(plan.folder, step, self._views(step))
+                         for step in doc["steps"]]
         self._outputs = [(spec, self._value_view(spec["name"], None)) for spec in doc["outputs"]]
         self.walk = None            # a staged walk (schedule()), else the steps in turn
         self._streams: dict[int, Any] = {}
@@ -242,6 +249,14 @@ class GpuSession:
             return self.memory.view(self._inputs[root][2], 0, shape, v["dtype"])
         return self.memory.view(self._arena, values[root]["offset"], shape, v["dtype"])
 
+    def _host(self, step: dict):
+        """A host step (runtime/gpu_host_ops.py): the op's numpy reference between copies."""
+        from woodpecker.runtime.gpu_host_ops import HostStep
+
+        ins = [None if "none" in ref else self._ref_view(ref) for ref in step["args"]]
+        outs = [self._value_view(ref["value"], ref["shape"]) for ref in step["outs"]]
+        return HostStep(self.memory, step["op"], step["attrs"], ins, outs)
+
     def _library(self, torch, step: dict):
         """A library step (runtime/gpu_torch.py): torch on the kernel's own views."""
         from woodpecker.runtime.gpu_torch import TorchKernel
@@ -253,17 +268,15 @@ class GpuSession:
     def _views(self, step: dict, library: bool = False) -> list:
         """The step's argument and output views: its kernel's, or with `library` the
         library's (a template that transforms its weights keeps the raw ones beside them)."""
-        entries = self.plan.doc["weights"]["entries"]
-        views = []
         args = step.get("library_args", step["args"]) if library else step["args"]
-        for ref in (*args, step["out"]):
-            if "weight" in ref:
-                w = entries[ref["weight"]]
-                views.append(self.memory.view(self._weights, w["offset"], ref["shape"],
-                                              w["dtype"]))
-            else:
-                views.append(self._value_view(ref["value"], ref["shape"]))
-        return views
+        return [self._ref_view(ref) for ref in (*args, step["out"])]
+
+    def _ref_view(self, ref: dict):
+        """The view an argument reference names: a weight, or a value."""
+        if "weight" in ref:
+            w = self.plan.doc["weights"]["entries"][ref["weight"]]
+            return self.memory.view(self._weights, w["offset"], ref["shape"], w["dtype"])
+        return self._value_view(ref["value"], ref["shape"])
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.feed(feeds)
@@ -344,6 +357,8 @@ class GpuSession:
         self.launch()
         timer, report = self.memory.timer(), []
         for i, step in enumerate(self.plan.doc["steps"]):
+            if step.get("engine") == "host":        # no GPU kernel, no torch form: as it is
+                continue
             views = self._views(step)
             generated = self.memory.kernel(self.plan.folder, step, views)
             library = self._library(torch, step)
@@ -359,6 +374,9 @@ class GpuSession:
         the default stream — one launch of the graph for the whole walk instead of one per
         step. Needs torch with CUDA and a device (PlanError otherwise)."""
         torch = _torch()
+        if any(step.get("engine") == "host" for step in self.plan.doc["steps"]):
+            raise PlanError("this GPU plan has host steps (copies off the device): no CUDA "
+                            "graph captures them")
         if not hasattr(self.memory, "use_stream") or not torch.cuda.is_available():
             raise PlanError("CUDA graphs need the plan on a CUDA device, with torch")
         side = torch.cuda.Stream()

@@ -51,7 +51,8 @@ def step_edges(doc: dict) -> list[tuple[int, int]]:
         for ref in step["args"]:
             if "value" in ref and _root(values, ref["value"]) in made:
                 edges.add((made[_root(values, ref["value"])], s))
-        made[_root(values, step["out"]["value"])] = s
+        for out in step.get("outs", [step["out"]]):
+            made[_root(values, out["value"])] = s
     return sorted(edges)
 
 
@@ -66,7 +67,8 @@ def _span(doc: dict, name: str) -> Span | None:
 
 
 def step_spans(doc: dict) -> list[tuple[tuple[Span, ...], Span | None]]:
-    """Per step, the arena byte ranges it reads and the one it writes."""
+    """Per step, the arena byte ranges it reads and the one it writes (a host step's first
+    output: host steps never join a stage, `StreamCosts.candidate`)."""
     out = []
     for step in doc["steps"]:
         reads = tuple(sp for ref in step["args"] if "value" in ref
@@ -109,7 +111,8 @@ class StreamCosts:
         return float(np.median(timed(run, self._timer, self.runs)))
 
     def candidate(self, s: int) -> bool:
-        return True
+        """Every GPU step; a host step (copies and a synchronisation) runs alone."""
+        return self.session.plan.doc["steps"][s].get("engine") != "host"
 
     def _ratio(self, stage: frozenset) -> float:
         if not may_share(self.spans, stage):

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from woodpecker.assembly.gpu_steps import (
     GPU_TEMPLATES,
+    HOST,
     LIBRARY,
     GpuChoice,
     argument_transforms,
@@ -65,7 +66,8 @@ def write_batch(graph: Graph, target: Target, folder: "str | Path", per_task: in
     (folder / "kernels").mkdir(parents=True, exist_ok=True)
     tasks = {}
     for step in gpu_steps(graph, target, precision=precision):
-        tasks.setdefault(step.task.key, step.task)
+        if step.engine != HOST:            # a host step has nothing to tune
+            tasks.setdefault(step.task.key, step.task)
     candidates = []
     for k, (key, task) in enumerate(tasks.items()):
         drawn = 0
