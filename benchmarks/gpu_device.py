@@ -181,8 +181,13 @@ def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
     # the per-node choice on this device (GpuSession.choose): each step's generated kernel
     # against its library call, the faster kept; its outputs checked the same way
     chosen = plan.session(session.memory if host else None)
-    report = chosen.choose(feeds)
-    stages = chosen.schedule(feeds).stages       # DOS stages on streams (runtime/gpu_stages.py)
+    report, stages = [], ()
+    try:
+        report = chosen.choose(feeds)
+        stages = chosen.schedule(feeds).stages   # DOS stages on streams (runtime/gpu_stages.py)
+    except Exception as e:          # noqa: BLE001 - recorded; the walk as built goes on
+        row["chosen_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        chosen.walk = None
     mixed = chosen.run(feeds)
     row["chosen"] = {"library_steps": sum(c.engine == "torch" for c in report),
                      "concurrent_stages": [sorted(s.nodes) for s in stages if len(s.nodes) > 1],
