@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from woodpecker.gpu.devices import GpuDevice  # noqa: E402
-from woodpecker.runtime.gpu_plan import GpuPlan  # noqa: E402
+from woodpecker.runtime.gpu_plan import LIBRARY, GpuPlan  # noqa: E402
 from woodpecker.runtime.gpu_torch import clock, compute  # noqa: E402
 from woodpecker.tasks import task_from_key  # noqa: E402
 
@@ -189,7 +189,7 @@ def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
         row["chosen_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
         chosen.walk = None
     mixed = chosen.run(feeds)
-    row["chosen"] = {"library_steps": sum(c.engine == "torch" for c in report),
+    row["chosen"] = {"library_steps": sum(c.engine == LIBRARY for c in report),
                      "concurrent_stages": [sorted(s.nodes) for s in stages if len(s.nodes) > 1],
                      "max_abs_vs_torch_fp32": max(float(np.max(np.abs(mixed[k] - ref[k])))
                                                   for k in mixed),

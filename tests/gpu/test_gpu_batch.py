@@ -38,13 +38,13 @@ def test_every_candidate_is_checked_and_timed(measured):
     assert len(results) == len(batch["candidates"]) >= 5 * 2
     # every template that computes a task: the 3x3 convs' Winograd too, whose weights the
     # runner transforms from its own seeded inputs (a spec travels, not the arrays)
-    assert {r["template"] for r in results} == {"conv", "winograd", "pool", "dense", "torch"}
+    assert {r["template"] for r in results} == {"conv", "winograd", "pool", "dense", "library"}
     wino = [c for c in batch["candidates"] if c["template"] == "winograd"]
     assert wino and all(c["transforms"] == {"1": {"kind": "winograd_filter",
                                                   "m": c["config"]["m"]}} for c in wino)
     # one library candidate per task, without a file: the task on torch
     tasks = {c["task"] for c in batch["candidates"]}
-    library = [c for c in batch["candidates"] if c.get("engine") == "torch"]
+    library = [c for c in batch["candidates"] if c.get("engine") == "library"]
     assert sorted(c["task"] for c in library) == sorted(tasks) and not any("file" in c
                                                                            for c in library)
     assert all("ms" in r and r["max_abs"] < 1e-3 for r in results), results
@@ -57,7 +57,7 @@ def test_timings_come_back_into_the_log_and_the_plan(measured, tmp_path):
     assert len(log.records) == len(results)
     assert {r.target for r in log.records} == {"cuda:tesla-t4:sm_75"}
     assert {r.template for r in log.records} == {"gpu.conv", "gpu.winograd", "gpu.pool",
-                                                 "gpu.dense", "gpu.torch"}
+                                                 "gpu.dense", "gpu.library"}
     for task, choice in best.items():
         fastest = min((r for r in results if r["task"] == task), key=lambda r: r["ms"])
         assert choice == GpuChoice(fastest["template"], fastest["config"])
@@ -66,7 +66,7 @@ def test_timings_come_back_into_the_log_and_the_plan(measured, tmp_path):
     plan = compile_gpu(model, tmp_path / "plan", T4, tuning_log=tmp_path / "gpu.jsonl")
     steps = json.loads((plan / "plan.json").read_text())["steps"]
     for s in steps:      # the measured choice per node: the library, or the fastest kernel
-        assert (s.get("engine") == "torch") == best[s["task"]].library
+        assert (s.get("engine") == "library") == best[s["task"]].library
         assert best[s["task"]].library or (s["template"], s["config"]) == (
             best[s["task"]].template, best[s["task"]].config)
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
@@ -81,7 +81,7 @@ def test_timings_come_back_into_the_log_and_the_plan(measured, tmp_path):
     fresh = json.loads((again / "batch.json").read_text())["candidates"]
     assert not any((c["task"], json.dumps(c["config"], sort_keys=True)) in measured_keys
                    for c in fresh)
-    for task, template in {(c["task"], c["template"]) for c in fresh if c["template"] != "torch"}:
+    for task, template in {(c["task"], c["template"]) for c in fresh if c["template"] != "library"}:
         timed = sorted((r.cost_s, json.dumps(r.config, sort_keys=True)) for r in log.records
                        if r.task == task and r.template == "gpu." + template and r.cost_s)
         parents = [json.loads(k) for _, k in timed[:3]]

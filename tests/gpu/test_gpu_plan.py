@@ -255,8 +255,8 @@ def test_library_steps_run_on_torch_over_the_plans_own_views(tmp_path, which):
                    next(s.task.key for s in steps if s.task.kind == "dense")}
     folder = compile_gpu(model, tmp_path / "lib", "cuda:a100", library=library)
     doc = GpuPlan.open(folder).doc
-    engines = [s.get("engine", "halide") for s in doc["steps"]]
-    assert engines.count("torch") == (len(engines) if which == "every" else 2)
+    engines = [s.get("engine", "generated") for s in doc["steps"]]
+    assert engines.count("library") == (len(engines) if which == "every" else 2)
     x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
     got = check_on_host(folder, {"x": x})
     ref = _ort(model, {"x": x})
@@ -276,8 +276,8 @@ def test_choosing_engines_at_load_times_both_and_keeps_the_outputs(small_plan):
     assert [c.node for c in report] == [s["node"] for s in steps]
     for choice in report:
         assert choice.generated_ms > 0 and choice.library_ms > 0
-        assert choice.engine == ("torch" if choice.library_ms < choice.generated_ms
-                                 else "halide")
+        assert choice.engine == ("library" if choice.library_ms < choice.generated_ms
+                                 else "generated")
     got = session.run({"x": x})
     np.testing.assert_allclose(list(got.values())[0], _ort(model, {"x": x})[0], rtol=1e-4,
                                atol=1e-4)
@@ -316,6 +316,22 @@ def test_a_winograd_step_keeps_raw_weights_for_the_library(tmp_path):
                           configs={key: GpuChoice("winograd", config)})
     np.testing.assert_allclose(check_on_host(library, {"x": x})["y"], ref, rtol=1e-4,
                                atol=1e-4)
+
+
+def _walk_and_mirror_equal_ort(model, plan: GpuPlan, x: np.ndarray) -> np.ndarray:
+    """The plan's walk on the host and the device script's torch mirror both equal ONNX
+    Runtime on input `x` (output `y`); returns ONNX Runtime's output."""
+    import torch
+
+    from benchmarks.gpu_device import TorchPlan
+
+    ref = _ort(model, {"x": x})[0]
+    np.testing.assert_allclose(check_on_host(plan.folder, {"x": x})["y"], ref, rtol=1e-4,
+                               atol=1e-4)
+    with torch.no_grad():
+        mirrored = TorchPlan(plan, torch, "cpu")(x=torch.from_numpy(x))["y"].numpy()
+    np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
+    return ref
 
 
 def _model(nodes, inputs, outputs, weights) -> onnx.ModelProto:
@@ -362,9 +378,7 @@ def test_concats_plan_in_nhwc_or_in_the_model_layout(tmp_path):
     """Two convs' NHWC outputs joined along channels stay NHWC (an inception block); joined
     with the model input they are converted and joined in the model's layout; a constant
     joins the latter. Walk and mirror equal ONNX Runtime; no node is refused."""
-    import torch
 
-    from benchmarks.gpu_device import TorchPlan
 
     rng = np.random.default_rng(1)
     w1 = numpy_helper.from_array(rng.standard_normal((8, 4, 1, 1)).astype(np.float32), "w1")
@@ -383,11 +397,7 @@ def test_concats_plan_in_nhwc_or_in_the_model_layout(tmp_path):
     concats = [s for s in plan.doc["steps"] if s["template"] == "concat"]
     assert [json.loads(s["task"].partition(":")[2])["nhwc"] for s in concats] == [True, False]
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
-    ref = _ort(model, {"x": x})[0]
-    np.testing.assert_allclose(check_on_host(folder, {"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
-    with torch.no_grad():
-        mirrored = TorchPlan(plan, torch, "cpu")(x=torch.from_numpy(x))["y"].numpy()
-    np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
+    ref = _walk_and_mirror_equal_ort(model, plan, x)
     library = compile_gpu(model, tmp_path / "lib", "cuda:h100", library=EVERY_TASK)
     np.testing.assert_allclose(check_on_host(library, {"x": x})["y"], ref, rtol=1e-4,
                                atol=1e-4)
@@ -398,9 +408,7 @@ def test_a_node_no_gpu_kernel_computes_runs_on_the_host_between_copies(tmp_path,
     between copies, their inputs converted to the model's layout and their outputs back to
     NHWC for the convs; the walk and the torch mirror equal ONNX Runtime, the CLI says how
     many ran on the host, and the choice at load leaves them alone."""
-    import torch
 
-    from benchmarks.gpu_device import TorchPlan
     from woodpecker.assembly.gpu_host import HostMemory
     from woodpecker.cli import main
 
@@ -423,11 +431,7 @@ def test_a_node_no_gpu_kernel_computes_runs_on_the_host_between_copies(tmp_path,
     assert [s["op"] for s in host] == ["Split", "Resize"]
     assert len(host[0]["outs"]) == 2 and host[1]["args"][1] == {"none": True}
     x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
-    ref = _ort(model, {"x": x})[0]
-    np.testing.assert_allclose(check_on_host(folder, {"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
-    with torch.no_grad():
-        mirrored = TorchPlan(plan, torch, "cpu")(x=torch.from_numpy(x))["y"].numpy()
-    np.testing.assert_allclose(mirrored, ref, rtol=1e-4, atol=1e-4)
+    ref = _walk_and_mirror_equal_ort(model, plan, x)
     session = plan.session(HostMemory())
     report = session.choose({"x": x}, runs=1)
     assert len(report) == len(plan.doc["steps"]) - 2

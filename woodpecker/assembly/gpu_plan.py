@@ -13,7 +13,7 @@ the only transfers are the plan's inputs and outputs.
 
 Library steps (`library`: task keys, or EVERY_TASK): a step whose task is listed runs on
 torch (cuDNN, cuBLAS: runtime/gpu_torch.py) over the same argument views, recorded as
-`"engine": "torch"`; its kernel is built and kept too, so the plan stays checkable on the
+`"engine": "library"`; its kernel is built and kept too, so the plan stays checkable on the
 host. compiler_gpu.compile_gpu lists the tasks whose library candidate the device measured
 fastest (tune/gpu_batch.py) — WPK §2.5's per-operator choice.
 

@@ -31,6 +31,7 @@ from woodpecker.engines.halide.gpu import (
 )
 from woodpecker.errors import WoodpeckerError
 from woodpecker.ir.graph import Graph, Node
+from woodpecker.runtime.gpu_plan import GENERATED, HOST, LIBRARY
 from woodpecker.target import Target
 from woodpecker.tasks import NHWC, Task, task_from_node, transforms
 from woodpecker.tasks.elementwise import ElementwiseTask
@@ -53,11 +54,9 @@ class GpuStep:
     task: Task
     template: str
     config: dict
-    engine: str = "halide"      # or LIBRARY: the step runs on torch (runtime/gpu_torch.py)
+    engine: str = GENERATED     # or LIBRARY (torch: runtime/gpu_torch.py), or HOST
 
 
-LIBRARY = "torch"
-HOST = "host"     # engine: the node's numpy reference on the host (runtime/gpu_host_ops.py)
 
 
 @dataclass(frozen=True)
@@ -143,7 +142,7 @@ def gpu_steps(graph: Graph, target: Target, configs: dict | None = None,
             missing.append(f"{node.name} ({node.op})")
         else:
             steps.append(GpuStep(node, task, *choice,
-                                 LIBRARY if task.key in library else "halide"))
+                                 LIBRARY if task.key in library else GENERATED))
             if task.layout == NHWC and len(node.outputs[0].shape) == 4:
                 made_nhwc.add(node.outputs[0].name)
     if missing:

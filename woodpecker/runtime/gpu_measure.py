@@ -10,7 +10,7 @@ inputs, compares its output with the task's reference (numpy, on this host's CPU
 `TOLERANCE` of the output's scale for float32, ten times that for float16 storage) and times it
 by CUDA events (median of `runs` after `warmup`); results go to `timings.json` beside the
 batch, one entry per candidate — milliseconds, or the error that disqualifies it. numpy, ctypes
-and the plan runtime only: the device needs no Halide. A candidate of engine "torch" (no file)
+and the plan runtime only: the device needs no Halide. A candidate of engine "library" (no file)
 is the task computed by the library (runtime/gpu_torch.py: cuDNN, cuBLAS), checked and timed
 the same way, so the per-node choice between it and the generated kernels is made on
 measurements of the one device; without torch it is reported as an error, never chosen. `python
@@ -29,6 +29,7 @@ import numpy as np
 from woodpecker.errors import PlanError
 from woodpecker.files import inside, verified
 from woodpecker.gpu.runtime import timed
+from woodpecker.runtime.gpu_plan import LIBRARY
 from woodpecker.tasks import task_from_key, transforms
 from woodpecker.tasks.transforms import Transform
 
@@ -78,7 +79,7 @@ def open_batch(folder: "str | Path") -> dict:
     verified(inside(folder, batch["runtime"]["file"], "runtime"), batch["runtime"]["sha256"],
              "runtime")
     for c in batch["candidates"]:
-        if c.get("engine") == "torch":
+        if c.get("engine") == LIBRARY:
             continue
         verified(inside(folder, c["file"], "kernel"), c["sha256"], c["file"])
         for spec in c.get("transforms", {}).values():
@@ -107,7 +108,7 @@ def measure_batch(folder: "str | Path", runs: int = 20, warmup: int = 3, kernel=
         task, inputs, ref = cache[cand["task"]]
         row = {key: cand[key] for key in ("task", "template", "config")}
         try:
-            if cand.get("engine") == "torch":
+            if cand.get("engine") == LIBRARY:
                 from woodpecker.runtime.gpu_torch import library_candidate
 
                 launch, fetch, timer = library_candidate(task, inputs, library_device)

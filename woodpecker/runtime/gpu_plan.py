@@ -12,7 +12,7 @@ differs), launches every step on the runtime's stream, copies the outputs back; 
 runs)` is CUDA-event milliseconds of the launches alone, per run.
 
 Host steps (`"engine": "host"`, runtime/gpu_host_ops.py) run a node no GPU template computes by
-its numpy reference between copies. Library steps (`"engine": "torch"`) run on torch
+its numpy reference between copies. Library steps (`"engine": "library"`) run on torch
 (runtime/gpu_torch.py) over the same views; torch is imported only for a plan that has them, or
 for `session.choose(feeds)`, which times every step both ways on this device and keeps the
 faster (WPK §2.5's per-operator choice at load). `session.graph()` captures the walk as one
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from woodpecker.schedule.dos import Schedule
 
 FORMAT, VERSION = "woodpecker-gpu-plan", 1
+# a step's "engine": its generated kernel (the default, absent), the library (torch: cuDNN,
+# cuBLAS; runtime/gpu_torch.py) or the host (its numpy reference; runtime/gpu_host_ops.py)
+GENERATED, LIBRARY, HOST = "generated", "library", "host"
 DTYPES = frozenset({"float32", "float16", "uint8", "int8", "int32", "int64"})
 
 
@@ -172,7 +175,7 @@ class GpuPlan:
 
         sm = halide_capability(self.target.device.capability)
         for step in doc["steps"]:
-            if step.get("engine") != "host":
+            if step.get("engine") != HOST:
                 self._file({"file": step["kernel"], "sha256": step["sha256"]})
                 if step["sm"] != sm:
                     raise _fail(f"kernel {step['kernel']} is PTX for sm_{step['sm']}, the "
@@ -229,9 +232,9 @@ class GpuSession:
             mem = memory.alloc(_nbytes(v["shape"], v["dtype"]))
             self._inputs[spec["name"]] = (spec, memory.view(mem, 0, v["shape"], v["dtype"]),
                                           mem)
-        torch = _torch() if any(s.get("engine") == "torch" for s in doc["steps"]) else None
-        self.launches = [self._host(step) if step.get("engine") == "host" else
-                         self._library(torch, step) if step.get("engine") == "torch" else
+        torch = _torch() if any(s.get("engine") == LIBRARY for s in doc["steps"]) else None
+        self.launches = [self._host(step) if step.get("engine") == HOST else
+                         self._library(torch, step) if step.get("engine") == LIBRARY else
                          memory.kernel(plan.folder, step, self._views(step))
                          for step in doc["steps"]]
         self._outputs = [(spec, self._value_view(spec["name"], None)) for spec in doc["outputs"]]
@@ -357,7 +360,7 @@ class GpuSession:
         self.launch()
         timer, report = self.memory.timer(), []
         for i, step in enumerate(self.plan.doc["steps"]):
-            if step.get("engine") == "host":        # no GPU kernel, no torch form: as it is
+            if step.get("engine") == HOST:        # no GPU kernel, no torch form: as it is
                 continue
             views = self._views(step)
             generated = self.memory.kernel(self.plan.folder, step, views)
@@ -365,7 +368,7 @@ class GpuSession:
             ms = [float(np.median(timed(launch, timer, runs))) for launch in (generated, library)]
             self.launches[i] = library if ms[1] < ms[0] else generated
             report.append(StepChoice(step["node"], step["task"], ms[0], ms[1],
-                                     "torch" if ms[1] < ms[0] else "halide"))
+                                     LIBRARY if ms[1] < ms[0] else GENERATED))
         return report
 
     def graph(self):
@@ -374,7 +377,7 @@ class GpuSession:
         the default stream — one launch of the graph for the whole walk instead of one per
         step. Needs torch with CUDA and a device (PlanError otherwise)."""
         torch = _torch()
-        if any(step.get("engine") == "host" for step in self.plan.doc["steps"]):
+        if any(step.get("engine") == HOST for step in self.plan.doc["steps"]):
             raise PlanError("this GPU plan has host steps (copies off the device): no CUDA "
                             "graph captures them")
         if not hasattr(self.memory, "use_stream") or not torch.cuda.is_available():

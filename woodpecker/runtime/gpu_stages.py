@@ -31,6 +31,7 @@ import numpy as np
 
 from woodpecker.config import DOS_STAGE_MARGIN
 from woodpecker.gpu.runtime import timed
+from woodpecker.runtime.gpu_plan import HOST
 from woodpecker.schedule.dos import Schedule
 from woodpecker.schedule.dos_steps import INF, stage_cost
 
@@ -112,7 +113,7 @@ class StreamCosts:
 
     def candidate(self, s: int) -> bool:
         """Every GPU step; a host step (copies and a synchronisation) runs alone."""
-        return self.session.plan.doc["steps"][s].get("engine") != "host"
+        return self.session.plan.doc["steps"][s].get("engine") != HOST
 
     def _ratio(self, stage: frozenset) -> float:
         if not may_share(self.spans, stage):

@@ -13,10 +13,10 @@ invalid — and returns the fastest candidate per task (`GpuChoice`), which
 recorded as `gpu.<name>` (tune/records.py keeps records of templates the CPU engines do not
 know, inert for them).
 
-With `library` (default), each task also gets one library candidate (engine "torch", no
-file: runtime/gpu_torch.py), recorded as template `gpu.torch`: where it is the fastest, the
-plan runs that step on the library (WPK §2.5's per-operator choice, made on the device's
-measurements).
+With `library` (default), each task also gets one library candidate (engine "library", no
+file: torch, runtime/gpu_torch.py), recorded as template `gpu.library`: where it is the
+fastest, the plan runs that step on the library (WPK §2.5's per-operator choice, made on the
+device's measurements).
 
 Choice: the search is a genetic one across batches: the first batch is each template's seeds
 and random samples; every later batch (written with the log its predecessors' timings went
