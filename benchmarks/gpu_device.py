@@ -17,8 +17,9 @@ as paired ratios. The bundle's tuning batch
 (tune/gpu_batch.py) is measured by the remote runner (runtime/gpu_measure.py: every
 candidate checked against its task's numpy reference and timed by events) into
 DIR/timings.json, which tune/gpu_batch.read_timings takes back into a tuning log here; each
-conv layer's fastest candidate is compared with cuDNN's F.conv2d on the same input (the batch
-holds each task's library candidate too: the choice the tuned plan is built with).
+conv layer's fastest generated candidate (direct or Winograd) is compared with cuDNN's
+F.conv2d on the same input and with the batch's library candidate (cuDNN through the plan's
+library step, its copy included: the choice the tuned plan is built with).
 Results: DIR/gpu_results.json.
 
 `--host` runs the same code on this CPU (host builds of the kernels, torch on the CPU): the
@@ -42,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from woodpecker.gpu.devices import GpuDevice  # noqa: E402
+from woodpecker.gpu.runtime import timed  # noqa: E402
 from woodpecker.runtime.gpu_plan import LIBRARY, GpuPlan  # noqa: E402
 from woodpecker.runtime.gpu_torch import clock, compute  # noqa: E402
 from woodpecker.tasks import task_from_key  # noqa: E402
@@ -281,33 +283,32 @@ def run_batch(bundle: Path, torch, device: str, host: bool, out: Path) -> list[d
     kernel = None
     if host:
         from woodpecker.assembly.gpu_host import host_kernel as kernel
-    results = measure_batch(bundle / "batch", runs=20, kernel=kernel)
+    results = measure_batch(bundle / "batch", runs=20, kernel=kernel,
+                            library_device="cpu" if host else "cuda")
     shutil.copyfile(bundle / "batch" / "timings.json", out / "timings.json")
     rows = []
     for key in dict.fromkeys(r["task"] for r in results if r["template"] == "conv"):
         task = task_from_key(key)
         mine = [r for r in results if r["task"] == key]
-        ok = [r for r in mine if "ms" in r]
+        generated = [r for r in mine if r["template"] != LIBRARY]
+        ok = [r for r in generated if "ms" in r]
+        library = next((r["ms"] for r in mine if r["template"] == LIBRARY and "ms" in r), None)
         inputs = task_inputs(task)
         x = inputs[0] if task.reads_nchw else inputs[0].transpose(0, 3, 1, 2)
         x = torch.from_numpy(np.ascontiguousarray(x)).to(device)
         w = torch.from_numpy(np.ascontiguousarray(inputs[1].transpose(3, 2, 0, 1))).to(device)
         top, left, bottom, right = task.pads
-        timer, ts = clock(torch, device), []
-        with torch.no_grad():
-            for k in range(23):
-                timer.start()
-                torch.nn.functional.conv2d(torch.nn.functional.pad(
-                    x, (left, right, top, bottom)), w, None, task.stride, 0, task.dilation)
-                if k >= 3:
-                    ts.append(timer.stop())
-                else:
-                    timer.stop()
+        pad = (left, right, top, bottom)
+        with torch.no_grad():           # cuDNN's conv alone: no bias, epilogue or copy
+            ts = timed(lambda: torch.nn.functional.conv2d(torch.nn.functional.pad(x, pad), w,
+                                                          None, task.stride, 0, task.dilation),
+                       clock(torch, device), 20, 3)
         best = min(ok, key=lambda r: r["ms"]) if ok else None
-        best = None if best is None else {"config": best["config"], "ms": best["ms"]}
+        best = None if best is None else {k: best[k] for k in ("template", "config", "ms")}
         cudnn = float(np.median(ts))
-        rows.append({"layer": task.describe(), "candidates": len(mine), "wrong": len(mine) -
-                     len(ok), "best": best, "cudnn_ms": cudnn,
+        rows.append({"layer": task.describe(), "candidates": len(generated),
+                     "wrong_or_failed": len(generated) - len(ok), "best": best,
+                     "library_ms": library, "cudnn_ms": cudnn,
                      "best_over_cudnn": None if best is None else best["ms"] / cudnn})
     return rows
 
