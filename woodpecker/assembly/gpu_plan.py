@@ -124,9 +124,9 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
             continue
         module = GPU_TEMPLATES[step.template]
         built = build_gpu(module, step.task, step.config, target)
-        library = kernel_library(built)
-        kernel = f"kernels/{library.name}"
-        shutil.copyfile(library, folder / kernel)
+        shared = kernel_library(built)
+        kernel = f"kernels/{shared.name}"
+        shutil.copyfile(shared, folder / kernel)
         # a movement's index operands are in its task; its one argument is the data
         present = [0] if isinstance(step.task, MoveTask) else \
             [i for i, v in enumerate(step.node.inputs) if v is not None]

@@ -355,6 +355,8 @@ class GpuSession:
         own views (`runs` each, medians by the memory's timer), the faster kept for later
         launches. The inputs are fed and the plan run once first, so every step reads
         values of the right kind (timings do not depend on the values)."""
+        from woodpecker.runtime.gpu_torch import TorchKernel
+
         torch = _torch()
         self.feed(feeds)
         self.launch()
@@ -362,9 +364,12 @@ class GpuSession:
         for i, step in enumerate(self.plan.doc["steps"]):
             if step.get("engine") == HOST:        # no GPU kernel, no torch form: as it is
                 continue
-            views = self._views(step)
-            generated = self.memory.kernel(self.plan.folder, step, views)
-            library = self._library(torch, step)
+            # the step's current launch is one of the two; only the other is bound here
+            current = self.launches[i]
+            on_library = isinstance(current, TorchKernel)
+            generated = self.memory.kernel(self.plan.folder, step, self._views(step)) \
+                if on_library else current
+            library = current if on_library else self._library(torch, step)
             ms = [float(np.median(timed(launch, timer, runs))) for launch in (generated, library)]
             self.launches[i] = library if ms[1] < ms[0] else generated
             report.append(StepChoice(step["node"], step["task"], ms[0], ms[1],

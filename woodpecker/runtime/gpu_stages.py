@@ -102,8 +102,7 @@ class StreamCosts:
         self.spans = step_spans(session.plan.doc)
         self.memory = session.memory
         self._fork, self._joins = self.memory.event(), [self.memory.event() for _ in streams]
-        timer = self.memory.timer()
-        self._timer = timer
+        self._timer = self.memory.timer()
         self.alone = [self._median(lambda s=s: session.launches[s]()) for s in
                       range(len(session.launches))]
         self.ratio = cache(self._ratio)

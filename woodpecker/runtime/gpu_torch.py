@@ -20,6 +20,7 @@ alone (runtime/gpu_plan.py).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -171,12 +172,10 @@ class TorchKernel:
         self.out = out.reshape(shape).permute(0, 3, 1, 2) if nhwc else out.reshape(shape)
 
     def launch(self) -> None:
-        with self.torch.no_grad():
-            if self.stream is None:
-                self.out.copy_(compute(self.torch, self.task, self.args).reshape(self.out.shape))
-                return
-            with self.torch.cuda.stream(self.stream):
-                self.out.copy_(compute(self.torch, self.task, self.args).reshape(self.out.shape))
+        on = contextlib.nullcontext() if self.stream is None else \
+            self.torch.cuda.stream(self.stream)
+        with self.torch.no_grad(), on:
+            self.out.copy_(compute(self.torch, self.task, self.args).reshape(self.out.shape))
 
     __call__ = launch
 
