@@ -62,3 +62,53 @@ def test_plan_records_the_options_whole(tmp_path):
     recorded = woodpecker.load(tmp_path / "p").plan.meta["options"]
     assert recorded == opts.to_json()
     assert recorded["engines"] == ["numpy", "onnxruntime"] and recorded["threads"] == 1
+
+
+@pytest.mark.parametrize("given,seconds", [("20s", 20.0), (20, 20.0), (1.5, 1.5),
+                                           (True, TuneOptions().budget_s),
+                                           (TuneOptions("3m"), 180.0)])
+def test_tune_takes_the_forms_the_cli_does(given, seconds):
+    assert CompileOptions(tune=given).tune.budget_s == seconds
+    assert CompileOptions.from_kwargs(tune=given).tune.budget_s == seconds
+    assert CompileOptions(tune=False).tune is None and CompileOptions(tune=None).tune is None
+
+
+@pytest.mark.parametrize("bad", ["fast", "0s", -3, [20], {"budget": "5s"}])
+def test_a_bad_tune_is_one_error_line(bad):
+    with pytest.raises(WoodpeckerError) as e:
+        CompileOptions(tune=bad)
+    assert "\n" not in str(e.value)
+    with pytest.raises(WoodpeckerError, match="bad budget"):
+        TuneOptions(True)     # (not 1 second)
+
+
+def test_a_budget_implies_tuning():
+    assert CompileOptions.from_kwargs(budget="30s").tune.budget_s == 30.0
+    searched = CompileOptions.from_kwargs(tune=TuneOptions(search="random"), budget=40)
+    assert searched.tune.search == "random" and searched.tune.budget_s == 40.0
+    base = CompileOptions(tune=TuneOptions("5m", seed=3))
+    assert CompileOptions.from_kwargs(base, budget="1m").tune.seed == 3
+    with pytest.raises(WoodpeckerError, match="leave one out"):
+        CompileOptions.from_kwargs(tune=False, budget="1m")
+
+
+def test_compile_takes_a_budget_text_for_tune(tmp_path):
+    # numpy alone has no generated kernels to tune: the options are all this exercises
+    model = woodpecker.compile(conv_bn_relu_residual(), tune="20s", engines="numpy",
+                               tuning_log=tmp_path / "t.jsonl")
+    assert model.plan.meta["options"]["tune"]["budget_s"] == 20.0
+
+
+def test_the_cli_budget_alone_implies_tune(tmp_path):
+    import onnx
+
+    from woodpecker.cli import main
+
+    onnx.save(conv_bn_relu_residual(), tmp_path / "m.onnx")
+    assert main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "p"), "--engines",
+                 "numpy", "--budget", "7s", "--tuning-log", str(tmp_path / "t.jsonl")]) == 0
+    tune = woodpecker.load(tmp_path / "p").plan.meta["options"]["tune"]
+    assert tune is not None and tune["budget_s"] == 7.0
+    assert main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "q"), "--engines",
+                 "numpy"]) == 0
+    assert woodpecker.load(tmp_path / "q").plan.meta["options"]["tune"] is None

@@ -9,7 +9,7 @@ and nowhere else. Defaults are the tuned constants of `config.py`.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -97,6 +97,9 @@ def precision(value: "str | Precision") -> Precision:
 
 def parse_budget(text: "str | float | int") -> float:
     """Seconds from `90`, `90s`, `15m`, `1h` (or a number of seconds)."""
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise WoodpeckerError(f"bad budget {text!r}: use e.g. 90s, 15m, 1h or a number of "
+                              "seconds")
     if isinstance(text, (int, float)):
         seconds = float(text)
     else:
@@ -152,6 +155,22 @@ class TuneOptions:
         return asdict(self)
 
 
+def tune_options(value: Any) -> "TuneOptions | None":
+    """`tune=` as the CLI's `--tune`/`--budget` take it: None or False (no tuning), True (the
+    default budget), a budget ("20s", "3m", or a number of seconds) or a TuneOptions; anything
+    else one WoodpeckerError line."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return TuneOptions()
+    if isinstance(value, TuneOptions):
+        return value
+    if isinstance(value, (str, int, float)):
+        return TuneOptions(value)
+    raise WoodpeckerError(f"tune={value!r}: give a budget such as '20s' or '3m', a number of "
+                          "seconds, True (the default budget) or a TuneOptions")
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     """Everything a compile is asked to do besides the model itself.
@@ -163,8 +182,9 @@ class CompileOptions:
     Halide steps run side by side where the whole plan gets faster: DOS, selection/parallel.py);
     `arena`; `library_regions` (None: on; a memory-scheduled plan's regions write every
     value into the arena and never lift its peak, runtime/steps.py); `tune` (tune
-    before selecting) and `tuning_log` (a log to select from, and with `tune` to extend;
-    `resume` to continue a non-empty one); `library_first` (None: on when the engines are
+    before selecting: a TuneOptions, or "20s", 20 or True as `tune_options` reads them) and
+    `tuning_log` (a log to select from, and with `tune` to extend; `resume` to continue a
+    non-empty one); `library_first` (None: on when the engines are
     not restricted and the schedule is the file's): the plan starts as the faster library
     running the user's original graph and stays it unless Woodpecker's plan measures faster
     (selection/library_first.py); `database`: the shipped tuning database (tune/database.py)
@@ -187,6 +207,7 @@ class CompileOptions:
     precision: Precision = Precision.FP32
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tune", tune_options(self.tune))
         if isinstance(self.engines, str):
             object.__setattr__(self, "engines",
                                tuple(s.strip() for s in self.engines.split(",") if s.strip()))
@@ -226,7 +247,10 @@ class CompileOptions:
     @classmethod
     def from_kwargs(cls, base: "CompileOptions | None" = None, **kwargs: Any) -> "CompileOptions":
         """`base` (default: the defaults) with the given fields replaced; an unknown name is a
-        TypeError, as for any keyword argument."""
+        TypeError, as for any keyword argument. `tune` takes what the CLI does (see
+        `tune_options`); `budget=` (not a field) is the tuning budget and implies tuning, as
+        `--budget` does: it replaces the budget of the `tune` given or of `base`'s."""
+        budget = kwargs.pop("budget", None)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - names)
         if unknown:
@@ -235,6 +259,13 @@ class CompileOptions:
         if base is not None:
             values["tune"] = base.tune
         values.update(kwargs)
+        if budget is not None:
+            if "tune" in kwargs and kwargs["tune"] in (False, 0):
+                raise WoodpeckerError(f"budget={budget!r} is a tuning budget, but tune is "
+                                      f"{kwargs['tune']!r}: leave one out")
+            tune = tune_options(values.get("tune"))
+            values["tune"] = TuneOptions(budget) if tune is None else replace(tune,
+                                                                              budget=budget)
         return cls(**values)
 
     def to_json(self) -> dict[str, Any]:

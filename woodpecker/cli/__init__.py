@@ -20,6 +20,8 @@ from woodpecker.errors import WoodpeckerError
 from woodpecker.files import distinct_stems, read_npy
 from woodpecker.options import PRECISIONS, SEARCHES, SPLITS, BudgetSplit, ScheduleKind
 
+TUNE_BUDGET = "15m"    # --budget when none is given (TuneOptions' default)
+
 
 def cmd_zoo(args) -> None:
     from woodpecker import zoo
@@ -42,7 +44,8 @@ def cmd_compile(args) -> None:
     from woodpecker.schedule.memory import format_bytes, parse_bytes
 
     t0 = time.perf_counter()
-    tune = _tune_options(args) if args.tune else None
+    # a budget is for tuning: --budget alone implies --tune
+    tune = _tune_options(args) if args.tune or args.budget is not None else None
     budget = parse_bytes(args.memory_budget) if args.memory_budget else None
     model = woodpecker.compile(args.model, engines=args.engines,
                                input_shapes=_shapes(args.input_shape), threads=args.threads,
@@ -198,8 +201,8 @@ def _tune_options(args):
     from woodpecker.options import TuneOptions
 
     # a bad budget or option fails here, before any work
-    return TuneOptions(args.budget, args.search, args.seed, args.max_trials, args.timeout,
-                       args.build_workers, database=not args.no_database,
+    return TuneOptions(args.budget or TUNE_BUDGET, args.search, args.seed, args.max_trials,
+                       args.timeout, args.build_workers, database=not args.no_database,
                        split=args.split)
 
 
@@ -282,9 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
     def digest_opt(q):
         q.add_argument("--digest", metavar="sha256:HEX",
                        help="load the plan only if it is this one (compile prints its digest)")
+        q.add_argument("--trust", action="store_true",
+                       help="load a plan with native code that this machine did not sign (one "
+                            "built elsewhere): a plan is a program, trust only its source")
 
     def tune_opts(q, whole: str):
-        q.add_argument("--budget", default="15m", help=f"time for {whole}, e.g. 90s, 15m")
+        q.add_argument("--budget", help=f"time for {whole}, e.g. 90s, 15m (default "
+                                        f"{TUNE_BUDGET})")
         q.add_argument("--search", default=DEFAULT_SEARCH, choices=SEARCHES,
                        help=f"searcher (default {DEFAULT_SEARCH}: docs/guide.md, Searchers)")
         q.add_argument("--seed", type=int, default=0)
@@ -327,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "depthwise -> 1x1, conv -> 1x1) and attention (MatMul -> Softmax -> "
                         "MatMul) into one generated kernel each, kept only where faster "
                         "than the parts' own kernels")
-    tune_opts(c, "the whole compile with --tune (tuning, kernel selection, plan checks)")
+    tune_opts(c, "the whole compile with --tune (tuning, kernel selection, plan checks; "
+                 "a budget implies --tune)")
     c.set_defaults(fn=cmd_compile)
 
     r = sub.add_parser("run", help="run a plan (or .onnx) on .npy inputs")
