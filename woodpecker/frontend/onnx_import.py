@@ -27,6 +27,7 @@ from woodpecker.errors import (
     WoodpeckerError,
     first_line,
 )
+from woodpecker.frontend.as_loaded import as_loaded
 from woodpecker.frontend.onnx_types import dims_of, element_dtype
 from woodpecker.frontend.open_world import opaque_node, opaque_reason, value_types
 from woodpecker.frontend.qoperator import qdq_form
@@ -74,8 +75,9 @@ def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None =
     shapes depend on an input's value (a Reshape target fed at run time) is specialised to it.
     """
     # a QOperator file's contrib integer ops as the QDQ form they are defined as
-    # (frontend/qoperator.py); library regions then run the rewritten nodes
-    original = load_model_proto(model)
+    # (frontend/qoperator.py); library regions then run the rewritten nodes. Sparse
+    # initializers dense, local functions inlined: the model as ONNX Runtime loads it
+    original = as_loaded(load_model_proto(model))
     original = qdq_form(original) or original
     proto = upgrade_opset(original)
     _check_opset(proto)
@@ -129,12 +131,16 @@ def _check_opset(proto: onnx.ModelProto) -> None:
 
 def check_graph(proto: onnx.ModelProto) -> None:
     """What ONNX Runtime refuses and the checker lets through: a graph without outputs, two
-    nodes of one name."""
+    nodes of one name other than Constant nodes (ONNX Runtime makes those initializers before
+    it looks at the names: silero VAD's OpenVINO export has two Constants named 'F0::anon').
+    Where names repeat, the import names Woodpecker's nodes apart (`_build`)."""
     g = proto.graph
     if not g.output:
         raise ModelError("the graph has no outputs: nothing to compute")
     seen: set[str] = set()
     for n in g.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            continue
         if n.name and n.name in seen:
             raise ModelError(f"two nodes are named {n.name!r}; node names must be unique")
         seen.add(n.name)
@@ -263,6 +269,8 @@ def _build(proto: onnx.ModelProto, types) -> Graph:
             continue  # an initializer listed as input: a constant (IR < 4 convention)
         dt = element_dtype(vi.type.tensor_type.elem_type, f"input {vi.name!r}")
         graph.inputs.append(graph.value(vi.name, tuple(dims_of(vi)), dt))
+    # every node's name its own: a repeated one (two Constants, `check_graph`) or one made for
+    # a node without a name gets the node's index appended, the user's name kept before it
     names: set[str] = set()
     known: list = []
     for i, n in enumerate(g.node):

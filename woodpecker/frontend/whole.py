@@ -3,13 +3,15 @@
 Contract: `whole_graph(model, input_shapes, input_values)` returns a `Graph` with the model's
 inputs and outputs, its initializers as constants, and one `Opaque` node (ops/opaque.py)
 carrying every node of the model as written — no opset conversion, no pass, no Woodpecker
-definition needed. A library engine (ONNX Runtime, OpenVINO) runs that node as one session over
-the user's own graph, keeping the library's own fusions and layout choices: an all-library plan
-*is* the library (issue 50: ORT regions over Woodpecker's rewrite of the graph ran 0.83× as
-fast as ORT on the exporter's graph). Output shapes come from ONNX shape inference at the given
-input shapes; an output dimension that inference leaves open (one the data decides: the
-detections after NonMaxSuppression, an If whose branches differ) is `DYNAMIC` (-1), which only
-a plan without an arena can hold — the library then allocates its outputs each run.
+definition needed (a sparse initializer made dense, a model-local function's calls
+inlined: frontend/as_loaded.py). A library engine (ONNX Runtime, OpenVINO) runs that node as
+one session over the user's own graph, keeping the library's own fusions and layout choices:
+an all-library plan *is* the library (issue 50: ORT regions over Woodpecker's rewrite of the
+graph ran 0.83× as fast as ORT on the exporter's graph). Output shapes come from ONNX shape
+inference at the given input shapes; an output dimension that inference leaves open (one the
+data decides: the detections after NonMaxSuppression, an If whose branches differ) is
+`DYNAMIC` (-1), which only a plan without an arena can hold — the library then allocates its
+outputs each run.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import onnx
 from onnx import numpy_helper
 
 from woodpecker.errors import DynamicShapeError, ModelError, first_line
+from woodpecker.frontend.as_loaded import as_loaded
 from woodpecker.frontend.onnx_import import (
     bind_values,
     check_graph,
@@ -63,6 +66,7 @@ def whole_graph(model: "str | os.PathLike | bytes | onnx.ModelProto",
     (Woodpecker's rules: zero-size and computed shapes included), taken where given."""
     proto = load_model_proto(model)
     check_graph(proto)
+    proto = as_loaded(proto)     # sparse initializers dense, local functions inlined
     # the library's session sees the inputs and outputs as the file declares them (a dynamic
     # dimension left open): silero VAD's If has a branch ONNX Runtime cannot infer once its
     # input is fixed to the other branch's shape

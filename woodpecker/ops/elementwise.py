@@ -1,7 +1,10 @@
 """Element-wise ops: broadcasting binaries, activations, Clip, Where, Cast.
 
 Integer Div truncates toward zero, Mod follows its `fmod` attribute, and Pow keeps the
-base's type, as the ONNX spec says.
+base's type, as the ONNX spec says. An integer Div or Mod whose divisor is known at compile
+time (an initializer, a constant, a value its shape subgraph computes) and holds a zero is the
+model's fault, one ModelError naming the node from its shape rule — ONNX Runtime refuses such a
+model when it builds its session.
 """
 
 from __future__ import annotations
@@ -52,7 +55,22 @@ def _wrapping(fn):
 op("Add", broadcast_rule(), output_numel)(_wrapping(np.add))
 op("Sub", broadcast_rule(), output_numel)(_wrapping(np.subtract))
 op("Mul", broadcast_rule(), output_numel)(_wrapping(np.multiply))
-op("Div", broadcast_rule(), output_numel)(_div)
+def _divisor_rule(what: str):
+    """The broadcast rule of an integer division (`what`: "division", "modulo"), refusing a
+    known divisor that holds a zero."""
+    rule = broadcast_rule()
+
+    def infer(node: Node, data_of: DataOf):
+        b = node.input(1)
+        d = None if b is None else data_of(b)
+        if d is not None and np.asarray(d).dtype.kind in "iu" and not np.all(d):
+            raise ModelError(f"{where(node)}: integer {what} by zero (its divisor {b.name!r} "
+                             "holds a zero)")
+        return rule(node, data_of)
+    return infer
+
+
+op("Div", _divisor_rule("division"), output_numel)(_div)
 op("Pow", broadcast_rule(), output_numel)(_pow)
 def _mod(attrs, a, b):
     """fmod=1: sign of the dividend (C fmod); fmod=0: sign of the divisor (Python %)."""
@@ -60,7 +78,7 @@ def _mod(attrs, a, b):
         return (np.fmod(a, b) if attrs.get("fmod", 0) else np.mod(a, b)).astype(a.dtype)
 
 
-op("Mod", broadcast_rule(), output_numel)(_mod)
+op("Mod", _divisor_rule("modulo"), output_numel)(_mod)
 op("Equal", broadcast_rule(np.bool_), output_numel)(lambda attrs, a, b: np.equal(a, b))
 
 

@@ -22,10 +22,23 @@ work to them. Choice written down here: the libraries are compared with each oth
 the whole model, because a plan with no generated kernel should *be* the faster library
 (issue 50 measured all-ONNX-Runtime plans over Woodpecker's rewritten graph 0–6 % slower
 than ONNX Runtime itself, and OpenVINO 1.5× ahead of ONNX Runtime on a depthwise CNN).
+
+ONNX Runtime is the reference (issue 76: run what ONNX Runtime runs, refuse what it refuses):
+where it is allowed and installed and cannot build a session of the whole graph, a session of
+the user's file as given is tried (`ort_refusal`), and where that fails too the model is
+refused with ONNX Runtime's own line (`OnnxRuntimeRefusal`) rather than run on another library
+— an opset newer than ONNX Runtime supports, an integer division by a constant zero, two nodes
+of one name, … Choice written down here: one refusal does not stand, that ONNX Runtime has no
+kernel or schema for an op of a domain other than ONNX's own (`STANDARD_DOMAINS`): a contrib
+op of com.microsoft its CPU build lacks, an op of a custom domain (onnxruntime-extensions' ops
+without their library registered, OpenVINO's own). Those are ONNX Runtime's gaps, not the
+model's faults, and another library (OpenVINO) may still run the model, as before — its outputs
+then checked against no ONNX Runtime reference (`_check_outputs`: the first plan's).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -75,6 +88,15 @@ class LibraryRefusal(ModelError):
     """No allowed library engine runs the model (each one's reason in the message)."""
 
 
+class OnnxRuntimeRefusal(ModelError):
+    """ONNX Runtime, the reference, refuses to build a session of the model (its own line)."""
+
+
+# the domains of ONNX's own ops: an op of these ONNX Runtime has no kernel of is the model's
+# fault (or beyond what Woodpecker promises); an op of another domain is ONNX Runtime's gap
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
+
+
 @dataclass
 class OriginalGraph:
     """The user's model to run whole on a library, at the compile's input shapes and values;
@@ -109,7 +131,13 @@ class OriginalGraph:
         others = rewrites() if rewrites is not None else {}
         others.update(self._unsigned(assembly))
         others.update(self._qdq_form(assembly))
-        checked = library_plans(whole, assembly, others, self._unoptimized(assembly))
+        try:
+            checked = library_plans(whole, assembly, others, self._unoptimized(assembly))
+        except LibraryRefusal:
+            self._reference_refuses(assembly)
+            raise
+        if ONNXRUNTIME in checked.refused:
+            self._reference_refuses(assembly)
         refused = checked.refused
         library, record = fastest_library(checked.plans, out, deadline, rewrites=others)
         library.plan.meta["library_first"] = {
@@ -118,6 +146,15 @@ class OriginalGraph:
             **({"why": self.why} if self.why else {}),
             "seconds": round(time.monotonic() - start, 2)}
         return library
+
+    def _reference_refuses(self, assembly: AssemblyOptions) -> None:
+        """OnnxRuntimeRefusal where ONNX Runtime is allowed and cannot build a session of the
+        user's file (the module says which refusals do not count)."""
+        if ONNXRUNTIME not in assembly.allowed or not get_engine(ONNXRUNTIME).available():
+            return
+        why = ort_refusal(self.proto, assembly.target.threads)
+        if why is not None:
+            raise OnnxRuntimeRefusal(f"ONNX Runtime refuses this model: {why}")
 
     def _unsigned(self, assembly: AssemblyOptions) -> dict[str, CompiledModel]:
         """The plans of the user's graph with its int8 activations carried as uint8 (the same
@@ -160,6 +197,57 @@ class OriginalGraph:
             wanted = {i.name for i in session.get_inputs()}
             return session.run(None, {k: v for k, v in given.items() if k in wanted})
         return run
+
+
+def ort_refusal(proto: onnx.ModelProto, threads: int = 1) -> str | None:
+    """ONNX Runtime's reason (`ort_said`) for refusing to build a CPU session of `proto` as
+    given, with its graph optimisations and without them, or None where it builds one —
+    a fault of its own optimiser (a fusion that names two nodes alike) is not the model's —
+    or where it refuses only an op of a domain other than ONNX's own (`STANDARD_DOMAINS`; the
+    module says why)."""
+    data, said = proto.SerializeToString(), None
+    for optimize in (True, False):
+        try:
+            new_session(data, threads, optimize=optimize)
+            return None
+        except Exception as e:  # noqa: BLE001 - ONNX Runtime raises its own types
+            said = said or ort_said(e)
+    return None if _foreign_op_refused(proto, said) else said
+
+
+def _foreign_op_refused(proto: onnx.ModelProto, said: str) -> bool:
+    """Whether ONNX Runtime's refusal `said` names an op of `proto` (its subgraphs included)
+    from a domain other than ONNX's own that no model-local function defines: "custom:Foo(-1)
+    is not a registered function/op", "Could not find an implementation for Foo(1) node"."""
+    local = {(f.domain, f.name) for f in proto.functions}
+
+    def ops(g: onnx.GraphProto):
+        for n in g.node:
+            yield n
+            for a in n.attribute:
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                    yield from ops(sub)
+
+    foreign = {n.op_type for n in ops(proto.graph)
+               if n.domain not in STANDARD_DOMAINS and (n.domain, n.op_type) not in local}
+    return any(re.search(rf"\b{re.escape(op)}\(", said) for op in foreign)
+
+
+def ort_said(e: BaseException) -> str:
+    """The line of an ONNX Runtime exception that says what is wrong: its status heading
+    ("[ONNXRuntimeError] : 1 : FAIL : ") and the source file and C++ signature it quotes
+    dropped."""
+    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first_line(e))
+    at = re.search(r"/\S+\.(?:h|cc|cpp|hpp):\d+ ", text)
+    if at is None:
+        return text.strip()
+    rest, depth = text[at.end():], 0
+    for k, ch in enumerate(rest):   # the signature: up to its parameter list's closing ")"
+        depth += (ch == "(") - (ch == ")")
+        if ch == ")" and depth == 0:
+            rest = re.sub(r"^\s*\[with [^\]]*\]", "", rest[k + 1:])
+            break
+    return (text[:at.start()] + rest.strip()).strip()
 
 
 @dataclass
