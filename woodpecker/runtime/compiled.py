@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -102,7 +103,13 @@ class CompiledModel:
         """The feeds as arrays, or a one-line InputError. Runs before every call, so the
         error text is only built for an error (building it took 4 us a call); feeds that are
         already the model's arrays pass as they are (a one-call plan's 0.07 ms runs feel each
-        microsecond here)."""
+        microsecond here). Anything but a mapping is refused, a list or tuple too: the
+        positional form is `model(*arrays)`, so `run` never guesses an order."""
+        if type(feeds) is not dict and not isinstance(feeds, Mapping):
+            raise InputError(f"run takes the inputs as a dict {{name: array}}, not a "
+                             f"{type(feeds).__name__} (the model's inputs are: "
+                             f"{self._listing()}); for arrays in input order call "
+                             "model(*arrays)")
         expected = self._expected
         if len(feeds) == len(expected):
             for name, (shape, dtype) in expected.items():
@@ -129,7 +136,9 @@ class CompiledModel:
             out[name] = a
         return out
 
-    def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The outputs {name: array} computed from `feeds` {input name: array} (a list or
+        tuple is refused with one InputError line: positional arrays go to `model(*arrays)`)."""
         feeds = self._validate(feeds)
         with self._lock:
             self.activate()
