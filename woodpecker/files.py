@@ -1,9 +1,22 @@
 """Files written safely and checked: what plans and engines' artifacts are made of.
 
-Contract: `install` never rewrites a file in place (a loaded shared object is mapped into the
-process; an interrupted copy leaves the old file); `verified` raises one-line PlanErrors;
-`read_npy` reads a user's .npy file (never a pickle) or says in one line what it is instead;
-`distinct_stems` gives outputs file names that never collide.
+Contract:
+- `install`/`write_bytes` never rewrite a file in place (a loaded shared object is mapped into
+  the process; an interrupted copy leaves the old file) and never write through a link: each
+  writes an exclusive temporary of a random name (`O_CREAT|O_EXCL`, which a planted symbolic
+  link fails) beside the destination and renames it over the destination (a link there is
+  replaced, not followed); with `root`, the destination's folder must lie inside `root` once
+  every link is resolved. Two processes saving the same file each rename a whole file of
+  their own: the last one wins, neither fails.
+- `inside(directory, name)` is a plan's file: a relative name, no `..`, that stays inside the
+  plan folder with every symbolic link resolved; anything else a one-line PlanError.
+- `verified_bytes` reads a file once and checks the sha256 of the very bytes it returns;
+  `sealed_copy` puts bytes where no other process can change them (a sealed memfd on Linux),
+  so native code is loaded from the bytes whose digest was checked, not from a path a racing
+  writer can swap between the check and the load (issue 76).
+- `verified` raises one-line PlanErrors; `read_npy` reads a user's .npy file (never a pickle)
+  or says in one line what it is instead; `distinct_stems` gives outputs file names that
+  never collide.
 """
 
 from __future__ import annotations
@@ -11,6 +24,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -26,32 +43,150 @@ def sha256_file(path: "str | os.PathLike") -> str:
     return h.hexdigest()
 
 
-def install(src: Path, dst: Path) -> Path:
-    """Copy `src` to `dst` through a temporary name (nothing to do when they are one file)."""
-    if src.resolve() != dst.resolve():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_name(dst.name + ".tmp")
-        shutil.copyfile(src, tmp)
+def _temporary(dst: Path, root: "Path | None"):
+    """An exclusive new file beside `dst` (an open binary file object and its path)."""
+    parent = dst.parent
+    if root is not None:
+        confine(root, parent, f"folder {parent}")
+    parent.mkdir(parents=True, exist_ok=True)
+    if root is not None:
+        confine(root, parent, f"folder {parent}")
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{dst.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)   # as a plain open() would have made it
+    return os.fdopen(fd, "wb"), Path(tmp)
+
+
+def _move_into_place(tmp: Path, dst: Path) -> None:
+    try:
         os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def install(src: Path, dst: Path, root: "Path | None" = None) -> Path:
+    """Copy `src` to `dst` through an exclusive temporary (nothing to do when they are one
+    file); see the module's contract."""
+    if not (dst.exists() and src.resolve() == dst.resolve()):
+        f, tmp = _temporary(dst, root)
+        try:
+            with f, open(src, "rb") as s:
+                shutil.copyfileobj(s, f)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _move_into_place(tmp, dst)
     return dst
 
 
-def write_bytes(dst: Path, data: bytes) -> Path:
-    """Write `data` to `dst` through a temporary name."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, dst)
+def write_bytes(dst: Path, data: bytes, root: "Path | None" = None) -> Path:
+    """Write `data` to `dst` through an exclusive temporary; see the module's contract."""
+    f, tmp = _temporary(dst, root)
+    try:
+        with f:
+            f.write(data)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _move_into_place(tmp, dst)
     return dst
+
+
+def writer(dst: Path, root: "Path | None" = None):
+    """`(file, commit)`: an exclusive temporary to write `dst`'s bytes into, and a function
+    that closes it and moves it into place (for a file written piece by piece)."""
+    f, tmp = _temporary(dst, root)
+
+    def commit(keep: bool = True) -> Path:
+        f.close()
+        if keep:
+            _move_into_place(tmp, dst)
+        else:
+            tmp.unlink(missing_ok=True)
+        return dst
+
+    return f, tmp, commit
+
+
+def confine(root: Path, path: Path, what: str) -> Path:
+    """`path`, after checking it lies inside `root` with every symbolic link resolved."""
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise PlanError(f"{what} leaves the plan folder {root} (through a symbolic link)")
+    return path
 
 
 def inside(directory: Path, name: str, what: str) -> Path:
-    """`directory / name` for a plain relative `name` that stays inside `directory`; a
-    PlanError for an absolute path or one that climbs out (a plan names only its own files)."""
+    """`directory / name` for a plain relative `name` that stays inside `directory` — no
+    absolute path, no `..`, no symbolic link leading out; a PlanError otherwise (a plan names
+    only its own files)."""
+    if not isinstance(name, str) or "\0" in name:
+        raise PlanError(f"plan.json: {what} {name!r} is not a file inside the plan folder")
     rel = Path(name)
     if rel.is_absolute() or ".." in rel.parts or not rel.parts:
         raise PlanError(f"plan.json: {what} {name!r} is not a file inside the plan folder")
-    return directory / rel
+    return confine(directory, directory / rel, f"plan.json: {what} {name!r}")
+
+
+def plain_name(name: str, what: str) -> str:
+    """`name`, a file name of one component (no folder, no `..`); a PlanError otherwise."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name \
+            or "\\" in name or "\0" in name:
+        raise PlanError(f"plan.json: {what} {name!r} is not a file name")
+    return name
+
+
+def verified_bytes(path: Path, sha256: str | None, what: str) -> bytes:
+    """The bytes of `path`, read once, whose sha256 is the one recorded (a PlanError for a
+    missing file or other bytes). A symbolic link as the last component is refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        raise PlanError(f"plan {what} missing: {path}") from None
+    except OSError as e:
+        raise PlanError(f"cannot read plan {what} {path}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise PlanError(f"{path} does not match plan.json (sha256 differs): {what} edited or "
+                        "corrupted")
+    return data
+
+
+# The sealed copies of native code made so far, by sha256: their file descriptors stay open
+# for the life of the process (dlopen caches a library by its path; a closed descriptor's
+# number, reused, would name another library by a path it already knows), and the same
+# bytes loaded twice are one copy.
+_SEALED: dict[str, Path] = {}
+_SEALED_LOCK = threading.Lock()
+
+
+def sealed_copy(data: bytes, name: str) -> Path:
+    """A path to a private copy of `data` no other process can change: a sealed memfd
+    (`/proc/self/fd/N`, Linux), else a read-only file in a private temporary folder."""
+    digest = hashlib.sha256(data).hexdigest()
+    with _SEALED_LOCK:
+        if digest in _SEALED:
+            return _SEALED[digest]
+        if hasattr(os, "memfd_create"):
+            import fcntl
+
+            fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK |
+                        fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+            path = Path(f"/proc/self/fd/{fd}")
+        else:
+            folder = Path(tempfile.mkdtemp(prefix="woodpecker-native-"))
+            path = folder / f"{digest[:16]}-{name}"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o500)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        _SEALED[digest] = path
+        return path
 
 
 def verified(path: Path, sha256: str | None, what: str) -> Path:
@@ -62,6 +197,52 @@ def verified(path: Path, sha256: str | None, what: str) -> Path:
         raise PlanError(f"{path} does not match plan.json (sha256 differs): {what} edited or "
                         "corrupted")
     return path
+
+
+@contextmanager
+def sealed_file(path: Path, sha256: str | None, what: str) -> Iterator[Path]:
+    """A path to a private copy of `path`'s bytes, checked against `sha256` as they are copied
+    (a PlanError where they differ), that no other process can change while it is open (a
+    sealed memfd on Linux, else a read-only file in a private temporary folder); closed when
+    the block ends. For files a library reads by path (ONNX Runtime's and OpenVINO's step
+    models), without holding their bytes in this process."""
+    try:
+        src = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        raise PlanError(f"plan {what} missing: {path}") from None
+    except OSError as e:
+        raise PlanError(f"cannot read plan {what} {path}: {e.strerror}") from None
+    folder = None
+    try:
+        if hasattr(os, "memfd_create"):
+            fd = os.memfd_create(path.name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            copy = Path(f"/proc/self/fd/{fd}")
+        else:
+            folder = Path(tempfile.mkdtemp(prefix="woodpecker-step-"))
+            copy = folder / path.name
+            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            h = hashlib.sha256()
+            while chunk := os.read(src, 1 << 20):
+                h.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+            if h.hexdigest() != sha256:
+                raise PlanError(f"{path} does not match plan.json (sha256 differs): {what} "
+                                "edited or corrupted")
+            if folder is None:
+                import fcntl
+
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK |
+                            fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+            yield copy
+        finally:
+            os.close(fd)
+    finally:
+        os.close(src)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def read_npy(name: str, path: str) -> np.ndarray:

@@ -33,7 +33,8 @@ def _load_or_compile(args, library_first: bool | None = None):
     import woodpecker
 
     if _is_plan(args.model):
-        return woodpecker.load(args.model, digest=getattr(args, "digest", None))
+        return woodpecker.load(args.model, digest=getattr(args, "digest", None),
+                               trust=getattr(args, "trust", False))
     return woodpecker.compile(args.model, engines=getattr(args, "engines", None),
                               input_shapes=_shapes(getattr(args, "input_shape", None)),
                               threads=getattr(args, "threads", None),

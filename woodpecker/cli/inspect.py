@@ -174,7 +174,8 @@ def _inspect_memory(args) -> None:
     if _is_plan(args.model):
         import woodpecker
 
-        model = woodpecker.load(args.model)
+        model = woodpecker.load(args.model, digest=getattr(args, "digest", None),
+                                trust=getattr(args, "trust", False))
         if model.plan.schedule.kind is not ScheduleKind.MEMORY:
             graph = model.graph
         else:   # the plan is reordered: start again from the model file

@@ -21,11 +21,13 @@ Woodpecker's nodes (frontend/onnx_export.py) as before.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from woodpecker.engines.base import BuildContext
 from woodpecker.errors import PlanError
-from woodpecker.files import inside, sha256_file, verified, write_bytes
+from woodpecker.files import inside, sealed_file, sha256_file, verified, verified_bytes, write_bytes
 from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
 from woodpecker.ir.steps import StepIO
 
@@ -119,24 +121,30 @@ def original_region(source, inputs: list[Value], outputs: list[Value]) -> bytes 
 
 class StepModels:
     """One engine's step models: written under `folder` of a plan folder, named `what` in
-    errors ("ONNX Runtime model"); per loaded plan folder, each step's checked file by the
-    name of the step's first node."""
+    errors ("ONNX Runtime model"); per loaded plan folder, each step's checked file (and its
+    sha256) by the name of the step's first node. A library builds a loaded step from a
+    sealed private copy of the file, checked again as it is copied (files.sealed_file): the
+    bytes it reads are the bytes checked, whatever happens to the folder meanwhile."""
 
     def __init__(self, folder: str, what: str) -> None:
         self.folder = folder
         self.what = what
-        self._loaded: dict[Path, dict[str, Path]] = {}
+        self._loaded: dict[Path, dict[str, tuple[Path, str]]] = {}
 
+    @contextlib.contextmanager
     def model(self, nodes: list[Node], inputs: list[Value], outputs: list[Value],
-              ctx: BuildContext) -> "bytes | Path":
-        """The model of a step: the saved plan's file (checked when the plan was loaded), or
-        made from the nodes."""
+              ctx: BuildContext) -> "Iterator[bytes | Path]":
+        """The model of a step, for the block: a sealed copy of the saved plan's file, or
+        the bytes made from the nodes."""
         if ctx.artifacts is None:
-            return step_bytes(nodes, inputs, outputs, ctx.opset, ctx.source)
+            yield step_bytes(nodes, inputs, outputs, ctx.opset, ctx.source)
+            return
         saved = self._loaded.get(ctx.artifacts.resolve(), {})
         if nodes[0].name not in saved:
             raise PlanError(f"plan has no {self.what} for the step at node {nodes[0].name!r}")
-        return saved[nodes[0].name]
+        path, sha = saved[nodes[0].name]
+        with sealed_file(path, sha, self.what) as copy:
+            yield copy
 
     def save(self, directory: Path, graph: Graph, steps: list[StepIO],
              source: Path | None = None) -> dict:
@@ -149,16 +157,16 @@ class StepModels:
             name = f"{self.folder}/step{k}.onnx"
             first = step.nodes[0].name
             if first in loaded:
-                data = loaded[first].read_bytes()
+                data = verified_bytes(*loaded[first], self.what)
             else:
                 data = step_bytes(step.nodes, step.inputs, step.outputs, graph.opset,
                                   graph.source)
-            path = write_bytes(directory / name, data)
+            path = write_bytes(directory / name, data, root=directory)
             models[first] = {"file": name, "sha256": sha256_file(path)}
         return models
 
     def load(self, directory: Path, models: dict) -> None:
         """Check each model file `save` recorded (inside the folder, present, its sha256)."""
         self._loaded[directory.resolve()] = {
-            first: verified(inside(directory, m["file"], self.what), m["sha256"], self.what)
-            for first, m in models.items()}
+            first: (verified(inside(directory, m["file"], self.what), m["sha256"], self.what),
+                    m["sha256"]) for first, m in models.items()}

@@ -143,7 +143,8 @@ class OpenVinoEngine(Engine):
                 raise RuntimeError(f"openvino cannot run {nodes[0].op} node "
                                    f"{nodes[0].name!r}: {self.why_not(nodes[0], ctx)}")
         else:
-            compiled = self._compile(self._saved.model(nodes, inputs, outputs, ctx), ctx)
+            with self._saved.model(nodes, inputs, outputs, ctx) as model:
+                compiled = self._compile(model, ctx)
         return _kernel(compiled, inputs, outputs)
 
     def artifact_meta(self) -> dict:

@@ -110,16 +110,17 @@ class OrtEngine(Engine):
                 raise RuntimeError(f"onnxruntime cannot run {nodes[0].op} node "
                                    f"{nodes[0].name!r}")
         else:
-            model = self._saved.model(nodes, inputs, outputs, ctx)
-            try:
-                # ORT's Python wrapper prints its failed attempts ("EP Error …") to stdout
-                with contextlib.redirect_stdout(io.StringIO()):
-                    sess = new_session(model, ctx.threads)
-            except Exception:  # noqa: BLE001 - ORT raises its own types
-                # ORT 1.32's NCHWc layout pass can lose a graph output that another node of
-                # the region reads (a memory plan's region, which outputs every value:
-                # randwire_cifar's, regions of 2x its peak); without layout passes it builds
-                sess = new_session(model, ctx.threads, layout=False)
+            with self._saved.model(nodes, inputs, outputs, ctx) as model:
+                try:
+                    # ORT's Python wrapper prints its failed attempts ("EP Error …") to stdout
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        sess = new_session(model, ctx.threads)
+                except Exception:  # noqa: BLE001 - ORT raises its own types
+                    # ORT 1.32's NCHWc layout pass can lose a graph output that another node
+                    # of the region reads (a memory plan's region, which outputs every value:
+                    # randwire_cifar's, regions of 2x its peak); without layout passes it
+                    # builds
+                    sess = new_session(model, ctx.threads, layout=False)
         return _kernel(sess, [v.name for v in inputs], [v.name for v in outputs])
 
     def save_artifacts(self, directory: Path, graph: Graph, choices: Choices,

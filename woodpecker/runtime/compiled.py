@@ -229,8 +229,11 @@ def _all(hooks):
     return call
 
 
-def load(directory: "str | os.PathLike", digest: str | None = None) -> CompiledModel:
+def load(directory: "str | os.PathLike", digest: str | None = None,
+         trust: bool = False) -> CompiledModel:
     """Load a saved plan; never re-tunes or re-optimises. A plan's kernels are native code:
-    load only plans you trust, and pin one with `digest` (what `save` returned, or
-    `woodpecker inspect` shows) to refuse any other."""
-    return CompiledModel(load_plan(directory, digest))
+    one loads when this user's Woodpecker saved it unedited (its signature,
+    runtime/trust.py), when pinned by `digest` (what `save` returned, or `woodpecker inspect`
+    shows; any other plan is refused), or with `trust=True` — say so only for a plan from
+    someone you would take a program from."""
+    return CompiledModel(load_plan(directory, digest, trust=trust))

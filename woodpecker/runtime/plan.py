@@ -16,6 +16,7 @@ a half-written plan where a good one was.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -27,13 +28,14 @@ import numpy as np
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import PlanError, WoodpeckerError
-from woodpecker.files import inside, sha256_file
+from woodpecker.files import inside, write_bytes, writer
 from woodpecker.ir.graph import DYNAMIC, Graph
 from woodpecker.ir.steps import StepIO, step_io
 from woodpecker.ops import OPS
 from woodpecker.options import Precision, precision
 from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.runtime.steps import plan_steps
+from woodpecker.runtime.trust import SIGNATURE_FIELD, signature, signed_here, unsigned_bytes
 from woodpecker.runtime.weights import MappedWeights, aligned, write_weights
 from woodpecker.schedule.arena import Arena, check_arena
 from woodpecker.schedule.problem import value_bytes
@@ -153,9 +155,14 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
     d.mkdir(parents=True, exist_ok=True)
     g = plan.graph
     weights = g.constants()
-    tmp_w = d / (WEIGHTS_FILE + ".tmp")
-    with open(tmp_w, "wb") as f:
-        offsets = write_weights(f, [np.asarray(v.data) for v in weights])
+    f, tmp_w, commit_weights = writer(d / WEIGHTS_FILE, root=d)
+    try:
+        with f:
+            h = _HashingWriter(f)
+            offsets = write_weights(h, [np.asarray(v.data) for v in weights])
+    except BaseException:
+        commit_weights(keep=False)
+        raise
     # each engine's steps as they are built (a stage's nodes are built one by one)
     steps = [plan.step_io([g.nodes[i] for i in step]) for step in plan.steps(stages=False)]
     artifacts = {}
@@ -176,7 +183,7 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
         "model": {"name": g.name, "opset": g.opset, **plan.meta},
         "inputs": [_spec(v) for v in g.inputs],
         "outputs": [_spec(v) for v in g.outputs],
-        "weights": {"file": WEIGHTS_FILE, "sha256": sha256_file(tmp_w),
+        "weights": {"file": WEIGHTS_FILE, "sha256": h.hexdigest(),
                     "tensors": [dict(_spec(v), offset=o) for v, o in zip(weights, offsets)]},
         "values": values,
         "nodes": [{"name": n.name, "op": n.op,
@@ -190,19 +197,45 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
         "engines": artifacts,
         **({"arena": plan.arena.to_json()} if plan.arena is not None else {}),
     }
-    tmp_p = d / (PLAN_FILE + ".tmp")
-    tmp_p.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp_w, d / WEIGHTS_FILE)
-    os.replace(tmp_p, d / PLAN_FILE)
+    try:
+        doc[SIGNATURE_FIELD] = signature(unsigned_bytes(doc))
+        text = json.dumps(doc, indent=1).encode()
+    except BaseException:
+        commit_weights(keep=False)
+        raise
+    commit_weights()
+    write_bytes(d / PLAN_FILE, text, root=d)
     return d
 
 
-def read_plan_json(directory: "str | os.PathLike") -> dict:
+class _HashingWriter:
+    """A file that also hashes what is written to it (the weights' sha256 without reading the
+    file back)."""
+
+    def __init__(self, f) -> None:
+        self._f, self._h = f, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self._h.update(data)
+        return self._f.write(data)
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def _plan_bytes(directory: "str | os.PathLike") -> bytes:
     path = Path(directory) / PLAN_FILE
-    if not path.is_file():
-        raise PlanError(f"{directory} is not a Woodpecker plan (no {PLAN_FILE})")
     try:
-        doc = json.loads(path.read_text())
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        raise PlanError(f"{directory} is not a Woodpecker plan (no {PLAN_FILE})") from None
+    except OSError as e:
+        raise PlanError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _parse_plan(path: Path, data: bytes) -> dict:
+    try:
+        doc = json.loads(data)
     except RecursionError:
         raise PlanError(f"{path} is not a Woodpecker plan (nested too deeply to be one)") \
             from None
@@ -216,33 +249,68 @@ def read_plan_json(directory: "str | os.PathLike") -> dict:
     return doc
 
 
+def read_plan_json(directory: "str | os.PathLike") -> dict:
+    return _parse_plan(Path(directory) / PLAN_FILE, _plan_bytes(directory))
+
+
 def plan_digest(directory: "str | os.PathLike") -> str:
     """"sha256:" and the hex digest of the plan's plan.json, which records the sha256 of every
     other file the plan loads (weights, kernels, the Halide runtime, ONNX Runtime's models):
     one digest that pins the whole plan."""
-    path = Path(directory) / PLAN_FILE
-    if not path.is_file():
-        raise PlanError(f"{directory} is not a Woodpecker plan (no {PLAN_FILE})")
-    return "sha256:" + sha256_file(path)
+    return "sha256:" + hashlib.sha256(_plan_bytes(directory)).hexdigest()
 
 
-def load_plan(directory: "str | os.PathLike", digest: str | None = None) -> Plan:
+def _wanted_digest(digest: object) -> str:
+    if not isinstance(digest, str) or not digest.strip():
+        raise PlanError(f"digest {digest!r} is not a plan digest (compile and save print one: "
+                        "sha256:<64 hex digits>)")
+    want = digest.strip().lower()
+    want = want if want.startswith("sha256:") else "sha256:" + want
+    hexpart = want[len("sha256:"):]
+    if len(hexpart) != 64 or any(c not in "0123456789abcdef" for c in hexpart):
+        raise PlanError(f"digest {digest!r} is not a plan digest (sha256:<64 hex digits>)")
+    return want
+
+
+def load_plan(directory: "str | os.PathLike", digest: str | None = None,
+              trust: bool = False) -> Plan:
     """The plan in `directory`, checked; with `digest` (as `plan_digest` gives it) refused
-    unless its plan.json is that one, before anything else of it is read."""
-    if digest is not None:
-        found = plan_digest(directory)
-        want = digest if digest.startswith("sha256:") else "sha256:" + digest
-        if found != want.lower():
+    unless its plan.json is that one, before anything else of it is read. plan.json is read
+    once: the bytes whose digest is checked are the bytes parsed. A plan with native code
+    loads only pinned, signed by this user (runtime/trust.py) or with `trust`."""
+    want = None if digest is None else _wanted_digest(digest)
+    d = Path(directory)
+    data = _plan_bytes(d)
+    if want is not None:
+        found = "sha256:" + hashlib.sha256(data).hexdigest()
+        if found != want:
             raise PlanError(f"{directory} is not the plan you trusted: its digest is {found}, "
                             f"expected {want}")
-    doc = read_plan_json(directory)
+    doc = _parse_plan(d / PLAN_FILE, data)
     try:
-        return _build(Path(directory), doc)
+        plan = _build(d, doc)
     except PlanError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-        raise PlanError(f"{Path(directory) / PLAN_FILE} is corrupt: {type(e).__name__} {e}") \
-            from None
+        raise PlanError(f"{d / PLAN_FILE} is corrupt: {type(e).__name__} {e}") from None
+    if want is None and not trust:
+        _check_trusted(d, doc, plan)
+    return plan
+
+
+def _check_trusted(d: Path, doc: dict, plan: Plan) -> None:
+    """A PlanError unless a plan with native code was signed by this user (runtime/trust.py);
+    checked after every other check and before any of its code is mapped (kernels are loaded
+    when the plan is built into a CompiledModel)."""
+    native = sorted(e for e in set(plan.engines) if get_engine(e).caps.generated)
+    if not native:
+        return
+    ok, why = signed_here(doc)
+    if not ok:
+        raise PlanError(f"{d} holds native code ({', '.join(native)} kernels) and {why}: a plan "
+                        "is a program — load it only if you trust where it came from, pinned "
+                        "by its digest (--digest sha256:…, load(…, digest=)) or with --trust "
+                        "(load(…, trust=True))")
 
 
 def _load_weights(d: Path, doc: dict) -> tuple[dict[str, np.ndarray], MappedWeights]:
@@ -250,12 +318,15 @@ def _load_weights(d: Path, doc: dict) -> tuple[dict[str, np.ndarray], MappedWeig
     path = inside(d, wdoc["file"], "weights file")
     if not path.is_file():
         raise PlanError(f"plan weights file missing: {path}")
-    if sha256_file(path) != wdoc["sha256"]:
-        raise PlanError(f"{path} does not match plan.json (sha256 differs): plan was edited or "
-                        "the weights file corrupted")
     if doc["schema_version"] == 3:
+        if _sha256_of(path) != wdoc["sha256"]:
+            raise _weights_differ(path)
         return _npz_weights(path, wdoc), None
+    # the mapping's own bytes are hashed: a file renamed over this one after the check is
+    # not what the plan runs on
     mapped = MappedWeights(path)
+    if mapped.sha256() != wdoc["sha256"]:
+        raise _weights_differ(path)
     out, end = {}, 0
     for t in wdoc["tensors"]:     # the tensors tile the file in order: an edited shape shows
         shape, dtype = [int(n) for n in t["shape"]], np.dtype(t["dtype"])
@@ -269,6 +340,19 @@ def _load_weights(d: Path, doc: dict) -> tuple[dict[str, np.ndarray], MappedWeig
         raise PlanError(f"{path.name} holds {mapped.size} bytes but its weights end at {end} "
                         "(plan.json and the weights file disagree)")
     return out, mapped
+
+
+def _weights_differ(path: Path) -> PlanError:
+    return PlanError(f"{path} does not match plan.json (sha256 differs): plan was edited or "
+                     "the weights file corrupted")
+
+
+def _sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _npz_weights(path: Path, wdoc: dict) -> dict[str, np.ndarray]:
@@ -399,6 +483,7 @@ def _build(d: Path, doc: dict) -> Plan:
     for name in sorted(used):
         get_engine(name).load_artifacts(d, doc["engines"][name], choices)
     _check_stages(plan)
+    _check_shapes(g)
     missing = set(schedule.region_starts) - set(choices)
     if missing:
         raise PlanError(f"plan.json: a region starts at unknown node {sorted(missing)[0]!r}")
@@ -409,6 +494,36 @@ def _build(d: Path, doc: dict) -> Plan:
         if problem:
             raise PlanError(f"plan.json: arena is corrupt: {problem}")
     return plan
+
+
+def _check_shapes(g: Graph) -> None:
+    """A PlanError unless every node's outputs have the shapes and types its op's rule gives
+    from its inputs (ops/: the rules the import ran), so an edited shape — an input made
+    16x16 where the kernels were built for 8x8 — is refused before any kernel sees an array
+    of a size it was not built for. A Transpose's rule holds in any layout (a layout
+    conversion is one); the other nodes reading or writing a value in another layout than
+    the model's (NHWC around generated kernels) are checked by their kernels' own bounds
+    (Halide's buffer checks) and the arena's."""
+    def data_of(v):
+        return v.data
+
+    for node in g.nodes:
+        laid_out = any(v is not None and v.layout for v in (*node.inputs, *node.outputs))
+        if laid_out and node.op != "Transpose":
+            continue
+        try:
+            results = OPS[node.op].infer(node, data_of)
+        except Exception as e:  # noqa: BLE001 - a rule fails in its own ways on bad input
+            raise PlanError(f"plan.json: node {node.name!r} ({node.op}) does not fit its "
+                            f"inputs ({type(e).__name__}: {e})".splitlines()[0]) from None
+        for v, (shape, dtype) in zip(node.outputs, results):
+            dims = [int(d) for d in shape]
+            if v.shape is not None and any(d == DYNAMIC for d in v.shape):
+                continue   # a whole-model plan's output the data decides
+            if dims != list(v.shape) or np.dtype(dtype) != v.dtype:
+                raise PlanError(f"plan.json: node {node.name!r} ({node.op}) makes "
+                                f"{np.dtype(dtype).name}{dims} from its inputs, but plan.json "
+                                f"records {v.name!r} as {v.dtype.name}{list(v.shape)} (edited?)")
 
 
 def _check_stages(plan: Plan) -> None:

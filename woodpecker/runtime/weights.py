@@ -8,11 +8,13 @@ weights) are not resident twice.
 
 Contract: `write_weights(file, arrays)` → each array's offset; `MappedWeights(path)` then
 `array(offset, shape, dtype)` → a read-only array over the mapping, checked to lie inside the
-file. The file's sha256 is checked by the plan loader before it is mapped.
+file. The plan loader checks `sha256()` — of the mapped bytes themselves, so a file renamed
+over the path after the check is not what the plan runs on — before reading any array.
 """
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 from collections.abc import Sequence
@@ -64,6 +66,17 @@ class MappedWeights:
         if count == 0 or self._map is None:
             return np.zeros(shape, dt)
         return np.frombuffer(self._map, dt, count, offset).reshape(shape)
+
+    def sha256(self) -> str:
+        """The hex sha256 of the mapped bytes (the pages read are handed back after)."""
+        h = hashlib.sha256()
+        if self._map is not None:
+            view = memoryview(self._map)
+            for at in range(0, self.size, 1 << 22):
+                h.update(view[at:at + (1 << 22)])
+            view.release()
+            self.release()
+        return h.hexdigest()
 
     def release(self) -> None:
         """Drop the pages touched so far from this process's resident memory."""

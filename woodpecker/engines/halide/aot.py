@@ -258,10 +258,11 @@ class AotKernel:
 
     def __init__(self, path: "str | os.PathLike", n_inputs: int, out_shape: tuple[int, ...],
                  threads: int, runtime: "Path | None" = None, views=None,
-                 out_dtype=np.float32) -> None:
+                 out_dtype=np.float32, name: str | None = None) -> None:
         """`views`: per input (then the output) None, or the shape Halide sees that array as
         (a reshape of the C-contiguous array, so no copy); `out_dtype`: the output's type
-        (int8 kernels write 8-bit outputs)."""
+        (int8 kernels write 8-bit outputs); `name`: what errors call it (its file name in
+        the plan, where `path` is a sealed copy's)."""
         request_amx()             # before any kernel runs: an AMX one needs the tile state
         set_threads(threads, runtime)
         try:
@@ -269,6 +270,7 @@ class AotKernel:
         except OSError as e:
             raise EngineError(f"cannot load Halide kernel {path}: {e}") from None
         self.path = Path(path)
+        self.name = name or self.path.name
         self._fn = getattr(lib, FUNCTION)
         self._fn.argtypes = [ctypes.c_void_p] * (n_inputs + 1)
         self._fn.restype = ctypes.c_int
@@ -281,7 +283,7 @@ class AotKernel:
         """Run on C-contiguous float32 arrays; into `out` (of out_shape, its innermost axis
         contiguous: a channel slice of a larger NHWC array is fine) if given."""
         if len(arrays) != self.n_inputs:
-            raise EngineError(f"Halide kernel {self.path.name} takes {self.n_inputs} arrays, "
+            raise EngineError(f"Halide kernel {self.name} takes {self.n_inputs} arrays, "
                               f"got {len(arrays)}")
         if out is None:
             out = np.empty(self.out_shape, self.out_dtype)
@@ -312,7 +314,7 @@ class AotKernel:
         foreign call, about 1.3 µs, against 4 µs through `__call__` (mobilenet_v2's plan
         makes 55 per run)."""
         if len(arrays) != self.n_inputs:
-            raise EngineError(f"Halide kernel {self.path.name} takes {self.n_inputs} arrays, "
+            raise EngineError(f"Halide kernel {self.name} takes {self.n_inputs} arrays, "
                               f"got {len(arrays)}")
         held = [_buffer(a if v is None else _viewed(a, v))
                 for a, v in zip((*arrays, out), self.views, strict=True)]
@@ -320,9 +322,9 @@ class AotKernel:
 
     def _check(self, rc: int) -> None:
         if rc != 0:
-            raise KernelFailure(f"Halide kernel {self.path.name} failed ({rc}): "
+            raise KernelFailure(f"Halide kernel {self.name} failed ({rc}): "
                                 f"{_last_error[0] if _last_error else 'no message'}",
-                                self.path.name)
+                                self.name)
 
 
 # chain.c calls kernels of at most this many buffers (inputs and the output). A kernel of more

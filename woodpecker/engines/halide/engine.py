@@ -5,7 +5,10 @@ layer and RMS normalisation and fused element-wise groups.
 A node it runs has a `Choice.kernel` (engines/choice.py): the task, the template and tuned
 config, and the file name of the compiled kernel — in the kernel cache while compiling, in the
 plan's `kernels/` folder once saved (this engine's artifacts, with a copy of the Halide
-runtime, each checked by sha256 on load). An NHWC task's activations and output are NHWC
+runtime, each checked by sha256 on load). A loaded plan's kernels and runtime are mapped from
+sealed private copies of the very bytes whose sha256 was checked (files.sealed_copy), each
+named by a plain file name inside `kernels/`: never from a path a racing writer could swap,
+or one leading out of the plan folder. An NHWC task's activations and output are NHWC
 (`Value.layout`; assembly inserts the conversions); a dense task reads the node's own arrays.
 Constant inputs are turned to the kernel's layout once, when the kernel is built.
 """
@@ -21,7 +24,7 @@ from woodpecker.engines import names
 from woodpecker.engines.base import Bound, BuildContext, Capabilities, Engine, Kernel
 from woodpecker.engines.choice import Choices, KernelSpec
 from woodpecker.errors import EngineError, PlanError
-from woodpecker.files import inside, install, sha256_file, verified
+from woodpecker.files import inside, install, plain_name, sealed_copy, sha256_file, verified_bytes
 from woodpecker.ir.graph import Graph, Node
 from woodpecker.ir.steps import StepIO
 from woodpecker.tasks import NHWC, spec_task, task_from_node, task_kinds
@@ -43,6 +46,10 @@ class HalideEngine(Engine):
                              "DynamicQuantizeMatMul", "FusedDynamicQuantizeMatMul",
                              "FusedQLinearConv", "QLinearDense", "FusedQLinearDense"})
     INTEGER_DTYPES = frozenset({"uint8", "int8", "int32", "float32"})
+
+    def __init__(self) -> None:
+        # per loaded plan folder: each kernel's (and the runtime's) sealed checked copy
+        self._loaded: dict[Path, dict[str, Path]] = {}
 
     def available(self) -> bool:
         return importlib.util.find_spec("halide") is not None
@@ -68,12 +75,16 @@ class HalideEngine(Engine):
         args = kernel_arguments(template, task, kernel.config, constants)
         slots = [j for j, a in enumerate(args) if a is None]
         if ctx.artifacts is not None:
-            path = ctx.artifacts / KERNELS_DIR / kernel.file
-            runtime: Path | None = ctx.artifacts / KERNELS_DIR / RUNTIME_NAME
+            saved = self._loaded.get(ctx.artifacts.resolve(), {})
+            if kernel.file not in saved:
+                raise PlanError(f"plan has no checked Halide kernel {kernel.file!r} for node "
+                                f"{node.name!r}")
+            path, runtime = saved[kernel.file], saved[RUNTIME_NAME]
         else:
             path, runtime = cached_kernel(kernel.file), None
         run = AotKernel(path, len(args), task.out_shape, ctx.threads, runtime,
-                        template.views(task), getattr(task, "out_dtype", np.float32))
+                        template.views(task), getattr(task, "out_dtype", np.float32),
+                        name=kernel.file)
         shape = tuple(node.outputs[0].shape)
 
         def arguments(arrays) -> list:
@@ -135,17 +146,21 @@ class HalideEngine(Engine):
         kernel cache, or from the plan folder the plan was loaded from)."""
         from woodpecker.engines.halide.aot import RUNTIME_NAME, cached_kernel, runtime_path
 
+        loaded = self._loaded.get(source.resolve(), {}) if source is not None else {}
+
         def origin(file: str) -> Path:
-            return cached_kernel(file) if source is None else source / KERNELS_DIR / file
+            # a loaded plan's checked copies, not its folder's files as they are now
+            return cached_kernel(file) if source is None else loaded[file]
 
         files = {}
         for step in steps:
             spec = choices[step.nodes[0].name].kernel
             if spec is not None and spec.file not in files:
-                dst = install(origin(spec.file), directory / KERNELS_DIR / spec.file)
+                dst = install(origin(spec.file), directory / KERNELS_DIR / spec.file,
+                              root=directory)
                 files[spec.file] = sha256_file(dst)
         runtime = install(runtime_path() if source is None else origin(RUNTIME_NAME),
-                          directory / KERNELS_DIR / RUNTIME_NAME)
+                          directory / KERNELS_DIR / RUNTIME_NAME, root=directory)
         return {**self.artifact_meta(), "runtime_sha256": sha256_file(runtime),
                 "kernels": files}
 
@@ -157,10 +172,13 @@ class HalideEngine(Engine):
             if choice.engine == self.name:
                 if choice.kernel is None or choice.kernel.file not in files:
                     raise PlanError(f"plan.json: Halide node {name!r} names no saved kernel")
-        for file, sha in files.items():
-            verified(inside(directory, f"{KERNELS_DIR}/{file}", "kernel"), sha, "kernel")
-        prefer_runtime(verified(directory / KERNELS_DIR / RUNTIME_NAME,
-                                section["runtime_sha256"], "Halide runtime"))
+        checked = {}
+        for file, sha in {**files, RUNTIME_NAME: section["runtime_sha256"]}.items():
+            what = "Halide runtime" if file == RUNTIME_NAME else "kernel"
+            path = inside(directory, f"{KERNELS_DIR}/{plain_name(file, what)}", what)
+            checked[file] = sealed_copy(verified_bytes(path, sha, what), file)
+        self._loaded[directory.resolve()] = checked
+        prefer_runtime(checked[RUNTIME_NAME])
 
 
 def _join(bounds: list[Bound]):

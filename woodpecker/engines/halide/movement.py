@@ -59,7 +59,10 @@ def swapper(perm, shape, dtype):
 
     def swap(out: np.ndarray, x: np.ndarray) -> bool:
         if x is not last[0] or out is not last[1]:
-            if not (x.flags.c_contiguous and out.flags.c_contiguous):
+            # native code moves `shape`'s bytes: arrays of another size (an edited plan's
+            # value) go the checked numpy way
+            if not (x.flags.c_contiguous and out.flags.c_contiguous) or \
+                    x.shape != shape or out.size != x.size or x.dtype != out.dtype:
                 return False
             last[:] = [x, out, x.ctypes.data, out.ctypes.data]
         fn(last[2], last[3], *sizes)
