@@ -6,20 +6,41 @@ ONNX Runtime program to Woodpecker is one line.
     [i.name for i in sess.get_inputs()]; sess.get_outputs()
 
 Contract: `run(output_names, input_feed, run_options=None)` returns the outputs named (all, in
-the model's order, for None) as numpy arrays; `get_inputs()`/`get_outputs()` give objects with
-ORT's NodeArg fields (`name`, `shape` — a symbolic dimension as its name —, `type` as
-"tensor(float)"); `get_providers()`, `get_modelmeta()` and `get_session_options()` answer
-as ORT's do. `sess_options.intra_op_num_threads` (when > 0) sets the threads; `providers` must
-be CPU ones (Woodpecker runs on the CPU) and are otherwise ignored.
+the model's order, for None or []) as numpy arrays; a feed that is not an array (a nested list,
+a scalar) is made one of the input's declared element type, as ORT does, while an array of
+another dtype is refused. `get_inputs()`/`get_outputs()` give objects with ORT's NodeArg fields
+(`name`, `shape` — a symbolic dimension as its name —, `type` as "tensor(float)");
+`get_providers()`, `get_modelmeta()` and `get_session_options()` answer as ORT's do.
+`sess_options.intra_op_num_threads` (when > 0) sets the threads. `providers` (names, or
+(name, options) pairs, with or without `provider_options`) are treated as ORT treats those it
+cannot use: each that is not a CPU one (CUDA, Azure, a misspelt name) is skipped with one
+warning line, and the session runs on the CPU.
+
+The model is read as ORT reads it: a path's external data files are found relative to the
+model file's folder (bytes: relative to the working directory), never outside it.
+
+Errors have ORT's types: each one raised here is a Woodpecker error (`ModelError`, `InputError`
+…, so `except woodpecker.WoodpeckerError` catches it) and also the exception ORT raises for the
+same mistake (`onnxruntime.capi.onnxruntime_pybind11_state`: NoSuchFile for a missing model
+file, InvalidProtobuf for bytes that are no ONNX model, Fail for missing or short external
+data, InvalidArgument for an unknown input or output name or a feed of the wrong dtype or
+shape; a missing input is a ValueError, as in ORT), with a one-line message.
 
 The first session for a model compiles it (the default pipeline: graph passes, ONNX Runtime
 regions, and the generated kernels a tuning log already holds for its tasks — the shared log in
 the Woodpecker cache unless `tuning_log=` names one; `tune="3m"` tunes once for that long) and
-saves the plan in the cache under a key of the model's sha256, the input shapes, the options,
-the target and Woodpecker's version; every later session for the same key loads that plan (no
-compile), and one that no longer loads (another Woodpecker, a damaged folder) is compiled again.
+saves the plan in the cache under a key of everything that defines its result (the key
+document, recorded as source.json beside the plan's plan.json): the sha256 of the model's
+bytes and of each external data file it names, the input shapes, the compile options, the
+target, and the versions of Woodpecker, onnx, ONNX Runtime, OpenVINO, Halide and torch. Every
+later session for the same key loads that plan (no compile); one whose recorded key document
+differs, or that no longer loads (another Woodpecker, a damaged folder), is compiled again.
 A model with dynamic dimensions is compiled for the shapes of the first feed that has them
 (`input_shapes=` fixes them up front), one plan per set of shapes, as ONNX Runtime serves any.
+
+The cache folder is kept under `SESSION_CACHE_BYTES` (env `WOODPECKER_SESSION_CACHE_BYTES`,
+e.g. "2GiB"): after each save the least recently used plan folders (a load touches its
+folder) are removed until the rest fit; the plan just saved is never removed.
 """
 
 from __future__ import annotations
@@ -27,25 +48,72 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 import threading
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime
+from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+from onnxruntime.capi import onnxruntime_pybind11_state as _ort
 
 from woodpecker.cache import cache_dir
 from woodpecker.compiler import compile as wp_compile
-from woodpecker.errors import InputError, PlanError, WoodpeckerError
-from woodpecker.options import CompileOptions, TuneOptions
+from woodpecker.errors import InputError, ModelError, PlanError, WoodpeckerError, first_line
+from woodpecker.files import sha256_file, write_bytes
+from woodpecker.options import CompileOptions
 from woodpecker.runtime.compiled import CompiledModel, load
+from woodpecker.schedule.memory import parse_bytes
 from woodpecker.target import Target
 from woodpecker.version import __version__
 
 PROVIDER = "WoodpeckerExecutionProvider"
 _CPU = {"CPUExecutionProvider", PROVIDER}
+
+# The most bytes the sessions' plan folders may hold together before the least recently used
+# are removed: room for a few dozen mid-sized models' plans (a ResNet-50 plan holds its 100 MB
+# of weights at least), never unbounded. Env WOODPECKER_SESSION_CACHE_BYTES overrides it.
+SESSION_CACHE_BYTES = 4 << 30
+SOURCE_FILE = "source.json"      # the key document a cached plan was built from
+
+
+# -- errors: Woodpecker's and ONNX Runtime's types at once ---------------------------------
+class NoSuchFile(ModelError, _ort.NoSuchFile):
+    """The model file does not exist (ORT: NoSuchFile)."""
+
+
+class InvalidProtobuf(ModelError, _ort.InvalidProtobuf):
+    """The file or bytes are no ONNX model: garbage, truncated, a folder (ORT: InvalidProtobuf)."""
+
+
+class InvalidModel(ModelError, _ort.InvalidArgument):
+    """The bytes parse but hold no graph (ORT: InvalidArgument)."""
+
+
+class LoadFailure(ModelError, _ort.Fail):
+    """The model file cannot be read, or an external data file is missing, too short or
+    outside the model's folder (ORT: Fail)."""
+
+
+class InvalidArgument(InputError, _ort.InvalidArgument):
+    """An unknown input or output name, a feed of the wrong dtype or shape (ORT:
+    InvalidArgument)."""
+
+
+class MissingInput(InputError, ValueError):
+    """A model input not in the feed (ORT: ValueError)."""
+
+
+class InvalidFeed(InputError, RuntimeError):
+    """A feed no array of the input's type can be made of (ORT: RuntimeError)."""
 
 
 @dataclass(frozen=True)
@@ -81,50 +149,211 @@ def _args(values: list[onnx.ValueInfoProto], skip: set[str] = frozenset()) -> li
     return out
 
 
+def _np_dtype(vi: onnx.ValueInfoProto) -> "np.dtype | None":
+    """The numpy dtype of an input's declared element type (None: none numpy has)."""
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _fmt(shape) -> str:
+    return "x".join(map(str, shape)) if len(shape) else "scalar"
+
+
+@cache
+def _versions() -> dict[str, str | None]:
+    """The versions of the libraries a plan's result depends on (None: not installed); read
+    from the installed distributions' metadata, so none is imported for this."""
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"woodpecker": __version__, "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__, "openvino": version("openvino"),
+            "halide": version("halide"), "torch": version("torch")}
+
+
+def cache_limit() -> int:
+    """The byte limit of the sessions' cache: env WOODPECKER_SESSION_CACHE_BYTES ("2GiB",
+    "500000000"), else SESSION_CACHE_BYTES; a bad value is one WoodpeckerError line."""
+    text = os.environ.get("WOODPECKER_SESSION_CACHE_BYTES")
+    if not text:
+        return SESSION_CACHE_BYTES
+    try:
+        return parse_bytes(text)
+    except WoodpeckerError:
+        raise WoodpeckerError(f"WOODPECKER_SESSION_CACHE_BYTES={text!r} is no size; use e.g. "
+                              "2GiB or a number of bytes") from None
+
+
+# -- reading the model as ONNX Runtime does --------------------------------------------------
+def _read(path_or_bytes: "str | os.PathLike | bytes") -> tuple[bytes, Path, str]:
+    """The model's bytes, the folder its external data lies in, and how to name it."""
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        return bytes(path_or_bytes), Path.cwd(), "the model bytes"
+    path = Path(path_or_bytes)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise NoSuchFile(f"model file not found: {path}") from None
+    except IsADirectoryError:
+        raise InvalidProtobuf(f"{path} is a folder, not an ONNX model file") from None
+    except OSError as e:
+        raise LoadFailure(f"cannot read the model file {path}: {e.strerror}") from None
+    return data, path.absolute().parent, str(path)
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    try:
+        proto = onnx.load_from_string(data)
+    except Exception as e:   # protobuf raises DecodeError, and other types for some garbage
+        raise InvalidProtobuf(f"{where} is not an ONNX model: protobuf parsing failed "
+                              f"({first_line(e)})") from None
+    if not proto.HasField("graph"):
+        raise InvalidModel(f"{where} holds no graph (is it an ONNX model?)")
+    return proto
+
+
+def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
+    return [t for t in _get_all_tensors(proto) if uses_external_data(t)]
+
+
+def _external_file(base: Path, info: ExternalDataInfo, tensor: str, where: str) -> Path:
+    """Where a tensor's external data lies: a plain relative name inside `base`."""
+    rel = Path(info.location or "")
+    if not info.location or rel.is_absolute() or ".." in rel.parts or "\0" in info.location:
+        raise LoadFailure(f"{where}: the external data of {tensor!r} is named "
+                                f"{info.location!r}, not a file beside the model")
+    path = base / rel
+    if not path.resolve().is_relative_to(base.resolve()):
+        raise LoadFailure(f"{where}: the external data {info.location!r} of {tensor!r} "
+                                f"leads out of {base} (a symbolic link)")
+    if not path.is_file():
+        raise LoadFailure(f"{where}: the external data file {info.location!r} of "
+                                f"{tensor!r} does not exist in {base}")
+    return path
+
+
+def _external_digests(proto: onnx.ModelProto, base: Path, where: str) -> dict[str, str]:
+    """{location: sha256} of every external data file the model names, each checked to hold
+    the bytes its tensors claim."""
+    sizes: dict[str, int] = {}
+    for t in _external_tensors(proto):
+        info = ExternalDataInfo(t)
+        path = _external_file(base, info, t.name, where)
+        size = sizes.setdefault(info.location, path.stat().st_size)
+        end = (info.offset or 0) + (info.length or 0)
+        if end > size:
+            raise LoadFailure(f"{where}: the external data of {t.name!r} ends at byte "
+                                    f"{end} of {info.location!r}, which holds {size}")
+    return {loc: sha256_file(base / loc) for loc in sorted(sizes)}
+
+
+def _inlined(proto: onnx.ModelProto, base: Path, digests: dict[str, str],
+             where: str) -> onnx.ModelProto:
+    """A copy of `proto` with its external data read in from the very bytes whose sha256 the
+    session's key holds (a file rewritten since is one error line, never a plan saved under
+    the old key)."""
+    if not digests:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    blobs: dict[str, bytes] = {}
+    for t in _external_tensors(out):
+        info = ExternalDataInfo(t)
+        if info.location not in blobs:
+            blob = _external_file(base, info, t.name, where).read_bytes()
+            if hashlib.sha256(blob).hexdigest() != digests.get(info.location):
+                raise LoadFailure(f"{where}: the external data file {info.location!r} "
+                                        "changed after the session read it; open it again")
+            blobs[info.location] = blob
+        blob = blobs[info.location]
+        start = info.offset or 0
+        end = start + info.length if info.length else len(blob)
+        if end > len(blob):
+            raise LoadFailure(f"{where}: the external data of {t.name!r} ends at byte "
+                                    f"{end} of {info.location!r}, which holds {len(blob)}")
+        t.raw_data = blob[start:end]
+        t.data_location = onnx.TensorProto.DEFAULT
+        del t.external_data[:]
+    return out
+
+
+def _providers(providers: "list | None", provider_options: "list | None") -> None:
+    """ORT's treatment of `providers` it cannot use: never an error, one warning line for
+    those skipped (not CPU ones: CUDA, Azure, a misspelt name) and for any not in ORT's form
+    (a name or a (name, options dict) pair; `provider_options` as long as `providers`)."""
+    if not providers:
+        return
+    if isinstance(providers, str):
+        providers = [providers]
+    skipped, malformed = [], []
+    for p in providers:
+        pair = isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[1], dict)
+        name = p[0] if pair else p
+        if not isinstance(name, str):
+            malformed.append(f"{p!r} is no provider (a name or a (name, options dict) pair)")
+        elif name not in _CPU:
+            skipped.append(name)
+    if provider_options is not None and len(provider_options) != len(providers):
+        malformed.append("provider_options is not as long as providers")
+    said = ([f"provider(s) {', '.join(skipped)} skipped"] if skipped else []) + malformed
+    if said:
+        warnings.warn(f"Woodpecker runs on the CPU: {'; '.join(said)}", UserWarning,
+                      stacklevel=3)
+
+
 class InferenceSession:
-    """See the module's docstring. Woodpecker's own keywords: `tune` (a budget such as "3m":
-    tune the model's kernels once, before its first plan is saved), `tuning_log`, `engines`,
-    `threads` (instead of `sess_options.intra_op_num_threads`),
+    """See the module's docstring. Woodpecker's own keywords: `tune` (a budget such as "3m",
+    seconds, or True for the default: tune the model's kernels once, before its first plan is
+    saved), `tuning_log`, `engines`, `threads` (instead of `sess_options.intra_op_num_threads`),
     `input_shapes` ({input: shape} for dynamic dimensions), `cache` (the folder for plans;
     default: `<Woodpecker cache>/sessions`), `progress` (where compile progress goes)."""
 
     def __init__(self, path_or_bytes: "str | os.PathLike | bytes", sess_options: Any = None,
                  providers: "list | None" = None, provider_options: "list | None" = None, *,
-                 tune: str | None = None, tuning_log: "str | os.PathLike | None" = None,
+                 tune: "str | float | bool | None" = None,
+                 tuning_log: "str | os.PathLike | None" = None,
                  engines: str | None = None, threads: int | None = None,
                  input_shapes: "dict[str, tuple[int, ...]] | None" = None,
                  cache: "str | os.PathLike | None" = None, progress: Any = None) -> None:
-        names = [p[0] if isinstance(p, tuple) else p for p in providers or []]
-        foreign = [p for p in names if p not in _CPU]
-        if foreign:
-            raise WoodpeckerError(f"Woodpecker runs on the CPU; it cannot use {foreign[0]}")
-        data = path_or_bytes if isinstance(path_or_bytes, bytes) else \
-            Path(path_or_bytes).read_bytes()
-        self._proto = onnx.load_from_string(data)
+        _providers(providers, provider_options)
+        data, self._base, self._where = _read(path_or_bytes)
+        self._proto = _parse(data, self._where)    # external data not read in (see _plan)
         self._sha = hashlib.sha256(data).hexdigest()
+        self._external = _external_digests(self._proto, self._base, self._where)
         self._options = sess_options
         threads = threads or getattr(sess_options, "intra_op_num_threads", 0) or None
         log = tuning_log if tuning_log is not None else cache_dir() / "tuning.jsonl"
         self._compile_options = CompileOptions(
-            engines=engines, threads=threads,
-            tune=TuneOptions(budget=tune) if tune else None,
+            engines=engines, threads=threads, tune=tune,
             tuning_log=os.fspath(log) if tune or Path(log).exists() else None, resume=True)
         self._target = Target.parse("cpu", threads)
         self._cache = Path(cache) if cache is not None else cache_dir() / "sessions"
+        self._limit = cache_limit()
         self._progress = progress
         inits = {i.name for i in self._proto.graph.initializer}
-        self._inputs = _args(list(self._proto.graph.input), inits)
+        graph_inputs = [vi for vi in self._proto.graph.input if vi.name not in inits]
+        self._inputs = _args(graph_inputs)
+        self._dtypes = {vi.name: _np_dtype(vi) for vi in graph_inputs}
         self._outputs = _args(list(self._proto.graph.output))
+        self._output_names = [o.name for o in self._outputs]
         self._models: dict[tuple, CompiledModel] = {}
         self._lock = threading.Lock()
         self.loaded_from_cache = False   # whether the last plan built was a cached one
         self._dynamic = any(not isinstance(d, int) or d <= 0
                             for a in self._inputs for d in a.shape)
+        # the shape each feed must have: a dimension of None takes any size
+        self._shapes = {a.name: tuple(input_shapes[a.name]) if input_shapes and
+                        a.name in input_shapes else
+                        tuple(d if isinstance(d, int) and d > 0 else None for d in a.shape)
+                        for a in self._inputs}
         self._fixed: CompiledModel | None = None   # the one plan, shapes known up front
-        if input_shapes or not self._dynamic:
-            shapes = {a.name: tuple(input_shapes[a.name]) if input_shapes and
-                      a.name in input_shapes else tuple(a.shape) for a in self._inputs}
-            self._fixed = self._model_for(shapes)
+        if all(d is not None for shape in self._shapes.values() for d in shape):
+            self._fixed = self._model_for(self._shapes)
 
     # -- ONNX Runtime's API ---------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -151,24 +380,61 @@ class InferenceSession:
                              p.graph.doc_string, p.model_version,
                              {m.key: m.value for m in p.metadata_props})
 
-    def run(self, output_names: "list[str] | None", input_feed: dict[str, Any],
+    def run(self, output_names: "list[str] | None", input_feed: Mapping[str, Any],
             run_options: Any = None) -> list[np.ndarray]:
-        """The outputs named in `output_names` (None: all), computed from `input_feed`."""
-        feeds = {k: np.asarray(v) for k, v in input_feed.items()}
-        missing = [a.name for a in self._inputs if a.name not in feeds]
-        if missing:
-            raise InputError(f"missing input {missing[0]!r}; the model's inputs are: "
-                             f"{', '.join(a.name for a in self._inputs)}")
-        model = self._fixed or self._model_for({a.name: feeds[a.name].shape
-                                                for a in self._inputs})
-        known = [a.name for a in self._outputs]
-        wanted = known if output_names is None else list(output_names)
+        """The outputs named in `output_names` (None or []: all), computed from `input_feed`
+        ({input name: array, nested list or scalar})."""
+        known = self._output_names
+        wanted = list(output_names) if output_names else known
         for name in wanted:
             if name not in known:
-                raise InputError(f"unknown output {name!r}; the model's outputs are: "
-                                 f"{', '.join(known)}")
-        result = model.run(feeds)
+                raise InvalidArgument(f"unknown output {name!r}; the model's outputs are: "
+                                      f"{', '.join(known)}")
+        feeds = self._feeds(input_feed)
+        model = self._fixed or self._model_for({a.name: feeds[a.name].shape
+                                                for a in self._inputs})
+        try:
+            result = model.run(feeds)
+        except InputError as e:    # (the checks above leave none: kept ORT's type if one is)
+            raise InvalidArgument(str(e)) from None
         return [result[name] for name in wanted]
+
+    def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The feeds as arrays of the inputs' types and shapes, or one error line of ORT's
+        type for the mistake."""
+        if not isinstance(input_feed, Mapping):
+            raise InvalidArgument(f"the inputs are a dict {{name: array}}, not a "
+                                  f"{type(input_feed).__name__}")
+        listing = ", ".join(a.name for a in self._inputs)
+        for a in self._inputs:
+            if a.name not in input_feed:
+                raise MissingInput(f"missing input {a.name!r}; the model's inputs are: "
+                                   f"{listing}")
+        if len(input_feed) != len(self._inputs):
+            for name in input_feed:
+                if name not in self._shapes:
+                    raise InvalidArgument(f"unknown input {name!r}; the model's inputs are: "
+                                          f"{listing}")
+        feeds = {}
+        for a in self._inputs:
+            v, dtype, shape = input_feed[a.name], self._dtypes[a.name], self._shapes[a.name]
+            if isinstance(v, np.ndarray):
+                if dtype is not None and v.dtype != dtype:
+                    raise InvalidArgument(f"input {a.name!r} has dtype {v.dtype}, expected "
+                                          f"{dtype}")
+            else:
+                try:
+                    v = np.asarray(v, dtype=dtype)
+                except (TypeError, ValueError, OverflowError) as e:
+                    raise InvalidFeed(f"input {a.name!r}: no {dtype} array can be made of the "
+                                      f"{type(v).__name__} given ({first_line(e)})") from None
+            if len(v.shape) != len(shape) or any(d is not None and d != n
+                                                 for d, n in zip(shape, v.shape)):
+                want = [d if d is not None else s for d, s in zip(shape, a.shape)]
+                raise InvalidArgument(f"input {a.name!r} has shape {_fmt(v.shape)}, expected "
+                                      f"{_fmt(want)}")
+            feeds[a.name] = v
+        return feeds
 
     # -- plans ------------------------------------------------------------------------------
     def _model_for(self, shapes: dict[str, tuple]) -> CompiledModel:
@@ -181,23 +447,100 @@ class InferenceSession:
                 self._models[key] = self._plan(dict(key))
             return self._models[key]
 
+    def key_document(self, shapes: dict[str, tuple]) -> dict[str, Any]:
+        """What a plan for `shapes` is built from: the cache key is its sha256, and the plan's
+        folder records it (source.json)."""
+        return {"model": self._sha, "external_data": dict(self._external),
+                "shapes": {k: list(v) for k, v in shapes.items()},
+                "options": self._compile_options.to_json(), "target": self._target.record_key,
+                "versions": _versions()}
+
     def _plan(self, shapes: dict[str, tuple]) -> CompiledModel:
-        doc = {"model": self._sha, "shapes": {k: list(v) for k, v in shapes.items()},
-               "options": self._compile_options.to_json(), "target": self._target.record_key,
-               "woodpecker": __version__}
-        key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
+        doc = self.key_document(shapes)
+        text = json.dumps(doc, sort_keys=True)
+        key = hashlib.sha256(text.encode()).hexdigest()[:24]
         folder = self._cache / key
         if (folder / "plan.json").exists():
-            try:
-                model = load(folder)
-                self.loaded_from_cache = True
-                return model
-            except PlanError as e:
-                print(f"woodpecker: compiling again: the cached plan {folder} does not load "
-                      f"({e})", file=self._progress or sys.stderr)
-        model = wp_compile(self._proto, self._compile_options, target=self._target,
+            why = _recorded_differs(folder, doc)
+            if why is None:
+                try:
+                    model = load(folder)
+                    _touch(folder)
+                    self.loaded_from_cache = True
+                    return model
+                except PlanError as e:
+                    why = f"it does not load ({e})"
+            print(f"woodpecker: compiling again: the cached plan {folder}: {why}",
+                  file=self._progress or sys.stderr)
+        proto = _inlined(self._proto, self._base, self._external, self._where)
+        model = wp_compile(proto, self._compile_options, target=self._target,
                            input_shapes=shapes if self._dynamic else None,
                            progress=self._progress)
+        (folder / SOURCE_FILE).unlink(missing_ok=True)    # a plan half replaced is no match
         model.save(folder, force=True)
+        write_bytes(folder / SOURCE_FILE, json.dumps({"key": key, "document": doc},
+                                                     sort_keys=True, indent=1).encode())
+        _touch(folder)
         self.loaded_from_cache = False
+        _evict(self._cache, folder, self._limit)
         return model
+
+
+def _recorded_differs(folder: Path, doc: dict[str, Any]) -> str | None:
+    """Why the plan in `folder` was not built from `doc` (None: it was)."""
+    try:
+        recorded = json.loads((folder / SOURCE_FILE).read_text())
+    except FileNotFoundError:
+        return f"it records no {SOURCE_FILE}"
+    except (OSError, ValueError) as e:
+        return f"its {SOURCE_FILE} does not read ({first_line(e)})"
+    if not isinstance(recorded, dict) or \
+            json.dumps(recorded.get("document"), sort_keys=True) != \
+            json.dumps(doc, sort_keys=True):
+        return f"its {SOURCE_FILE} records another model, options or versions"
+    return None
+
+
+def _touch(folder: Path) -> None:
+    """Mark `folder` used now (its mtime: the cache keeps the most recently used)."""
+    try:
+        os.utime(folder)
+    except OSError:
+        pass
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for f in folder.rglob("*"):
+        try:
+            if f.is_file() and not f.is_symlink():
+                total += f.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def _evict(cache_folder: Path, keep: Path, limit: int) -> None:
+    """Remove the least recently used plan folders of `cache_folder` (those holding a plan.json
+    or source.json; nothing else there is touched) until the rest hold at most `limit` bytes;
+    `keep` is never removed."""
+    folders = []
+    try:
+        entries = list(cache_folder.iterdir())
+    except OSError:
+        return
+    for d in entries:
+        try:
+            if d.is_dir() and not d.is_symlink() and \
+                    ((d / "plan.json").exists() or (d / SOURCE_FILE).exists()):
+                folders.append((d.stat().st_mtime_ns, d, _folder_bytes(d)))
+        except OSError:
+            pass
+    total = sum(size for _, _, size in folders)
+    for _, d, size in sorted(folders, key=lambda f: f[0]):
+        if total <= limit:
+            break
+        if d == keep:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        total -= size
