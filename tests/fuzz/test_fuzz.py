@@ -13,11 +13,20 @@ flipped or the file cut) loading and running gives one-line PlanError/Woodpecker
 a consistent edit may change what the plan computes (the digest is what pins a plan, see the
 docs/guide.md, "Security: a plan is code"), it must never crash the process.
 
+For every escaping plan (a file name in plan.json — the weights, a step model, a kernel —
+made absolute, climbing out with `..` or through a planted link, or a file of the plan
+replaced by a link to a copy outside; a Halide plan loaded with trust=True, so the
+signature is not what refuses it) loading is one PlanError line and nothing outside the
+plan is read as the plan's; for every racing plan (a file of a loaded plan replaced, by a
+rename, after its check and before its engines build it) the plan runs on the bytes that
+were checked — the same outputs as the plan unchanged — or refuses in one line.
+
 WOODPECKER_FUZZ_CASES / WOODPECKER_FUZZ_PLANS set the case counts (defaults below); the counts
 of each outcome are printed at the end of the test session (tests/fuzz/conftest.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -33,13 +42,15 @@ from hypothesis import strategies as st
 
 import woodpecker
 from tests.fuzz.mutate import BYTE_MUTATIONS, MUTATIONS, SEEDS, mutated
-from woodpecker.errors import WoodpeckerError
+from woodpecker.errors import PlanError, WoodpeckerError
 
 MODEL_CASES = int(os.environ.get("WOODPECKER_FUZZ_CASES", 5000))
 PLAN_CASES = int(os.environ.get("WOODPECKER_FUZZ_PLANS", 1000))
 CASE_TIMEOUT_S = 30
 LIBRARY_EVERY = 25
-COUNTS: dict[str, Counter] = {"models": Counter(), "plans": Counter()}
+ESCAPE_CASES = max(PLAN_CASES // 5, 20)
+COUNTS: dict[str, Counter] = {"models": Counter(), "plans": Counter(), "escapes": Counter(),
+                              "races": Counter()}
 
 mutation = st.tuples(st.sampled_from(sorted(MUTATIONS) + list(BYTE_MUTATIONS)),
                      st.integers(0, 2**31))
@@ -215,6 +226,141 @@ def test_tampered_plans(saved_plan, tmp_path_factory, edits):
         COUNTS["plans"]["loaded and ran"] += 1
     finally:
         shutil.rmtree(d.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def both_plans(saved_plan, tmp_path_factory):
+    """The saved plan above (ONNX Runtime region, numpy steps) and one with a Halide kernel,
+    each with its outputs."""
+    from tests.helpers import conv_bn_relu_residual, seed_tuning_log
+
+    d, feeds = saved_plan
+    plans = [(d, woodpecker.load(d).run(feeds))]
+    if importlib.util.find_spec("halide") is not None:
+        root = tmp_path_factory.mktemp("hplan")
+        log = seed_tuning_log(conv_bn_relu_residual(), root / "tuning.jsonl")
+        h = root / "h.wpk"
+        woodpecker.compile(conv_bn_relu_residual(), engines="halide,numpy", threads=1,
+                           tuning_log=log.path).save(h)
+        plans.append((h, woodpecker.load(h).run(feeds)))
+    return plans, feeds
+
+
+def _file_fields(doc) -> list[tuple]:
+    """Paths in plan.json to every file name a plan reads: the weights, each step model, each
+    Halide kernel (a key of the kernels table, with the choices naming it)."""
+    out = [("weights", "file")]
+    for engine, section in doc["engines"].items():
+        for first in section.get("models", {}):
+            out.append(("engines", engine, "models", first, "file"))
+        for kernel in section.get("kernels", {}):
+            out.append(("kernel", kernel))
+    return out
+
+
+def _escape(d, outside, field: tuple, how: str) -> None:
+    """Point `field` of d's plan.json out of the folder (`how`), at a copy of what it named."""
+    doc = json.loads((d / "plan.json").read_text())
+    if field[0] == "kernel":
+        old = field[1]
+        target = d / "kernels" / old
+    else:
+        parent = doc
+        for k in field[:-1]:
+            parent = parent[k]
+        old = parent[field[-1]]
+        target = d / old
+    copy = outside / f"copy-{target.name}"
+    shutil.copy(target, copy)
+    if how == "absolute":
+        new = str(copy)
+    elif how == "dotdot":
+        new = os.path.relpath(copy, target.parent if field[0] == "kernel" else d)
+    else:   # a link inside the folder, leading out
+        link = (d / "kernels" if field[0] == "kernel" else d) / f"link-{target.name}"
+        link.symlink_to(copy)
+        new = link.name if field[0] == "kernel" else os.path.relpath(link, d)
+    if field[0] == "kernel":
+        kernels = doc["engines"]["halide"]["kernels"]
+        kernels[new] = kernels.pop(old)
+        for choice in doc["choices"].values():
+            if choice.get("kernel") and choice["kernel"]["file"] == old:
+                choice["kernel"]["file"] = new
+    else:
+        parent[field[-1]] = new
+    (d / "plan.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.slow
+@settings(max_examples=ESCAPE_CASES, deadline=None, print_blob=True,
+          suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 1), st.integers(0, 2**31),
+       st.sampled_from(["absolute", "dotdot", "link", "replace-by-link"]))
+def test_escaping_plans(both_plans, tmp_path_factory, which, n, how):
+    plans, feeds = both_plans
+    source, _ = plans[which % len(plans)]
+    root = tmp_path_factory.mktemp("e", numbered=True)
+    d, outside = root / "p.wpk", root / "outside"
+    shutil.copytree(source, d)
+    outside.mkdir()
+    try:
+        if how == "replace-by-link":
+            files = sorted(p for p in d.rglob("*") if p.is_file())
+            f = files[n % len(files)]
+            copy = outside / f.name
+            shutil.copy(f, copy)
+            f.unlink()
+            f.symlink_to(copy)
+            expect = "leaves the plan folder|not a Woodpecker plan"
+        else:
+            fields = _file_fields(json.loads((d / "plan.json").read_text()))
+            _escape(d, outside, fields[n % len(fields)], how)
+            expect = "not a file inside the plan folder|is not a file name|" \
+                     "leaves the plan folder"
+        with deadline(CASE_TIMEOUT_S):
+            with pytest.raises(PlanError, match=expect) as e:
+                woodpecker.load(d, trust=True).run(feeds)
+        _one_line(e.value)
+        COUNTS["escapes"]["refused"] += 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+@settings(max_examples=ESCAPE_CASES, deadline=None, print_blob=True,
+          suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 1), st.integers(0, 2**31))
+def test_racing_plans(both_plans, tmp_path_factory, which, n):
+    """A file replaced (renamed over, as a writer racing the loader would) between the load's
+    checks and the engines' building of the plan."""
+    from woodpecker.runtime.compiled import CompiledModel
+    from woodpecker.runtime.plan import load_plan, plan_digest
+
+    plans, feeds = both_plans
+    source, want = plans[which % len(plans)]
+    root = tmp_path_factory.mktemp("r", numbered=True)
+    d = root / "p.wpk"
+    shutil.copytree(source, d)
+    try:
+        with deadline(CASE_TIMEOUT_S):
+            checked = load_plan(d, plan_digest(d))
+            files = sorted(p for p in d.rglob("*") if p.is_file() and p.name != "plan.json")
+            f = files[n % len(files)]
+            data = bytearray(f.read_bytes())
+            data[(n // 7) % len(data)] ^= 1 << (n // 11) % 8
+            tmp = f.with_name(f.name + ".new")
+            tmp.write_bytes(bytes(data))
+            os.replace(tmp, f)
+            try:
+                got = CompiledModel(checked).run(feeds)
+            except PlanError as e:
+                _one_line(e)
+                COUNTS["races"]["refused"] += 1
+                return
+        assert _same(got, want) is None, f"{f.name} swapped: {_same(got, want)}"
+        COUNTS["races"]["ran the checked bytes"] += 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_mutations_are_deterministic():
