@@ -4,6 +4,7 @@ what it refuses when it builds the session is refused with one line."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -237,3 +238,69 @@ def test_a_model_local_function_is_woodpeckers_graph():
 
     ops = [n.op for n in import_onnx(_with_functions()).nodes]
     assert "Opaque" not in ops and ops.count("Relu") == 3
+
+
+def _open_rank_outputs():
+    """Graph outputs whose types have no shape field (ONNX Runtime runs the model)."""
+    return _model([helper.make_node("Relu", ["x"], ["r"]),
+                   helper.make_node("Reshape", ["r", "s"], ["y"]),
+                   helper.make_node("Neg", ["r"], ["z"])],
+                  [_vi("x")], [_vi("y", shape=None), _vi("z", shape=None)],
+                  [_int("s", [3, 2])])
+
+
+def test_the_check_takes_an_output_without_a_shape_as_onnx_runtime_does():
+    from woodpecker.frontend.onnx_import import check_model
+
+    model = _open_rank_outputs()
+    before = model.SerializeToString()
+    with pytest.raises(onnx.checker.ValidationError, match="shape"):
+        onnx.checker.check_model(model)
+    check_model(model)
+    assert model.SerializeToString() == before
+    bad = _open_rank_outputs()
+    bad.graph.node[0].input[0] = "nowhere"
+    with pytest.raises(onnx.checker.ValidationError):
+        check_model(bad)
+    assert not bad.graph.output[0].type.tensor_type.HasField("shape")
+
+
+def _loads(model) -> bool:
+    from woodpecker.frontend.onnx_import import load_model_proto
+
+    try:
+        load_model_proto(model)
+    except ModelError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("engines", [None, "numpy", "numpy,onnxruntime"])
+def test_an_output_without_a_shape_compiles_and_agrees_with_onnx_runtime(engines):
+    model = _open_rank_outputs()
+    if not _loads(model):
+        pytest.skip("load_model_proto checks with onnx.checker.check_model, which requires the "
+                    "shape field; it is to call frontend/onnx_import.check_model (issue 76)")
+    _agrees(model, X, **({"engines": engines} if engines else {}))
+
+
+def _strings():
+    return _model([helper.make_node("Identity", ["x"], ["y"])],
+                  [_vi("x", TensorProto.STRING, (2,))], [_vi("y", TensorProto.STRING, (2,))])
+
+
+def test_a_string_graph_is_one_whole_model_node_of_string_values():
+    from woodpecker.frontend.whole import whole_graph
+
+    graph = whole_graph(_strings())
+    assert [n.op for n in graph.nodes] == ["Opaque"]
+    assert [v.dtype for v in graph.inputs + graph.outputs] == [np.dtype(object)] * 2
+
+
+def test_a_string_tensor_through_identity_runs_on_a_library():
+    from woodpecker.engines.registry import get_engine
+
+    if "object" not in get_engine("onnxruntime").dtypes:
+        pytest.skip("the library engines do not declare string tensors (dtype object) yet: "
+                    "engines/ort_engine.py (issue 76)")
+    _agrees(_strings(), {"x": np.array(["a", "bc"], dtype=object)})

@@ -14,8 +14,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 import woodpecker.ops  # noqa: F401 - registers every op, the composite ones' parts included
+from woodpecker.frontend.onnx_types import onnx_elem_type
 from woodpecker.ir.graph import Node, Value
-from woodpecker.ir.types import to_onnx_type
 from woodpecker.ops.fused import (
     BASE_INPUTS,
     QDQ_STEPS,
@@ -310,7 +310,7 @@ def value_info(v: Value, declared: list | None = None) -> onnx.ValueInfoProto:
     """`v`'s type; `declared`: the dims its model file declares (None open), which a
     whole-model Opaque node's session keeps (frontend/whole.py)."""
     dims = declared if declared is not None else [None if d < 0 else d for d in v.shape]
-    return helper.make_tensor_value_info(v.name, to_onnx_type(v.dtype), dims)
+    return helper.make_tensor_value_info(v.name, onnx_elem_type(v.dtype), dims)
 
 
 def nodes_model(nodes: Iterable[Node], inputs: list[Value], outputs: list[Value],

@@ -67,6 +67,22 @@ def load_model_proto(model: "str | os.PathLike | bytes | onnx.ModelProto") -> on
     return proto
 
 
+def check_model(proto: onnx.ModelProto) -> None:
+    """`onnx.checker.check_model`, but a graph input or output whose tensor type has no shape
+    field (its rank unknown: ONNX Runtime runs such a model) is checked as if it had one: the
+    checker requires the field in the main graph, ONNX Runtime does not. The model is
+    unchanged when this returns or raises."""
+    open_rank = [vi for vi in list(proto.graph.input) + list(proto.graph.output)
+                 if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+    for vi in open_rank:
+        vi.type.tensor_type.shape.SetInParent()
+    try:
+        onnx.checker.check_model(proto)
+    finally:
+        for vi in open_rank:
+            vi.type.tensor_type.ClearField("shape")
+
+
 def import_onnx(model: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                 input_values: Mapping[str, np.ndarray] | None = None) -> Graph:
     """Import an ONNX model into a `Graph` with static shapes.

@@ -1,5 +1,7 @@
 """ONNX value types read as Woodpecker's: dimensions (dynamic ones not ints) and element
-types (numpy dtypes, or one UnsupportedOpError line)."""
+types (numpy dtypes, or one UnsupportedOpError line). A plan a library runs whole
+(frontend/whole.py) also holds strings, as numpy object arrays (`library_dtype`, `STRING`);
+the node-level import does not (`element_dtype`)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import numpy as np
 import onnx
 
 from woodpecker.errors import UnsupportedOpError
-from woodpecker.ir.types import onnx_type_name, to_numpy_dtype
+from woodpecker.ir.types import onnx_type_name, to_numpy_dtype, to_onnx_type
 
 
 def dims_of(vi: onnx.ValueInfoProto) -> list:
@@ -31,3 +33,22 @@ def element_dtype(elem_type: int, what: str) -> np.dtype:
         raise UnsupportedOpError(f"{what} has element type {onnx_type_name(elem_type)}, which "
                                  "is not supported")
     return dt
+
+
+# strings: numpy's object arrays of str, as ONNX Runtime's and OpenVINO's Python APIs take and
+# return them — held only by a plan a library runs whole (frontend/whole.py)
+STRING = np.dtype(object)
+
+
+def library_dtype(elem_type: int, what: str) -> np.dtype:
+    """`element_dtype`, strings too (`STRING`): a value only a library computes."""
+    if elem_type == onnx.TensorProto.STRING:
+        return STRING
+    return element_dtype(elem_type, what)
+
+
+def onnx_elem_type(dtype: np.dtype) -> int:
+    """The ONNX element type of a value's dtype (`STRING` included)."""
+    if np.dtype(dtype) == STRING:
+        return onnx.TensorProto.STRING
+    return to_onnx_type(dtype)

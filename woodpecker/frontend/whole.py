@@ -30,11 +30,11 @@ from woodpecker.frontend.onnx_import import (
     bind_values,
     check_graph,
     dims_of,
-    element_dtype,
     load_model_proto,
     specialise,
     value_types,
 )
+from woodpecker.frontend.onnx_types import library_dtype
 from woodpecker.ir.graph import DYNAMIC, Graph
 from woodpecker.ops.opaque import OP, WHOLE_MODEL, encode_graph
 
@@ -86,11 +86,11 @@ def whole_graph(model: "str | os.PathLike | bytes | onnx.ModelProto",
     inits = {t.name for t in g.initializer}
     for vi in g.input:
         if vi.name not in inits:
-            dt = element_dtype(vi.type.tensor_type.elem_type, f"input {vi.name!r}")
+            dt = library_dtype(vi.type.tensor_type.elem_type, f"input {vi.name!r}")
             graph.inputs.append(graph.value(vi.name, tuple(dims_of(vi)), dt))
     formal = [v.name for v in graph.inputs]
     for t in g.initializer:
-        element_dtype(t.data_type, f"initializer {t.name!r}")
+        library_dtype(t.data_type, f"initializer {t.name!r}")
         try:
             data = numpy_helper.to_array(t)
         except Exception as e:  # noqa: BLE001 - raw bytes that do not fill the shape, …
@@ -115,7 +115,7 @@ def whole_graph(model: "str | os.PathLike | bytes | onnx.ModelProto",
         if dims == [None]:
             raise DynamicShapeError(f"output {vi.name!r}: its rank is not known; Woodpecker "
                                     "plans need it")
-        dt = element_dtype(elem, f"output {vi.name!r}")
+        dt = library_dtype(elem, f"output {vi.name!r}")
         # a dimension the data decides (detections after NonMaxSuppression) is -1: the plan
         # runs without an arena, the library allocating its outputs (compiler.py)
         shapes.append([int(d) if isinstance(d, int) else DYNAMIC for d in dims])
