@@ -9,7 +9,12 @@ rule refuses, an attribute holding a subgraph (If, Loop, Scan) — becomes an `O
 user's shapes. Only a
 shape that depends on the data (NonZero, NonMaxSuppression) stops the import: a
 DynamicShapeError. (An UnsupportedOpError — an opset the converter cannot convert, an element
-type numpy has not — makes the compiler plan the whole model on a library, frontend/whole.py.)"""
+type numpy has not — makes the compiler plan the whole model on a library, frontend/whole.py,
+which refuses it where ONNX Runtime refuses the file: selection/library_first.py.)
+
+What ONNX Runtime runs is imported as it loads it (frontend/as_loaded.py: sparse initializers
+dense, model-local functions inlined); two Constant nodes may share a name (ONNX Runtime makes
+them initializers first), Woodpecker's nodes then named apart."""
 
 from __future__ import annotations
 
