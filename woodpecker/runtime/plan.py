@@ -28,7 +28,7 @@ import numpy as np
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import PlanError, WoodpeckerError
-from woodpecker.files import inside, write_bytes, writer
+from woodpecker.files import confine, inside, write_bytes, writer
 from woodpecker.ir.graph import DYNAMIC, Graph
 from woodpecker.ir.steps import StepIO, step_io
 from woodpecker.ops import OPS
@@ -226,6 +226,7 @@ class _HashingWriter:
 def _plan_bytes(directory: "str | os.PathLike") -> bytes:
     path = Path(directory) / PLAN_FILE
     try:
+        confine(Path(directory), path, PLAN_FILE)
         return path.read_bytes()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         raise PlanError(f"{directory} is not a Woodpecker plan (no {PLAN_FILE})") from None
