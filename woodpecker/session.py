@@ -7,48 +7,39 @@ ONNX Runtime program to Woodpecker is one line.
 
 Contract: `run(output_names, input_feed, run_options=None)` returns the outputs named (all, in
 the model's order, for None or []) as numpy arrays; a feed that is not an array (a nested list,
-a scalar) is made one of the input's declared element type, as ORT does, while an array of
-another dtype is refused. `get_inputs()`/`get_outputs()` give objects with ORT's NodeArg fields
-(`name`, `shape` — a symbolic dimension as its name —, `type` as "tensor(float)");
-`get_providers()`, `get_modelmeta()` and `get_session_options()` answer as ORT's do.
-`sess_options.intra_op_num_threads` (when > 0) sets the threads. `providers` (names, or
-(name, options) pairs, with or without `provider_options`) are treated as ORT treats those it
-cannot use: each that is not a CPU one (CUDA, Azure, a misspelt name) is skipped with one
-warning line, and the session runs on the CPU.
-
-The model is read as ORT reads it: a path's external data files are found relative to the
-model file's folder (bytes: relative to the working directory), never outside it.
-
-Errors have ORT's types: each one raised here is a Woodpecker error (`ModelError`, `InputError`
-…, so `except woodpecker.WoodpeckerError` catches it) and also the exception ORT raises for the
-same mistake (`onnxruntime.capi.onnxruntime_pybind11_state`: NoSuchFile for a missing model
-file, InvalidProtobuf for bytes that are no ONNX model, Fail for missing or short external
-data, InvalidArgument for an unknown input or output name or a feed of the wrong dtype or
-shape; a missing input is a ValueError, as in ORT), with a one-line message.
+a scalar) is made one of the input's declared element type, an array of another dtype is
+refused. `get_inputs()`/`get_outputs()` give ORT's NodeArg fields (`name`, `shape` — a
+symbolic dimension as its name —, `type` as "tensor(float)"); `get_providers()`,
+`get_modelmeta()`, `get_session_options()` answer as ORT's do; `sess_options.
+intra_op_num_threads` (when > 0) sets the threads. `providers` (names or (name, options) pairs,
+`provider_options`) it cannot use (CUDA, Azure, a misspelt name) are skipped with one warning
+line, as ORT skips them, and the session runs on the CPU. A path's external data is read from
+beside the model file (bytes': from the working directory), never from outside that folder.
+Each error raised here is both a Woodpecker error (`ModelError`, `InputError` …) and the
+exception ORT raises for that mistake (`onnxruntime.capi.onnxruntime_pybind11_state`:
+NoSuchFile: no model file; InvalidProtobuf: no ONNX model; Fail: external data missing or
+short; InvalidArgument: an unknown input or output name, a wrong dtype or shape; a missing
+input is a ValueError, as in ORT), in one line.
 
 The first session for a model compiles it (the default pipeline: graph passes, ONNX Runtime
 regions, and the generated kernels a tuning log already holds for its tasks — the shared log in
 the Woodpecker cache unless `tuning_log=` names one; `tune="3m"` tunes once for that long) and
-saves the plan in the cache under a key of everything that defines its result (the key
-document, recorded as source.json beside the plan's plan.json): the sha256 of the model's
-bytes and of each external data file it names, the input shapes, the compile options, the
-target, and the versions of Woodpecker, onnx, ONNX Runtime, OpenVINO, Halide and torch. Every
-later session for the same key loads that plan (no compile); one whose recorded key document
-differs, or that no longer loads (another Woodpecker, a damaged folder), is compiled again.
-A model with dynamic dimensions is compiled for the shapes of the first feed that has them
+saves the plan in the cache (cache.py: an entry per key document, recorded beside plan.json as
+source.json) under everything that defines its result: the sha256 of the model's bytes and of
+each external data file it names, the input shapes, the options, the target, and the versions
+of Woodpecker, onnx and each engine's library. Later sessions for the same key load that plan;
+one whose record differs, or that no longer loads (a damaged folder), is compiled again. A
+model with dynamic dimensions is compiled for the shapes of the first feed that has them
 (`input_shapes=` fixes them up front), one plan per set of shapes, as ONNX Runtime serves any.
-
-The cache folder is kept under `SESSION_CACHE_BYTES` (env `WOODPECKER_SESSION_CACHE_BYTES`,
-e.g. "2GiB"): after each save the least recently used plan folders (a load touches its
-folder) are removed until the rest fit; the plan just saved is never removed.
+The cache is kept under `SESSION_CACHE_BYTES` (env `WOODPECKER_SESSION_CACHE_BYTES`, "2GiB"):
+after each save the least recently used plans (a load marks its plan used) are removed until
+the rest fit, never the plan just saved.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import shutil
 import sys
 import threading
 import warnings
@@ -65,10 +56,11 @@ import onnxruntime
 from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort
 
-from woodpecker.cache import cache_dir
+from woodpecker.cache import cache_dir, entry_key, save_entry, source_differs, touch
 from woodpecker.compiler import compile as wp_compile
+from woodpecker.engines import names
 from woodpecker.errors import InputError, ModelError, PlanError, WoodpeckerError, first_line
-from woodpecker.files import sha256_file, write_bytes
+from woodpecker.files import sha256_file
 from woodpecker.options import CompileOptions
 from woodpecker.runtime.compiled import CompiledModel, load
 from woodpecker.schedule.memory import parse_bytes
@@ -82,7 +74,6 @@ _CPU = {"CPUExecutionProvider", PROVIDER}
 # are removed: room for a few dozen mid-sized models' plans (a ResNet-50 plan holds its 100 MB
 # of weights at least), never unbounded. Env WOODPECKER_SESSION_CACHE_BYTES overrides it.
 SESSION_CACHE_BYTES = 4 << 30
-SOURCE_FILE = "source.json"      # the key document a cached plan was built from
 
 
 # -- errors: Woodpecker's and ONNX Runtime's types at once ---------------------------------
@@ -136,11 +127,9 @@ class ModelMetadata:
     custom_metadata_map: dict[str, str]
 
 
-def _args(values: list[onnx.ValueInfoProto], skip: set[str] = frozenset()) -> list[NodeArg]:
+def _args(values: list[onnx.ValueInfoProto]) -> list[NodeArg]:
     out = []
     for vi in values:
-        if vi.name in skip:
-            continue
         t = vi.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                  for d in t.shape.dim]
@@ -163,8 +152,9 @@ def _fmt(shape) -> str:
 
 @cache
 def _versions() -> dict[str, str | None]:
-    """The versions of the libraries a plan's result depends on (None: not installed); read
-    from the installed distributions' metadata, so none is imported for this."""
+    """The versions of the libraries a plan's result depends on (None: not installed): onnx's,
+    and each engine's distribution (named as the engine), read from the installed metadata, so
+    none is imported for this."""
     def version(dist: str) -> str | None:
         try:
             return metadata.version(dist)
@@ -172,21 +162,18 @@ def _versions() -> dict[str, str | None]:
             return None
 
     return {"woodpecker": __version__, "onnx": onnx.__version__,
-            "onnxruntime": onnxruntime.__version__, "openvino": version("openvino"),
-            "halide": version("halide"), "torch": version("torch")}
+            **{engine: version(engine) for engine in names.ALL},
+            names.ONNXRUNTIME: onnxruntime.__version__}   # (any of its distributions)
 
 
 def cache_limit() -> int:
     """The byte limit of the sessions' cache: env WOODPECKER_SESSION_CACHE_BYTES ("2GiB",
     "500000000"), else SESSION_CACHE_BYTES; a bad value is one WoodpeckerError line."""
     text = os.environ.get("WOODPECKER_SESSION_CACHE_BYTES")
-    if not text:
-        return SESSION_CACHE_BYTES
     try:
-        return parse_bytes(text)
-    except WoodpeckerError:
-        raise WoodpeckerError(f"WOODPECKER_SESSION_CACHE_BYTES={text!r} is no size; use e.g. "
-                              "2GiB or a number of bytes") from None
+        return parse_bytes(text) if text else SESSION_CACHE_BYTES
+    except WoodpeckerError as e:
+        raise WoodpeckerError(f"WOODPECKER_SESSION_CACHE_BYTES: {e}") from None
 
 
 # -- reading the model as ONNX Runtime does --------------------------------------------------
@@ -222,18 +209,15 @@ def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
 
 
 def _external_file(base: Path, info: ExternalDataInfo, tensor: str, where: str) -> Path:
-    """Where a tensor's external data lies: a plain relative name inside `base`."""
-    rel = Path(info.location or "")
-    if not info.location or rel.is_absolute() or ".." in rel.parts or "\0" in info.location:
+    """Where a tensor's external data lies: a relative name inside `base`, links resolved."""
+    path = base / (info.location or "\0")
+    if not info.location or "\0" in info.location or Path(info.location).is_absolute() or \
+            not path.resolve().is_relative_to(base.resolve()):
         raise LoadFailure(f"{where}: the external data of {tensor!r} is named "
-                                f"{info.location!r}, not a file beside the model")
-    path = base / rel
-    if not path.resolve().is_relative_to(base.resolve()):
-        raise LoadFailure(f"{where}: the external data {info.location!r} of {tensor!r} "
-                                f"leads out of {base} (a symbolic link)")
+                          f"{info.location!r}, not a file inside the model's folder {base}")
     if not path.is_file():
         raise LoadFailure(f"{where}: the external data file {info.location!r} of "
-                                f"{tensor!r} does not exist in {base}")
+                          f"{tensor!r} does not exist in {base}")
     return path
 
 
@@ -248,7 +232,7 @@ def _external_digests(proto: onnx.ModelProto, base: Path, where: str) -> dict[st
         end = (info.offset or 0) + (info.length or 0)
         if end > size:
             raise LoadFailure(f"{where}: the external data of {t.name!r} ends at byte "
-                                    f"{end} of {info.location!r}, which holds {size}")
+                              f"{end} of {info.location!r}, which holds {size}")
     return {loc: sha256_file(base / loc) for loc in sorted(sizes)}
 
 
@@ -268,15 +252,10 @@ def _inlined(proto: onnx.ModelProto, base: Path, digests: dict[str, str],
             blob = _external_file(base, info, t.name, where).read_bytes()
             if hashlib.sha256(blob).hexdigest() != digests.get(info.location):
                 raise LoadFailure(f"{where}: the external data file {info.location!r} "
-                                        "changed after the session read it; open it again")
+                                  "changed after the session read it; open it again")
             blobs[info.location] = blob
-        blob = blobs[info.location]
-        start = info.offset or 0
-        end = start + info.length if info.length else len(blob)
-        if end > len(blob):
-            raise LoadFailure(f"{where}: the external data of {t.name!r} ends at byte "
-                                    f"{end} of {info.location!r}, which holds {len(blob)}")
-        t.raw_data = blob[start:end]
+        start = info.offset or 0     # (in the file: its size was checked, its digest is)
+        t.raw_data = blobs[info.location][start:start + info.length if info.length else None]
         t.data_location = onnx.TensorProto.DEFAULT
         del t.external_data[:]
     return out
@@ -286,10 +265,7 @@ def _providers(providers: "list | None", provider_options: "list | None") -> Non
     """ORT's treatment of `providers` it cannot use: never an error, one warning line for
     those skipped (not CPU ones: CUDA, Azure, a misspelt name) and for any not in ORT's form
     (a name or a (name, options dict) pair; `provider_options` as long as `providers`)."""
-    if not providers:
-        return
-    if isinstance(providers, str):
-        providers = [providers]
+    providers = [providers] if isinstance(providers, str) else list(providers or [])
     skipped, malformed = [], []
     for p in providers:
         pair = isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[1], dict)
@@ -298,7 +274,7 @@ def _providers(providers: "list | None", provider_options: "list | None") -> Non
             malformed.append(f"{p!r} is no provider (a name or a (name, options dict) pair)")
         elif name not in _CPU:
             skipped.append(name)
-    if provider_options is not None and len(provider_options) != len(providers):
+    if providers and provider_options is not None and len(provider_options) != len(providers):
         malformed.append("provider_options is not as long as providers")
     said = ([f"provider(s) {', '.join(skipped)} skipped"] if skipped else []) + malformed
     if said:
@@ -393,10 +369,7 @@ class InferenceSession:
         feeds = self._feeds(input_feed)
         model = self._fixed or self._model_for({a.name: feeds[a.name].shape
                                                 for a in self._inputs})
-        try:
-            result = model.run(feeds)
-        except InputError as e:    # (the checks above leave none: kept ORT's type if one is)
-            raise InvalidArgument(str(e)) from None
+        result = model.run(feeds)      # (checked above: no InputError of another type)
         return [result[name] for name in wanted]
 
     def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -406,15 +379,10 @@ class InferenceSession:
             raise InvalidArgument(f"the inputs are a dict {{name: array}}, not a "
                                   f"{type(input_feed).__name__}")
         listing = ", ".join(a.name for a in self._inputs)
-        for a in self._inputs:
-            if a.name not in input_feed:
-                raise MissingInput(f"missing input {a.name!r}; the model's inputs are: "
-                                   f"{listing}")
-        if len(input_feed) != len(self._inputs):
-            for name in input_feed:
-                if name not in self._shapes:
-                    raise InvalidArgument(f"unknown input {name!r}; the model's inputs are: "
-                                          f"{listing}")
+        for name in (a.name for a in self._inputs if a.name not in input_feed):
+            raise MissingInput(f"missing input {name!r}; the model's inputs are: {listing}")
+        for name in (n for n in input_feed if n not in self._shapes):
+            raise InvalidArgument(f"unknown input {name!r}; the model's inputs are: {listing}")
         feeds = {}
         for a in self._inputs:
             v, dtype, shape = input_feed[a.name], self._dtypes[a.name], self._shapes[a.name]
@@ -457,15 +425,13 @@ class InferenceSession:
 
     def _plan(self, shapes: dict[str, tuple]) -> CompiledModel:
         doc = self.key_document(shapes)
-        text = json.dumps(doc, sort_keys=True)
-        key = hashlib.sha256(text.encode()).hexdigest()[:24]
-        folder = self._cache / key
+        folder = self._cache / entry_key(doc)
         if (folder / "plan.json").exists():
-            why = _recorded_differs(folder, doc)
+            why = source_differs(folder, doc)
             if why is None:
                 try:
                     model = load(folder)
-                    _touch(folder)
+                    touch(folder)
                     self.loaded_from_cache = True
                     return model
                 except PlanError as e:
@@ -476,71 +442,6 @@ class InferenceSession:
         model = wp_compile(proto, self._compile_options, target=self._target,
                            input_shapes=shapes if self._dynamic else None,
                            progress=self._progress)
-        (folder / SOURCE_FILE).unlink(missing_ok=True)    # a plan half replaced is no match
-        model.save(folder, force=True)
-        write_bytes(folder / SOURCE_FILE, json.dumps({"key": key, "document": doc},
-                                                     sort_keys=True, indent=1).encode())
-        _touch(folder)
+        save_entry(folder, doc, lambda d: model.save(d, force=True), self._limit)
         self.loaded_from_cache = False
-        _evict(self._cache, folder, self._limit)
         return model
-
-
-def _recorded_differs(folder: Path, doc: dict[str, Any]) -> str | None:
-    """Why the plan in `folder` was not built from `doc` (None: it was)."""
-    try:
-        recorded = json.loads((folder / SOURCE_FILE).read_text())
-    except FileNotFoundError:
-        return f"it records no {SOURCE_FILE}"
-    except (OSError, ValueError) as e:
-        return f"its {SOURCE_FILE} does not read ({first_line(e)})"
-    if not isinstance(recorded, dict) or \
-            json.dumps(recorded.get("document"), sort_keys=True) != \
-            json.dumps(doc, sort_keys=True):
-        return f"its {SOURCE_FILE} records another model, options or versions"
-    return None
-
-
-def _touch(folder: Path) -> None:
-    """Mark `folder` used now (its mtime: the cache keeps the most recently used)."""
-    try:
-        os.utime(folder)
-    except OSError:
-        pass
-
-
-def _folder_bytes(folder: Path) -> int:
-    total = 0
-    for f in folder.rglob("*"):
-        try:
-            if f.is_file() and not f.is_symlink():
-                total += f.stat().st_size
-        except OSError:
-            pass
-    return total
-
-
-def _evict(cache_folder: Path, keep: Path, limit: int) -> None:
-    """Remove the least recently used plan folders of `cache_folder` (those holding a plan.json
-    or source.json; nothing else there is touched) until the rest hold at most `limit` bytes;
-    `keep` is never removed."""
-    folders = []
-    try:
-        entries = list(cache_folder.iterdir())
-    except OSError:
-        return
-    for d in entries:
-        try:
-            if d.is_dir() and not d.is_symlink() and \
-                    ((d / "plan.json").exists() or (d / SOURCE_FILE).exists()):
-                folders.append((d.stat().st_mtime_ns, d, _folder_bytes(d)))
-        except OSError:
-            pass
-    total = sum(size for _, _, size in folders)
-    for _, d, size in sorted(folders, key=lambda f: f[0]):
-        if total <= limit:
-            break
-        if d == keep:
-            continue
-        shutil.rmtree(d, ignore_errors=True)
-        total -= size
