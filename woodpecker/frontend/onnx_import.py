@@ -66,7 +66,7 @@ def load_model_proto(model: "str | os.PathLike | bytes | onnx.ModelProto") -> on
     if not proto.graph.node and not proto.graph.output:
         raise ModelError("the ONNX model has an empty graph (is the file an ONNX model?)")
     try:
-        onnx.checker.check_model(proto)
+        check_model(proto)    # (onnx's checker, taking an open-rank graph input as ORT does)
     except Exception as e:
         raise ModelError(f"invalid ONNX model: {first_line(e)}") from None
     return proto
