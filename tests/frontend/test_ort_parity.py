@@ -72,6 +72,17 @@ def test_a_refusal_of_an_op_outside_onnx_domains_is_not_onnx_runtimes_last_word(
     assert ort_refusal(_relu(17)) is None
 
 
+def test_no_kernel_in_onnx_runtime_is_its_gap_and_woodpecker_still_runs_the_node():
+    # ONNX Runtime has no Pow kernel of an unsigned exponent (NotImplemented)
+    model = _model([helper.make_node("Pow", ["x", "e"], ["y"])],
+                   [_vi("x", shape=(3,)), _vi("e", TensorProto.UINT8, (3,))],
+                   [_vi("y", shape=(3,))])
+    assert _ort_refuses(model) and ort_refusal(model) is None
+    x, e = np.array([2, -3, 0.5], np.float32), np.array([3, 2, 1], np.uint8)
+    got = woodpecker.compile(model, threads=1).run({"x": x, "e": e})["y"]
+    np.testing.assert_allclose(got, x.astype(np.float64) ** e, rtol=1e-6)
+
+
 def test_onnx_runtimes_line_loses_its_heading_and_source_location():
     said = ort_said(RuntimeError(
         "[ONNXRuntimeError] : 1 : FAIL : Exception during initialization: /onnxruntime_src/"

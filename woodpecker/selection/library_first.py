@@ -28,12 +28,14 @@ where it is allowed and installed and cannot build a session of the whole graph,
 the user's file as given is tried (`ort_refusal`), and where that fails too the model is
 refused with ONNX Runtime's own line (`OnnxRuntimeRefusal`) rather than run on another library
 — an opset newer than ONNX Runtime supports, an integer division by a constant zero, two nodes
-of one name, … Choice written down here: one refusal does not stand, that ONNX Runtime has no
-kernel or schema for an op of a domain other than ONNX's own (`STANDARD_DOMAINS`): a contrib
-op of com.microsoft its CPU build lacks, an op of a custom domain (onnxruntime-extensions' ops
-without their library registered, OpenVINO's own). Those are ONNX Runtime's gaps, not the
-model's faults, and another library (OpenVINO) may still run the model, as before — its outputs
-then checked against no ONNX Runtime reference (`_check_outputs`: the first plan's).
+of one name, … Choice written down here: two refusals are ONNX Runtime's gaps, not the model's
+faults, and do not stand — that its CPU build has no kernel of a node (`NotImplemented`, "Could
+not find an implementation": DequantizeLinear of opset 28 in ONNX Runtime 1.32, a contrib op
+only another execution provider has), and that it knows no op of a domain other than ONNX's
+own (`STANDARD_DOMAINS`: onnxruntime-extensions' ops without their library registered,
+OpenVINO's own). There Woodpecker's own plan or another library (OpenVINO) may still run the
+model, as before — checked against no ONNX Runtime reference (`_check_outputs`: the first
+plan's). An op ONNX's own domains do not define at all is the model's fault.
 """
 
 from __future__ import annotations
@@ -203,22 +205,29 @@ def ort_refusal(proto: onnx.ModelProto, threads: int = 1) -> str | None:
     """ONNX Runtime's reason (`ort_said`) for refusing to build a CPU session of `proto` as
     given, with its graph optimisations and without them, or None where it builds one —
     a fault of its own optimiser (a fusion that names two nodes alike) is not the model's —
-    or where it refuses only an op of a domain other than ONNX's own (`STANDARD_DOMAINS`; the
-    module says why)."""
-    data, said = proto.SerializeToString(), None
+    or where the refusal is one of its gaps (`_ort_gap`; the module says why)."""
+    try:
+        data, said, gap = proto.SerializeToString(), None, False
+    except ValueError:    # over protobuf's 2 GiB: not a session of bytes, nothing to check
+        return None
     for optimize in (True, False):
         try:
             new_session(data, threads, optimize=optimize)
             return None
         except Exception as e:  # noqa: BLE001 - ONNX Runtime raises its own types
-            said = said or ort_said(e)
-    return None if _foreign_op_refused(proto, said) else said
+            if said is None:
+                said, gap = ort_said(e), _ort_gap(proto, e)
+    return None if gap else said
 
 
-def _foreign_op_refused(proto: onnx.ModelProto, said: str) -> bool:
-    """Whether ONNX Runtime's refusal `said` names an op of `proto` (its subgraphs included)
-    from a domain other than ONNX's own that no model-local function defines: "custom:Foo(-1)
-    is not a registered function/op", "Could not find an implementation for Foo(1) node"."""
+def _ort_gap(proto: onnx.ModelProto, e: BaseException) -> bool:
+    """Whether ONNX Runtime's refusal `e` is a gap of its own rather than the model's fault:
+    no kernel of a node ("Could not find an implementation for DequantizeLinear(28) node"),
+    or an op of `proto` (its subgraphs included) from a domain other than ONNX's own that no
+    model-local function defines ("custom:Foo(-1) is not a registered function/op")."""
+    said = first_line(e)
+    if type(e).__name__ == "NotImplemented" or "Could not find an implementation" in said:
+        return True
     local = {(f.domain, f.name) for f in proto.functions}
 
     def ops(g: onnx.GraphProto):
@@ -228,9 +237,9 @@ def _foreign_op_refused(proto: onnx.ModelProto, said: str) -> bool:
                 for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
                     yield from ops(sub)
 
-    foreign = {n.op_type for n in ops(proto.graph)
+    foreign = {f"{n.domain}:{n.op_type}" for n in ops(proto.graph)
                if n.domain not in STANDARD_DOMAINS and (n.domain, n.op_type) not in local}
-    return any(re.search(rf"\b{re.escape(op)}\(", said) for op in foreign)
+    return any(f"{op}(" in said for op in foreign)
 
 
 def ort_said(e: BaseException) -> str:
