@@ -38,7 +38,7 @@ from woodpecker.ops.opaque import OP as OPAQUE
 from woodpecker.ops.opaque import WHOLE_MODEL
 from woodpecker.options import Precision
 
-ARTIFACTS_DIR = "openvino"   # a saved plan's step models
+ARTIFACTS_DIR = names.OPENVINO_MODELS_DIR   # a saved plan's step models
 CACHE_SUBDIR = "openvino"    # OpenVINO's compiled-model cache, under Woodpecker's cache
 # float32 computed in float32, as every other engine does: OpenVINO's CPU plugin otherwise
 # computes in bfloat16 where the CPU has it (this host's AMD EPYC reports

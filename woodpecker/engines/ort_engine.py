@@ -27,7 +27,7 @@ from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.steps import StepIO
 from woodpecker.ops import OPS
 
-ARTIFACTS_DIR = "onnxruntime"   # a saved plan's step models
+ARTIFACTS_DIR = names.ORT_MODELS_DIR   # a saved plan's step models
 
 
 def session_options(threads: int, layout: bool = True, optimize: bool = True):

@@ -25,20 +25,21 @@ from typing import Any
 
 import numpy as np
 
+from woodpecker.engines import names
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import PlanError, WoodpeckerError
-from woodpecker.files import confine, inside, write_bytes, writer
+from woodpecker.files import confine, write_bytes, writer
 from woodpecker.ir.graph import DYNAMIC, Graph
 from woodpecker.ir.steps import StepIO, step_io
 from woodpecker.ops import OPS
 from woodpecker.options import Precision, precision
+from woodpecker.runtime.plan_checks import arena_oversized, check_shapes, check_stages
 from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.runtime.steps import plan_steps
 from woodpecker.runtime.trust import SIGNATURE_FIELD, signature, signed_here, unsigned_bytes
-from woodpecker.runtime.weights import MappedWeights, aligned, write_weights
+from woodpecker.runtime.weights import MappedWeights, load_weights, write_weights
 from woodpecker.schedule.arena import Arena, check_arena
-from woodpecker.schedule.problem import value_bytes
 from woodpecker.target import Target
 from woodpecker.version import __version__
 
@@ -134,6 +135,15 @@ def _spec(v) -> dict:
     return {"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name}
 
 
+def _only_plan_parts(d: Path) -> bool:
+    """`d` holds nothing but what saves write: plan.json, weights.bin, the engines' artifact
+    folders and saves' hidden temporaries (a plan another process is saving right now); a
+    plan.json that is no plan's is the user's file."""
+    return not (d / PLAN_FILE).exists() and all(e.name == WEIGHTS_FILE or (e.name in names.ARTIFACT_DIRS and
+               e.is_dir() and not e.is_symlink()) or
+               (e.name.startswith(".") and e.name.endswith(".tmp")) for e in d.iterdir())
+
+
 def is_plan_dir(d: Path) -> bool:
     """`d` holds a Woodpecker plan (a plan.json with the format tag; it may be damaged
     otherwise: saving over a damaged plan is how it is repaired)."""
@@ -149,7 +159,7 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
     d = Path(directory)
     if d.exists() and not d.is_dir():
         raise PlanError(f"cannot save plan: {d} exists and is not a directory")
-    if d.is_dir() and not force and any(d.iterdir()) and not is_plan_dir(d):
+    if d.is_dir() and not force and not is_plan_dir(d) and not _only_plan_parts(d):
         raise PlanError(f"cannot save plan: {d} is a folder that holds no Woodpecker plan; "
                         "choose a new folder, or force it (--force) to write into it")
     d.mkdir(parents=True, exist_ok=True)
@@ -314,81 +324,6 @@ def _check_trusted(d: Path, doc: dict, plan: Plan) -> None:
                         "(load(…, trust=True))")
 
 
-def _load_weights(d: Path, doc: dict) -> tuple[dict[str, np.ndarray], MappedWeights]:
-    wdoc = doc["weights"]
-    path = inside(d, wdoc["file"], "weights file")
-    if not path.is_file():
-        raise PlanError(f"plan weights file missing: {path}")
-    if doc["schema_version"] == 3:
-        if _sha256_of(path) != wdoc["sha256"]:
-            raise _weights_differ(path)
-        return _npz_weights(path, wdoc), None
-    # the mapping's own bytes are hashed: a file renamed over this one after the check is
-    # not what the plan runs on
-    mapped = MappedWeights(path)
-    if mapped.sha256() != wdoc["sha256"]:
-        raise _weights_differ(path)
-    out, end = {}, 0
-    for t in wdoc["tensors"]:     # the tensors tile the file in order: an edited shape shows
-        shape, dtype = [int(n) for n in t["shape"]], np.dtype(t["dtype"])
-        if int(t["offset"]) != aligned(end):
-            raise PlanError(f"weight {t['name']!r} is not what is stored: plan says "
-                            f"{dtype.name}{shape} at offset {t['offset']}, but the weights "
-                            f"before it end at {end} (plan.json and {path.name} disagree)")
-        out[t["name"]] = mapped.array(int(t["offset"]), shape, dtype.name, t["name"])
-        end = int(t["offset"]) + out[t["name"]].nbytes
-    if end != mapped.size:
-        raise PlanError(f"{path.name} holds {mapped.size} bytes but its weights end at {end} "
-                        "(plan.json and the weights file disagree)")
-    return out, mapped
-
-
-def _weights_differ(path: Path) -> PlanError:
-    return PlanError(f"{path} does not match plan.json (sha256 differs): plan was edited or "
-                     "the weights file corrupted")
-
-
-def _sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _npz_weights(path: Path, wdoc: dict) -> dict[str, np.ndarray]:
-    """A schema-3 plan's weights.npz, read whole (no pickle)."""
-    out = {}
-    with np.load(path, allow_pickle=False) as z:
-        for t in wdoc["tensors"]:
-            if t["key"] not in z:
-                raise PlanError(f"weight {t['name']!r} missing from {path}")
-            a = z[t["key"]]
-            if list(a.shape) != list(t["shape"]) or a.dtype.name != t["dtype"]:
-                raise PlanError(f"weight {t['name']!r}: stored {a.dtype.name}{list(a.shape)}, "
-                                f"plan says {t['dtype']}{t['shape']}")
-            out[t["name"]] = a
-    return out
-
-
-# the largest alignment a plan's arena may ask for: a page (compiles align to a cache line)
-MAX_ARENA_ALIGNMENT = 4096
-
-
-def _arena_oversized(g: Graph, arena: Arena) -> str | None:
-    """An arena larger than all the graph's values side by side (each aligned), or aligned to
-    anything but a power of two up to a page, is no arena a compile makes: allocating it would
-    only exhaust memory (a tampered alignment of 2^62 asked for exbibytes)."""
-    a = arena.alignment
-    if a < 1 or a & (a - 1) or a > MAX_ARENA_ALIGNMENT:
-        return f"its alignment {a} is not a power of two up to {MAX_ARENA_ALIGNMENT}"
-    most = sum(-(-value_bytes(v) // arena.alignment) * arena.alignment
-               for v in g.values.values() if v.data is None)
-    if arena.size > most:
-        return f"its size {arena.size} exceeds the {most} bytes of all values side by side"
-    return None
-
-
 def _precision(doc: dict) -> Precision:
     """plan.json's precision (float32 where it names none); an edited value is a one-line
     PlanError."""
@@ -428,7 +363,7 @@ def _shape(spec: dict, name: str) -> list[int]:
 
 def _build(d: Path, doc: dict) -> Plan:
     _check_host(doc)
-    weights, mapped = _load_weights(d, doc)
+    weights, mapped = load_weights(d, doc)
     g = Graph(doc["model"]["name"])
     g.opset = int(doc["model"]["opset"])
     for s in doc["inputs"]:
@@ -483,72 +418,15 @@ def _build(d: Path, doc: dict) -> Plan:
         raise PlanError("plan.json: the engines' artifacts do not match the engines chosen")
     for name in sorted(used):
         get_engine(name).load_artifacts(d, doc["engines"][name], choices)
-    _check_stages(plan)
-    _check_shapes(g)
+    check_stages(plan)
+    check_shapes(g)
     missing = set(schedule.region_starts) - set(choices)
     if missing:
         raise PlanError(f"plan.json: a region starts at unknown node {sorted(missing)[0]!r}")
     if "arena" in doc:
         plan.arena = Arena.from_json(doc["arena"])
-        problem = _arena_oversized(g, plan.arena) \
+        problem = arena_oversized(g, plan.arena) \
             or check_arena(g, plan.arena, plan.steps(), plan.every)
         if problem:
             raise PlanError(f"plan.json: arena is corrupt: {problem}")
     return plan
-
-
-def _check_shapes(g: Graph) -> None:
-    """A PlanError unless every node's outputs have the shapes and types its op's rule gives
-    from its inputs (ops/: the rules the import ran), so an edited shape — an input made
-    16x16 where the kernels were built for 8x8 — is refused before any kernel sees an array
-    of a size it was not built for. A Transpose's rule holds in any layout (a layout
-    conversion is one); the other nodes reading or writing a value in another layout than
-    the model's (NHWC around generated kernels) are checked by their kernels' own bounds
-    (Halide's buffer checks) and the arena's."""
-    def data_of(v):
-        return v.data
-
-    for node in g.nodes:
-        laid_out = any(v is not None and v.layout for v in (*node.inputs, *node.outputs))
-        if laid_out and node.op != "Transpose":
-            continue
-        try:
-            results = OPS[node.op].infer(node, data_of)
-        except Exception as e:  # noqa: BLE001 - a rule fails in its own ways on bad input
-            raise PlanError(f"plan.json: node {node.name!r} ({node.op}) does not fit its "
-                            f"inputs ({type(e).__name__}: {e})".splitlines()[0]) from None
-        for v, (shape, dtype) in zip(node.outputs, results):
-            dims = [int(d) for d in shape]
-            if v.shape is not None and any(d == DYNAMIC for d in v.shape):
-                continue   # a whole-model plan's output the data decides
-            if dims != list(v.shape) or np.dtype(dtype) != v.dtype:
-                raise PlanError(f"plan.json: node {node.name!r} ({node.op}) makes "
-                                f"{np.dtype(dtype).name}{dims} from its inputs, but plan.json "
-                                f"records {v.name!r} as {v.dtype.name}{list(v.shape)} (edited?)")
-
-
-def _check_stages(plan: Plan) -> None:
-    """A PlanError unless each stage of the parallel schedule is two or more consecutive
-    nodes, none in two stages, none reading another's output: what running them at the same
-    time needs (a tampered stage would race)."""
-    try:
-        stages = plan.stages()
-    except (KeyError, TypeError) as e:
-        raise PlanError(f"plan.json: the parallel schedule's stages are corrupt ({e})") from None
-    seen: set[int] = set()
-    nodes = plan.graph.nodes
-    for stage in stages:
-        if len(stage) < 2 or sorted(stage) != list(range(stage[0], stage[0] + len(stage))) \
-                or seen & set(stage):
-            raise PlanError("plan.json: a stage of the parallel schedule is not a run of "
-                            "consecutive nodes of its own")
-        seen.update(stage)
-        made = {id(v) for i in stage for v in nodes[i].outputs}
-        outputs = {id(v) for v in plan.graph.outputs}
-        for i in stage:
-            if any(not v.consumers and id(v) not in outputs for v in nodes[i].outputs):
-                raise PlanError(f"plan.json: stage node {nodes[i].name!r} has an output "
-                                "nothing reads")
-            if any(v is not None and id(v) in made for v in nodes[i].inputs):
-                raise PlanError(f"plan.json: stage node {nodes[i].name!r} reads another "
-                                "node of its stage: they cannot run at the same time")

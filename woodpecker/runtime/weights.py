@@ -18,11 +18,13 @@ import hashlib
 import mmap
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
 from woodpecker.errors import PlanError
+from woodpecker.files import inside
 
 ALIGN = 64
 
@@ -82,3 +84,60 @@ class MappedWeights:
         """Drop the pages touched so far from this process's resident memory."""
         if self._map is not None and hasattr(self._map, "madvise"):
             self._map.madvise(mmap.MADV_DONTNEED)
+
+
+def load_weights(d: Path, doc: dict) -> tuple[dict[str, np.ndarray], MappedWeights]:
+    wdoc = doc["weights"]
+    path = inside(d, wdoc["file"], "weights file")
+    if not path.is_file():
+        raise PlanError(f"plan weights file missing: {path}")
+    if doc["schema_version"] == 3:
+        if _sha256_of(path) != wdoc["sha256"]:
+            raise _weights_differ(path)
+        return _npz_weights(path, wdoc), None
+    # the mapping's own bytes are hashed: a file renamed over this one after the check is
+    # not what the plan runs on
+    mapped = MappedWeights(path)
+    if mapped.sha256() != wdoc["sha256"]:
+        raise _weights_differ(path)
+    out, end = {}, 0
+    for t in wdoc["tensors"]:     # the tensors tile the file in order: an edited shape shows
+        shape, dtype = [int(n) for n in t["shape"]], np.dtype(t["dtype"])
+        if int(t["offset"]) != aligned(end):
+            raise PlanError(f"weight {t['name']!r} is not what is stored: plan says "
+                            f"{dtype.name}{shape} at offset {t['offset']}, but the weights "
+                            f"before it end at {end} (plan.json and {path.name} disagree)")
+        out[t["name"]] = mapped.array(int(t["offset"]), shape, dtype.name, t["name"])
+        end = int(t["offset"]) + out[t["name"]].nbytes
+    if end != mapped.size:
+        raise PlanError(f"{path.name} holds {mapped.size} bytes but its weights end at {end} "
+                        "(plan.json and the weights file disagree)")
+    return out, mapped
+
+
+def _weights_differ(path: Path) -> PlanError:
+    return PlanError(f"{path} does not match plan.json (sha256 differs): plan was edited or "
+                     "the weights file corrupted")
+
+
+def _sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _npz_weights(path: Path, wdoc: dict) -> dict[str, np.ndarray]:
+    """A schema-3 plan's weights.npz, read whole (no pickle)."""
+    out = {}
+    with np.load(path, allow_pickle=False) as z:
+        for t in wdoc["tensors"]:
+            if t["key"] not in z:
+                raise PlanError(f"weight {t['name']!r} missing from {path}")
+            a = z[t["key"]]
+            if list(a.shape) != list(t["shape"]) or a.dtype.name != t["dtype"]:
+                raise PlanError(f"weight {t['name']!r}: stored {a.dtype.name}{list(a.shape)}, "
+                                f"plan says {t['dtype']}{t['shape']}")
+            out[t["name"]] = a
+    return out

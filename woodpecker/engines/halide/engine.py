@@ -29,7 +29,7 @@ from woodpecker.ir.graph import Graph, Node
 from woodpecker.ir.steps import StepIO
 from woodpecker.tasks import NHWC, spec_task, task_from_node, task_kinds
 
-KERNELS_DIR = "kernels"   # a saved plan's compiled kernels and Halide runtime
+KERNELS_DIR = names.KERNELS_DIR   # a saved plan's compiled kernels and Halide runtime
 
 
 class HalideEngine(Engine):

@@ -1,0 +1,95 @@
+"""The consistency checks a loaded plan passes before it runs (runtime/plan.py calls them
+after building the graph from plan.json): every node's outputs are what its op's rule makes
+of its inputs, the parallel schedule's stages can run at the same time, the arena is one a
+compile could have made. Each failure is one PlanError line: an edited or corrupt plan is
+refused before any kernel sees an array it was not built for (issue 76)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from woodpecker.errors import PlanError
+from woodpecker.ir.graph import DYNAMIC, Graph
+from woodpecker.ops import OPS
+from woodpecker.schedule.arena import Arena
+from woodpecker.schedule.problem import value_bytes
+
+if TYPE_CHECKING:
+    from woodpecker.runtime.plan import Plan
+
+
+# the largest alignment a plan's arena may ask for: a page (compiles align to a cache line)
+MAX_ARENA_ALIGNMENT = 4096
+
+
+def arena_oversized(g: Graph, arena: Arena) -> str | None:
+    """An arena larger than all the graph's values side by side (each aligned), or aligned to
+    anything but a power of two up to a page, is no arena a compile makes: allocating it would
+    only exhaust memory (a tampered alignment of 2^62 asked for exbibytes)."""
+    a = arena.alignment
+    if a < 1 or a & (a - 1) or a > MAX_ARENA_ALIGNMENT:
+        return f"its alignment {a} is not a power of two up to {MAX_ARENA_ALIGNMENT}"
+    most = sum(-(-value_bytes(v) // arena.alignment) * arena.alignment
+               for v in g.values.values() if v.data is None)
+    if arena.size > most:
+        return f"its size {arena.size} exceeds the {most} bytes of all values side by side"
+    return None
+
+
+def check_shapes(g: Graph) -> None:
+    """A PlanError unless every node's outputs have the shapes and types its op's rule gives
+    from its inputs (ops/: the rules the import ran), so an edited shape — an input made
+    16x16 where the kernels were built for 8x8 — is refused before any kernel sees an array
+    of a size it was not built for. A Transpose's rule holds in any layout (a layout
+    conversion is one); the other nodes reading or writing a value in another layout than
+    the model's (NHWC around generated kernels) are checked by their kernels' own bounds
+    (Halide's buffer checks) and the arena's."""
+    def data_of(v):
+        return v.data
+
+    for node in g.nodes:
+        laid_out = any(v is not None and v.layout for v in (*node.inputs, *node.outputs))
+        if laid_out and node.op != "Transpose":
+            continue
+        try:
+            results = OPS[node.op].infer(node, data_of)
+        except Exception as e:  # noqa: BLE001 - a rule fails in its own ways on bad input
+            raise PlanError(f"plan.json: node {node.name!r} ({node.op}) does not fit its "
+                            f"inputs ({type(e).__name__}: {e})".splitlines()[0]) from None
+        for v, (shape, dtype) in zip(node.outputs, results):
+            dims = [int(d) for d in shape]
+            if v.shape is not None and any(d == DYNAMIC for d in v.shape):
+                continue   # a whole-model plan's output the data decides
+            if dims != list(v.shape) or np.dtype(dtype) != v.dtype:
+                raise PlanError(f"plan.json: node {node.name!r} ({node.op}) makes "
+                                f"{np.dtype(dtype).name}{dims} from its inputs, but plan.json "
+                                f"records {v.name!r} as {v.dtype.name}{list(v.shape)} (edited?)")
+
+
+def check_stages(plan: "Plan") -> None:
+    """A PlanError unless each stage of the parallel schedule is two or more consecutive
+    nodes, none in two stages, none reading another's output: what running them at the same
+    time needs (a tampered stage would race)."""
+    try:
+        stages = plan.stages()
+    except (KeyError, TypeError) as e:
+        raise PlanError(f"plan.json: the parallel schedule's stages are corrupt ({e})") from None
+    seen: set[int] = set()
+    nodes = plan.graph.nodes
+    for stage in stages:
+        if len(stage) < 2 or sorted(stage) != list(range(stage[0], stage[0] + len(stage))) \
+                or seen & set(stage):
+            raise PlanError("plan.json: a stage of the parallel schedule is not a run of "
+                            "consecutive nodes of its own")
+        seen.update(stage)
+        made = {id(v) for i in stage for v in nodes[i].outputs}
+        outputs = {id(v) for v in plan.graph.outputs}
+        for i in stage:
+            if any(not v.consumers and id(v) not in outputs for v in nodes[i].outputs):
+                raise PlanError(f"plan.json: stage node {nodes[i].name!r} has an output "
+                                "nothing reads")
+            if any(v is not None and id(v) in made for v in nodes[i].inputs):
+                raise PlanError(f"plan.json: stage node {nodes[i].name!r} reads another "
+                                "node of its stage: they cannot run at the same time")
