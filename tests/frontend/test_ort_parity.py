@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import woodpecker
 from woodpecker.errors import ModelError
-from woodpecker.selection.library_first import ort_refusal, ort_said
+from woodpecker.selection.ort_reference import ort_refusal, ort_said
 
 F = TensorProto.FLOAT
 

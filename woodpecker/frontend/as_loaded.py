@@ -7,7 +7,7 @@ Runtime makes them dense when it loads the file too) and every call of a model-l
 (`model.functions`) inlined by `onnx.inliner` (ONNX Runtime inlines them as well: its
 optimiser sees the function's nodes). Node-level import, the whole-model plan and the file's
 nodes a library region runs (`Graph.source`, engines/onnx_step.original_region) all read this
-form; ONNX Runtime's own check of the user's file (selection/library_first.ort_refusal) reads
+form; ONNX Runtime's own check of the user's file (selection/ort_reference.ort_refusal) reads
 the file as given.
 """
 
