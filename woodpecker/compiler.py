@@ -32,6 +32,7 @@ from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.selection.accuracy import precision_report
 from woodpecker.selection.library_first import LibraryRefusal, OriginalGraph
+from woodpecker.selection.ort_reference import OnnxRuntimeRefusal
 from woodpecker.selection.pipeline import (
     Selection,
     candidate_graphs,
@@ -110,6 +111,8 @@ def compile(model: Any, options: CompileOptions | None = None, *,
             return _measured_precision(
                 original.plan(_assembly(allowed, tgt, 0, meta, opts), progress, deadline),
                 proto, tgt, opts, progress)
+        except OnnxRuntimeRefusal:         # the reference refuses the file: its own line
+            raise
         except ModelError as refusal:      # no library runs it either (LibraryRefusal, …)
             raise LibraryRefusal(f"{first_line(e)}; and {refusal}") from None
     original.known = {v.name: (list(v.shape), v.dtype) for v in graph.outputs}

@@ -63,6 +63,22 @@ def test_an_opset_onnx_runtime_does_not_support_is_refused_with_its_line():
     assert "\n" not in str(e.value) and "/onnxruntime_src" not in str(e.value)
 
 
+def test_onnx_runtimes_refusal_after_a_failed_import_is_its_own_line_and_no_library_claim():
+    """Where the import fails and ONNX Runtime refuses the file too, the error is ONNX
+    Runtime's refusal as it is (not wrapped in the import's reason), and no progress line
+    says the libraries run the graph."""
+    import io
+
+    from woodpecker.selection.ort_reference import OnnxRuntimeRefusal
+
+    progress = io.StringIO()
+    with pytest.raises(OnnxRuntimeRefusal) as e:
+        woodpecker.compile(_relu(99), threads=1, progress=progress)
+    assert str(e.value).startswith("ONNX Runtime refuses this model: ")
+    assert "newer than any this build knows" not in str(e.value)
+    assert "the libraries run its original graph" not in progress.getvalue()
+
+
 def test_a_refusal_of_an_op_outside_onnx_domains_is_not_onnx_runtimes_last_word():
     custom = _model([helper.make_node("Foo", ["x"], ["y"], domain="custom")], [_vi("x")],
                     [_vi("y")], opsets=[helper.make_opsetid("custom", 1)])

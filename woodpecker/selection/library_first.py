@@ -102,9 +102,6 @@ class OriginalGraph:
         library runs the graph."""
         out, start = out or sys.stderr, time.monotonic()
         whole = whole_graph(self.proto, self.input_shapes, self.input_values, self.known)
-        if self.why is not None:
-            print(f"Woodpecker has no node-level plan for this model ({self.why}); the "
-                  "libraries run its original graph", file=out, flush=True)
         # no arena: the library allocates the outputs it returns (no copy out of an arena; a
         # dimension the data decides is fine)
         assembly = replace(assembly, context=replace(assembly.context, opset=whole.opset),
@@ -122,6 +119,9 @@ class OriginalGraph:
         if ONNXRUNTIME in checked.refused:
             self._reference_refuses(assembly)
         refused = checked.refused
+        if self.why is not None:   # said once a library runs it (not before a refusal)
+            print(f"Woodpecker has no node-level plan for this model ({self.why}); the "
+                  "libraries run its original graph", file=out, flush=True)
         library, record = fastest_library(checked.plans, out, deadline, rewrites=others)
         library.plan.meta["library_first"] = {
             **record, **({"refused": refused} if refused else {}),
