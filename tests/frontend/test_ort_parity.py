@@ -311,9 +311,22 @@ def test_a_string_graph_is_one_whole_model_node_of_string_values():
 
 
 def test_a_string_tensor_through_identity_runs_on_a_library():
-    from woodpecker.engines.registry import get_engine
-
-    if "object" not in get_engine("onnxruntime").dtypes:
-        pytest.skip("the library engines do not declare string tensors (dtype object) yet: "
-                    "engines/ort_engine.py (issue 76)")
     _agrees(_strings(), {"x": np.array(["a", "bc"], dtype=object)})
+
+
+def test_a_string_plan_saves_loads_and_runs_through_the_session(tmp_path, monkeypatch):
+    monkeypatch.setenv("WOODPECKER_CACHE", str(tmp_path / "cache"))
+    model, x = _strings(), np.array(["a", "bc"], dtype=object)
+    want = _ort(model, {"x": x})[0].tolist()
+    plan = woodpecker.compile(model, threads=1)
+    plan.save(tmp_path / "plan")
+    loaded = woodpecker.load(tmp_path / "plan")
+    assert loaded.run({"x": x})["y"].tolist() == want
+    # a str array (numpy's unicode dtype), as ONNX Runtime takes it
+    assert loaded.run({"x": np.array(["a", "bc"])})["y"].tolist() == want
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    session = woodpecker.InferenceSession(str(path))
+    assert [i.type for i in session.get_inputs()] == ["tensor(string)"]
+    got = session.run(None, {"x": x})[0]
+    assert got.dtype == object and got.tolist() == want

@@ -26,8 +26,12 @@ from woodpecker.errors import first_line
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.steps import StepIO
 from woodpecker.ops import OPS
+from woodpecker.ops.opaque import OP as OPAQUE
+from woodpecker.ops.opaque import WHOLE_MODEL
 
 ARTIFACTS_DIR = names.ORT_MODELS_DIR   # a saved plan's step models
+# the element types of a whole-model session: numeric and strings (dtype object)
+STRINGS = NUMERIC | {"object"}
 
 
 def session_options(threads: int, layout: bool = True, optimize: bool = True):
@@ -89,6 +93,14 @@ class OrtEngine(Engine):
 
     def available(self) -> bool:
         return importlib.util.find_spec("onnxruntime") is not None
+
+    def dtypes_for(self, node: Node) -> frozenset[str]:
+        """Also strings (numpy's object arrays) where the node is the user's whole graph
+        (frontend/whole.py): that plan has no arena, its session takes and returns object
+        arrays itself. A node of a plan with an arena runs numeric types only."""
+        if node.op == OPAQUE and node.attrs.get("op_type") == WHOLE_MODEL:
+            return STRINGS
+        return self.dtypes
 
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
         return self._nodes.why_not(node, ctx) is None

@@ -128,6 +128,8 @@ class CompiledModel:
                 raise InputError(f"missing input {name!r}; the model's inputs are: "
                                  f"{self._listing()}")
             a = np.asarray(feeds[name])
+            if a.dtype.kind == "U" and np.dtype(dtype).kind == "O":   # str arrays, as ORT takes
+                a = a.astype(object)
             if a.dtype != dtype:
                 raise InputError(f"input {name!r} has dtype {a.dtype}, expected {dtype}")
             if a.shape != shape:
