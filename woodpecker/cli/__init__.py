@@ -19,6 +19,7 @@ from woodpecker.config import CANDIDATE_TIMEOUT_S, DEFAULT_SEARCH
 from woodpecker.errors import WoodpeckerError
 from woodpecker.files import distinct_stems, read_npy
 from woodpecker.options import PRECISIONS, SEARCHES, SPLITS, BudgetSplit, ScheduleKind
+from woodpecker.version import __version__
 
 TUNE_BUDGET = "15m"    # --budget when none is given (TuneOptions' default)
 
@@ -261,6 +262,7 @@ def _at_least(low: int):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="woodpecker", description=__doc__)
+    p.add_argument("--version", action="version", version=f"woodpecker {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     z = sub.add_parser("zoo", help="list or export built-in models")
