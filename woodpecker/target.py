@@ -16,6 +16,7 @@ import functools
 import os
 import platform
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from woodpecker.errors import WoodpeckerError
 from woodpecker.gpu import driver
@@ -114,7 +115,71 @@ def host_extensions() -> frozenset[str]:
 
 
 def default_threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """The cores this process may use: those of its CPU affinity, no more than its cgroup's CPU
+    quota allows (`cgroup_cpus`: a container given 2 CPUs on a 64-core host runs 2 threads, not
+    64 time-sliced — ONNX Runtime users' most common deployment complaint, onnxruntime#29510)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        os.cpu_count() or 1
+    quota = cgroup_cpus()
+    return max(1, min(cores, quota)) if quota is not None else cores
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_cpus(root: Path | None = None, membership: str | None = None) -> int | None:
+    """The CPUs this process's cgroup CPU quota allows, ceil(quota / period), of the tightest
+    quota on its cgroup and every cgroup above it — cgroups v2 (`cpu.max`: "QUOTA PERIOD", or
+    "max PERIOD" for none) or v1 (`cpu.cfs_quota_us`, -1 for none, over `cpu.cfs_period_us`,
+    under the `cpu` controller's folder); None where no quota applies or none can be read.
+    `root`: where the cgroup filesystem is mounted (CGROUP_ROOT); `membership`:
+    /proc/self/cgroup's text (read when not given). In a container the cgroup /proc names may
+    be the host's path, which the container's mount lacks: its folders are looked for from the
+    deepest up to the root."""
+    root = CGROUP_ROOT if root is None else Path(root)
+    if membership is None:
+        try:
+            membership = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            membership = ""
+    places: list[tuple[Path, str]] = []   # (hierarchy folder, the cgroup's path in it)
+    for line in membership.splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":                                    # v2's unified hierarchy
+            places += [(root, path), (root / "unified", path)]
+        elif "cpu" in controllers.split(","):                   # v1's cpu controller
+            places += [(root / controllers, path), (root / "cpu", path)]
+    places = places or [(root, "/"), (root / "cpu", "/")]
+    limits = [n for folder, path in places for n in _quotas(folder, path)]
+    return min(limits) if limits else None
+
+
+def _quotas(folder: Path, path: str) -> list[int]:
+    """ceil(quota / period) of each cgroup from `folder`/`path` up to `folder` that has a quota."""
+    out, parts = [], [p for p in path.strip("/").split("/") if p and p != ".."]
+    for depth in range(len(parts), -1, -1):
+        here = folder.joinpath(*parts[:depth])
+        quota_period = _read(here / "cpu.max")
+        if quota_period is None:
+            q, period = _read(here / "cpu.cfs_quota_us"), _read(here / "cpu.cfs_period_us")
+            quota_period = None if q is None or period is None else q + period
+        if quota_period is None or len(quota_period) != 2 or quota_period[0] in ("max", "-1"):
+            continue
+        try:
+            quota, period = int(quota_period[0]), int(quota_period[1])
+        except ValueError:
+            continue
+        if quota > 0 and period > 0:
+            out.append(max(1, -(-quota // period)))
+    return out
+
+
+def _read(path: Path) -> list[str] | None:
+    """The whitespace-separated words of a small file, None where it cannot be read."""
+    try:
+        return path.read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 # The most threads any engine is given: the Halide pool's limit (spin_pool.c, 255 workers and
@@ -135,8 +200,9 @@ def check_threads(n, force: bool = False) -> int:
     cores = default_threads()
     if n > cores and not force:
         raise WoodpeckerError(f"threads {n} is more than the {cores} cores this process may use "
-                              "(oversubscribing slows every engine); force it with "
-                              "force_threads=True (--force-threads)")
+                              "(its CPU affinity and cgroup quota; oversubscribing slows "
+                              "every engine); force it with force_threads=True "
+                              "(--force-threads)")
     return n
 
 
