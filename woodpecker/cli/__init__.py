@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from woodpecker.cli import common
 from woodpecker.cli import gpu as gpu_cmd
 from woodpecker.cli import quantize as quantize_cmd
 from woodpecker.cli.common import _is_plan, _load_or_compile, _reference_onnx, _shapes
@@ -86,7 +87,6 @@ def cmd_compile(args) -> None:
 
 
 def cmd_run(args) -> None:
-    model = _load_or_compile(args)
     feeds = {}
     for item in args.input or []:
         name, sep, path = item.partition("=")
@@ -95,7 +95,7 @@ def cmd_run(args) -> None:
         if name in feeds:
             raise WoodpeckerError(f"--input {name!r} is given twice")
         feeds[name] = read_npy(name, path)
-    outputs = model.run(feeds)
+    outputs = common.run(args, feeds)     # (an .onnx: the sessions' cached plan)
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for (name, value), safe in zip(outputs.items(), distinct_stems(outputs)):
@@ -107,7 +107,7 @@ def cmd_bench(args) -> None:
     from woodpecker.bench.compare import benchmark, default_runtimes, format_table, write_json
     from woodpecker.progress import Progress
 
-    model = _load_or_compile(args)
+    model = common.cached_or_compiled(args)
     onnx_bytes = _reference_onnx(model, args.onnx, args.model)
     meta = model.plan.meta.get("metadata")
     against = default_runtimes(meta) if args.against is None else \
