@@ -63,3 +63,57 @@ def test_bench_of_an_onnx_reuses_the_cached_plan(tmp_path, capsys, monkeypatch):
     assert "plan compiled" in capsys.readouterr().err
     assert main(args) == 0
     assert "loaded from the plan cache" in capsys.readouterr().err
+
+
+def _result(paired, quartiles, library=None, both=True):
+    from woodpecker.bench.compare import FASTEST_LIBRARY
+    from woodpecker.engines.names import ONNXRUNTIME, OPENVINO
+
+    stats = {"median_ms": 1.0, "p10_ms": 0.9, "p90_ms": 1.1}
+    names = [ONNXRUNTIME, OPENVINO, FASTEST_LIBRARY] if both else [ONNXRUNTIME]
+    return {"model": "m", "runs": 20, "threads": 1, "max_rel_diff": 0.0,
+            "results": {n: stats for n in ["woodpecker", *names]},
+            "speedup_vs": {n: paired for n in names},
+            "paired_speedup_vs": {n: paired for n in names},
+            "paired_quartiles": {n: quartiles for n in names}, "library_plan": library}
+
+
+def test_bench_headline_says_when_the_plan_is_a_librarys_session():
+    from woodpecker.bench.compare import format_table
+    from woodpecker.engines.names import ONNXRUNTIME, OPENVINO
+
+    said = format_table(_result(0.551, [0.54, 0.56], OPENVINO))
+    assert "headline: Woodpecker is 0.551x the speed of the faster of" in said
+    assert ("the plan is OpenVINO's session of your graph: the ratio is OpenVINO against "
+            "itself where it was the faster library, else against ONNX Runtime") in said
+    said = format_table(_result(0.98, [0.97, 0.99], ONNXRUNTIME, both=False))
+    assert "the plan is ONNX Runtime's session of your graph: the ratio is ONNX Runtime " \
+           "against itself" in said
+    # a plan of Woodpecker's graph: no such line
+    assert "session of your graph" not in format_table(_result(1.3, [1.25, 1.35]))
+
+
+def test_bench_headline_says_a_ratio_is_within_noise_when_the_spread_is_wider():
+    from woodpecker.bench.compare import format_table
+
+    noisy = format_table(_result(0.95, [0.80, 1.10]))
+    assert "within noise: the per-round ratios' interquartile range (0.800x to 1.100x) is " \
+           "wider than the ratio's distance from 1.0" in noisy
+    assert "within noise" not in format_table(_result(0.70, [0.65, 0.75]))
+
+
+def test_bench_of_a_library_plan_records_it_and_the_quartiles(tmp_path, capsys, monkeypatch):
+    import json
+
+    from woodpecker.engines.names import ONNXRUNTIME, OPENVINO
+
+    monkeypatch.setenv("WOODPECKER_CACHE", str(tmp_path / "cache"))
+    model, out = tmp_path / "m.onnx", tmp_path / "r.json"
+    _relu_file(model)
+    assert main(["bench", str(model), "--against", "onnxruntime", "--runs", "5", "--warmup",
+                 "0", "--threads", "1", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["library_plan"] in (ONNXRUNTIME, OPENVINO)
+    q1, q3 = r["paired_quartiles"][ONNXRUNTIME]
+    assert q1 <= q3
+    assert "session of your graph" in capsys.readouterr().out
