@@ -8,6 +8,10 @@ there) — its plan then refuses to load on a host without a device of that capa
 `machine_facts()` names the machine in benchmark results: the CPU's model name and its
 family/model numbers with the microarchitecture they identify (an "AMD EPYC" is a Zen 3, 4 or
 5 by its family and model alone), every vector extension a kernel could use, the cores.
+
+`default_threads()` (a target's threads unless given) is the cores this process may use: its
+CPU affinity, capped by its cgroup's CPU quota (`cgroup_cpus`: v2 `cpu.max`, v1
+`cpu.cfs_quota_us`/`cpu.cfs_period_us`, rounded up; the cgroup root a parameter).
 """
 
 from __future__ import annotations
