@@ -25,11 +25,13 @@ from typing import Any
 import numpy as np
 
 from woodpecker.cache import cache_dir
+from woodpecker.config import OPENVINO_COMPILE_LIMIT_S, OPENVINO_PROBE_OPS
 from woodpecker.engines import names
 from woodpecker.engines.base import NUMERIC, BuildContext, Capabilities, Engine, Kernel
 from woodpecker.engines.choice import Choices, KernelSpec
 from woodpecker.engines.node_builds import NodeBuilds
 from woodpecker.engines.onnx_step import StepModels, node_io
+from woodpecker.engines.openvino_probe import bounded_compile
 from woodpecker.errors import first_line
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.steps import StepIO
@@ -107,16 +109,21 @@ class OpenVinoEngine(Engine):
 
     def _compile(self, model: "bytes | Path", ctx: BuildContext) -> Any:
         """OpenVINO's compiled model of a serialized ONNX model (or a model file: OpenVINO
-        reads it itself), through its model cache for a loaded plan's steps."""
+        reads it itself), through its model cache for a loaded plan's steps; a large model's
+        compile bounded in time (engines/openvino_probe.py)."""
         if self._core is None:
             import openvino as ov
 
             self._core = ov.Core()
         core = self._core
         source = str(model) if isinstance(model, Path) else model
-        return core.compile_model(core.read_model(source), "CPU",
-                                  compile_config(ctx.threads, ctx.artifacts is not None,
-                                                 ctx.precision))
+        read = core.read_model(source)
+        ops = len(read.get_ops())
+        big = ops >= OPENVINO_PROBE_OPS   # compiled in a child first, through the cache
+        return bounded_compile(core, read, source,
+                               compile_config(ctx.threads, ctx.artifacts is not None or big,
+                                              ctx.precision),
+                               ops, OPENVINO_COMPILE_LIMIT_S, OPENVINO_PROBE_OPS)
 
     def accepts(self, node: Node, ctx: BuildContext) -> bool:
         return self._nodes.why_not(node, ctx) is None
