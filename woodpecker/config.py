@@ -359,3 +359,14 @@ QUANT_FALLBACK_GAIN_DB = 0.5
 # value of the model is kept for each, so a large model's memory grows with it; chosen, not
 # tuned.
 QUANT_ERROR_FEEDS = 32
+
+# OpenVINO's compile of a model of at least OPENVINO_PROBE_OPS operations runs in a child
+# process first, killed after OPENVINO_COMPILE_LIMIT_S (engines/openvino_probe.py). Measured
+# (2-vCPU AMD EPYC Zen 5, 2 threads): chained Relus compile in 0.36 / 1.3 / 9.7 / 66 s for 250
+# / 500 / 1,000 / 3,000 ops (its snippets pass), a 3,958-op transformer encoder in 1.4 s; a
+# child costs ~1.5 s (importing OpenVINO), and the in-process compile after it loads the
+# child's cache entry (0.09 s for 1,000 Relus). 1,000 ops keeps every model of a few seconds'
+# compile in-process; 10 s is 7x the transformer's compile, and a 10,000-op chain's two
+# attempts (snippets on, then off) fit a 60 s untuned compile.
+OPENVINO_PROBE_OPS = 1000
+OPENVINO_COMPILE_LIMIT_S = 10.0
