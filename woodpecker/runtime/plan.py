@@ -136,12 +136,14 @@ def _spec(v) -> dict:
 
 
 def _only_plan_parts(d: Path) -> bool:
-    """`d` holds nothing but what saves write: plan.json, weights.bin, the engines' artifact
+    """`d` holds nothing but what saves write: weights.bin, the engines' artifact
     folders and saves' hidden temporaries (a plan another process is saving right now); a
     plan.json that is no plan's is the user's file."""
-    return not (d / PLAN_FILE).exists() and all(e.name == WEIGHTS_FILE or (e.name in names.ARTIFACT_DIRS and
-               e.is_dir() and not e.is_symlink()) or
-               (e.name.startswith(".") and e.name.endswith(".tmp")) for e in d.iterdir())
+    def part(e: Path) -> bool:
+        return e.name == WEIGHTS_FILE or (e.name.startswith(".") and e.name.endswith(".tmp")) \
+            or (e.name in names.ARTIFACT_DIRS and e.is_dir() and not e.is_symlink())
+
+    return not (d / PLAN_FILE).exists() and all(part(e) for e in d.iterdir())
 
 
 def is_plan_dir(d: Path) -> bool:
