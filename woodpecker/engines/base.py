@@ -104,13 +104,17 @@ class Capabilities:
     worker threads of its own (other engines' spinning workers are rested before its steps);
     `multi_node`: one kernel may compute a step of consecutive nodes (`build_step`);
     `generated`: it runs the tuned kernels selection chose (a node's `Choice.kernel`);
-    `views`: data movement runs as views and layout-following rewrites (assembly/layout.py)."""
+    `views`: data movement runs as views and layout-following rewrites (assembly/layout.py);
+    `holds_constants`: a saved plan's step carries the constants its nodes read inside the
+    engine's own artifacts (ONNX Runtime's and OpenVINO's step models embed them), so a plan
+    need not store them again in its weights file."""
 
     writes_strided: bool = True
     own_threads: bool = False
     multi_node: bool = False
     generated: bool = False
     views: bool = False
+    holds_constants: bool = False
 
 
 class Engine:
@@ -214,6 +218,11 @@ class Engine:
     def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:
         """Check what `save_artifacts` wrote (files present, sha256 as recorded); raise
         PlanError (one line) when something is missing, corrupt or edited."""
+
+    def artifact_files(self, section: dict) -> list[str]:
+        """The files (relative to the plan folder) that `save_artifacts` wrote, as its
+        `section` of plan.json names them: a save over an older plan removes the others."""
+        return []
 
 
 def full_inputs(node: Node, constants: list | None = None) -> Callable[[Sequence], list]:

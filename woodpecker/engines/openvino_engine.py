@@ -93,7 +93,8 @@ class OpenVinoEngine(Engine):
 
     name = names.OPENVINO
     # tensors take contiguous memory; a step may be a region of consecutive nodes
-    caps = Capabilities(writes_strided=False, own_threads=True, multi_node=True)
+    caps = Capabilities(writes_strided=False, own_threads=True, multi_node=True,
+                        holds_constants=True)
     rank = (None, None)   # only measured selection chooses it (module docstring)
     ops = frozenset(OPS)
     dtypes = NUMERIC
@@ -168,6 +169,9 @@ class OpenVinoEngine(Engine):
 
     def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:
         self._saved.load(directory, section["models"])
+
+    def artifact_files(self, section: dict) -> list[str]:
+        return [m["file"] for m in section.get("models", {}).values()]
 
 
 def _narrowed(node: Node) -> str | None:

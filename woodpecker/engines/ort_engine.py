@@ -81,7 +81,8 @@ class OrtEngine(Engine):
 
     name = names.ONNXRUNTIME
     # I/O binding takes a pointer and a shape; a step may be a region of consecutive nodes
-    caps = Capabilities(writes_strided=False, own_threads=True, multi_node=True)
+    caps = Capabilities(writes_strided=False, own_threads=True, multi_node=True,
+                        holds_constants=True)
     rank = (2, 0)   # compute first (registry.preference says why)
     ops = frozenset(OPS)
     dtypes = NUMERIC
@@ -144,6 +145,9 @@ class OrtEngine(Engine):
 
     def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:
         self._saved.load(directory, section["models"])
+
+    def artifact_files(self, section: dict) -> list[str]:
+        return [m["file"] for m in section.get("models", {}).values()]
 
 
 def _kernel(sess, in_names: list[str], out_names: list[str]) -> Kernel:

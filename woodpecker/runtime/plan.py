@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from woodpecker.engines import names
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import PlanError, WoodpeckerError
@@ -34,7 +33,14 @@ from woodpecker.ir.graph import DYNAMIC, Graph
 from woodpecker.ir.steps import StepIO, step_io
 from woodpecker.ops import OPS
 from woodpecker.options import Precision, precision
+from woodpecker.runtime import plan_files
 from woodpecker.runtime.plan_checks import arena_oversized, check_shapes, check_stages
+from woodpecker.runtime.plan_files import (
+    HashingWriter,
+    only_plan_parts,
+    remove_stale,
+    stored_constants,
+)
 from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.runtime.steps import plan_steps
 from woodpecker.runtime.trust import SIGNATURE_FIELD, signature, signed_here, unsigned_bytes
@@ -47,7 +53,7 @@ from woodpecker.version import __version__
 # 4: weights.bin, mapped (3 had weights.npz, still read)
 SCHEMA_VERSION = 5
 READS = (3, 4, 5)
-PLAN_FILE, WEIGHTS_FILE = "plan.json", "weights.bin"
+PLAN_FILE, WEIGHTS_FILE = plan_files.PLAN_FILE, plan_files.WEIGHTS_FILE
 
 
 @dataclass
@@ -135,17 +141,6 @@ def _spec(v) -> dict:
     return {"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name}
 
 
-def _only_plan_parts(d: Path) -> bool:
-    """`d` holds nothing but what saves write: weights.bin, the engines' artifact
-    folders and saves' hidden temporaries (a plan another process is saving right now); a
-    plan.json that is no plan's is the user's file."""
-    def part(e: Path) -> bool:
-        return e.name == WEIGHTS_FILE or (e.name.startswith(".") and e.name.endswith(".tmp")) \
-            or (e.name in names.ARTIFACT_DIRS and e.is_dir() and not e.is_symlink())
-
-    return not (d / PLAN_FILE).exists() and all(part(e) for e in d.iterdir())
-
-
 def is_plan_dir(d: Path) -> bool:
     """`d` holds a Woodpecker plan (a plan.json with the format tag; it may be damaged
     otherwise: saving over a damaged plan is how it is repaired)."""
@@ -161,16 +156,16 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
     d = Path(directory)
     if d.exists() and not d.is_dir():
         raise PlanError(f"cannot save plan: {d} exists and is not a directory")
-    if d.is_dir() and not force and not is_plan_dir(d) and not _only_plan_parts(d):
+    if d.is_dir() and not force and not is_plan_dir(d) and not only_plan_parts(d):
         raise PlanError(f"cannot save plan: {d} is a folder that holds no Woodpecker plan; "
                         "choose a new folder, or force it (--force) to write into it")
     d.mkdir(parents=True, exist_ok=True)
     g = plan.graph
-    weights = g.constants()
+    weights, held = stored_constants(plan)
     f, tmp_w, commit_weights = writer(d / WEIGHTS_FILE, root=d)
     try:
         with f:
-            h = _HashingWriter(f)
+            h = HashingWriter(f)
             offsets = write_weights(h, [np.asarray(v.data) for v in weights])
     except BaseException:
         commit_weights(keep=False)
@@ -196,7 +191,8 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
         "inputs": [_spec(v) for v in g.inputs],
         "outputs": [_spec(v) for v in g.outputs],
         "weights": {"file": WEIGHTS_FILE, "sha256": h.hexdigest(),
-                    "tensors": [dict(_spec(v), offset=o) for v, o in zip(weights, offsets)]},
+                    "tensors": [dict(_spec(v), offset=o) for v, o in zip(weights, offsets)],
+                    **({"held": [_spec(v) for v in held]} if held else {})},
         "values": values,
         "nodes": [{"name": n.name, "op": n.op,
                    "inputs": [None if v is None else v.name for v in n.inputs],
@@ -217,22 +213,8 @@ def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -
         raise
     commit_weights()
     write_bytes(d / PLAN_FILE, text, root=d)
+    remove_stale(d, artifacts)
     return d
-
-
-class _HashingWriter:
-    """A file that also hashes what is written to it (the weights' sha256 without reading the
-    file back)."""
-
-    def __init__(self, f) -> None:
-        self._f, self._h = f, hashlib.sha256()
-
-    def write(self, data) -> int:
-        self._h.update(data)
-        return self._f.write(data)
-
-    def hexdigest(self) -> str:
-        return self._h.hexdigest()
 
 
 def _plan_bytes(directory: "str | os.PathLike") -> bytes:
@@ -372,10 +354,18 @@ def _build(d: Path, doc: dict) -> Plan:
         g.inputs.append(g.value(s["name"], _shape(s, s["name"]), s["dtype"]))
     for name, data in weights.items():
         g.value(name, data.shape, data.dtype, data)
+    # held by a library step's model (plan_files.stored_constants)
+    for t in doc["weights"].get("held", []):
+        if t["name"] in g.values:
+            raise PlanError(f"plan.json: weight {t['name']!r} is recorded twice")
+        dtype = np.dtype(t["dtype"])
+        g.value(t["name"], _shape(t, t["name"]), dtype,
+                np.broadcast_to(np.zeros((), dtype), _shape(t, t["name"])))
     for name, s in doc["values"].items():
         if name not in g.values:
             g.value(name, _shape(s, name), s["dtype"]).layout = str(s.get("layout", ""))
-    defined = {v.name for v in g.inputs} | set(weights)
+    defined = {v.name for v in g.inputs} | set(weights) | \
+        {t["name"] for t in doc["weights"].get("held", [])}
     names = [n["name"] for n in doc["nodes"]]
     if names != doc["order"]:
         raise PlanError("plan.json: node list and execution order disagree")

@@ -164,6 +164,11 @@ class HalideEngine(Engine):
         return {**self.artifact_meta(), "runtime_sha256": sha256_file(runtime),
                 "kernels": files}
 
+    def artifact_files(self, section: dict) -> list[str]:
+        from woodpecker.engines.halide.aot import RUNTIME_NAME
+
+        return [f"{KERNELS_DIR}/{f}" for f in (*section.get("kernels", {}), RUNTIME_NAME)]
+
     def load_artifacts(self, directory: Path, section: dict, choices: Choices) -> None:
         from woodpecker.engines.halide.aot import RUNTIME_NAME, prefer_runtime
 
