@@ -231,3 +231,33 @@ def test_two_processes_saving_one_plan_both_succeed(tmp_path):
     assert results == ["ok", "ok"]
     assert not [p for p in (tmp_path / "p.wpk").rglob("*.tmp")]
     woodpecker.load(d).run({"x": X})
+
+
+def test_a_step_models_external_data_out_of_the_folder_is_one_line(tmp_path):
+    """A step model edited to read an initializer from a file outside the plan (its sha256
+    updated in plan.json): ONNX Runtime's own Fail reached the user before."""
+    import hashlib
+
+    import onnx
+    from onnx import external_data_helper
+
+    d = tmp_path / "p.wpk"
+    woodpecker.compile(conv_bn_relu_residual(), threads=1, engines="onnxruntime").save(d)
+    doc = _doc(d)
+    models = doc["engines"]["onnxruntime"]["models"]
+    entry = next(iter(models.values()))
+    f = d / entry["file"]
+    m = onnx.load(f)
+    init = max(m.graph.initializer, key=lambda t: t.ByteSize())
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(onnx.numpy_helper.to_array(init).tobytes())
+    external_data_helper.set_external_data(init, location=os.path.relpath(outside, f.parent))
+    init.ClearField("raw_data")
+    init.ClearField("float_data")
+    init.data_location = onnx.TensorProto.EXTERNAL
+    f.write_bytes(m.SerializeToString())
+    entry["sha256"] = hashlib.sha256(f.read_bytes()).hexdigest()
+    _write(d, doc)
+    with pytest.raises(PlanError, match="does not build") as e:
+        woodpecker.load(d).run({"x": X})
+    assert "\n" not in str(e.value)

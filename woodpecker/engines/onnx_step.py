@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from woodpecker.engines.base import BuildContext
-from woodpecker.errors import PlanError
+from woodpecker.errors import PlanError, WoodpeckerError, first_line
 from woodpecker.files import inside, sealed_file, sha256_file, verified, verified_bytes, write_bytes
 from woodpecker.ir.graph import Graph, Node, Value, runtime_positions
 from woodpecker.ir.steps import StepIO
@@ -144,7 +144,15 @@ class StepModels:
             raise PlanError(f"plan has no {self.what} for the step at node {nodes[0].name!r}")
         path, sha = saved[nodes[0].name]
         with sealed_file(path, sha, self.what) as copy:
-            yield copy
+            try:
+                yield copy
+            except WoodpeckerError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the libraries raise their own types
+                # a saved step the library will not build (external data pointing out of
+                # the folder, an edited model): the plan's fault, one line
+                raise PlanError(f"plan's {self.what} for the step at node {nodes[0].name!r} "
+                                f"does not build: {first_line(e)}") from None
 
     def save(self, directory: Path, graph: Graph, steps: list[StepIO],
              source: Path | None = None) -> dict:
