@@ -39,3 +39,18 @@ def test_bar_on_a_terminal_keeps_notes():
     text = out.getvalue()
     assert "task 1/1 conv: best 12.5 GFLOP/s" in text
     assert "tuning: 5s/10s" not in text          # the bar, not plain lines
+
+
+def test_a_budget_bar_labels_the_time_elapsed_and_the_time_left():
+    """Issue 76: the bar printed the elapsed time followed by "left". In seconds it says
+    "elapsed," after the time elapsed and the total less what is done before "left"; its
+    percentage is what is done."""
+    import re
+
+    out = Terminal()
+    with Progress("tuning", 30, out, unit="s") as bar:
+        bar.update(12, "task 3/18 done")
+        bar._bar.refresh()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert re.search(r"40% \d:\d\d:\d\d elapsed, 0:00:18 left task 3/18 done", text)
+    assert "0:00:00 left" not in text

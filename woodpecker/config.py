@@ -15,6 +15,14 @@ from __future__ import annotations
 # classifier does not take a convolution's time yet still gets a search.
 MIN_SHARE = 0.02
 
+# The least time a task tuned needs: one chunk of candidates (one per build worker) compiled
+# and timed (tune/driver.heaviest_that_fit). A budget shorter than that times the task count
+# tunes the heaviest tasks it can and leaves the rest. Measured on resnet18's convs (AMD EPYC
+# Zen 5, 2 vCPUs, 2 build workers, glimpse, the database attached, load 3-4 from other work):
+# a task's first chunk — the searcher's start (0.1-0.3 s), 2 builds side by side, 2 paired
+# timings — took 3.7-4.4 s in a `--budget 30s` compile (0.8-2.6 s on a quieter machine).
+MIN_TASK_S = 5.0
+
 # Each template's least weight in a task's budget split (tune/tuner.py, `template_weights`), as a
 # share of the votes other tasks cast for the template that won them, so that a template the
 # log's similar tasks never chose still gets a search. Chosen, not tuned: with it, resnet18's
@@ -243,6 +251,28 @@ TRANSFER_RECORDS = 1500
 # reaching it: 1 and 2 of 33), with every task of their models left out 8.4 against 9.3 (2 and
 # 2); from an empty log 21.8 (8). Files: benchmarks/results/search_compare_db11*_zen5.json.
 PRETRAINED_FIRST_BATCH = True
+
+# The shipped tuning database is read through a sqlite index built once per file digest in the
+# cache (tune/db_index.py; not a constant, the measurement behind the choice): opening the
+# packaged database (88,828 records) for a log took 4.5 s of every compile here (AMD EPYC Zen 5,
+# 2 vCPUs, KVM, load 2-3 from other work: 2.7 s parsing the gzip JSON lines, 1.8 s attaching)
+# and 12.6 s on a user's 2-vCPU machine; with the index 0.013 s (2.8 s once, building it; 25 MB).
+
+# The pre-trained cost model's fit within a compile's budget (tune/pretrained.py, issue 76:
+# fitting on the whole database took 3 min 23 s on a user's 2-vCPU machine, in a `--budget 30s`
+# compile). Records featurized and fitted a second: the whole packaged database (88,828
+# records) took 17.5 s here (AMD EPYC Zen 5, 2 vCPUs, KVM; load 2-3 from other work: 4.5 s
+# featurizing, 12 s boosting 120 trees on 2 threads, 0.9 s labels), ~5,000 a second; the fit
+# takes this many a second of the time it is given (a seeded sample of whole ranking groups
+# where the database is bigger), and stops at its deadline whatever the machine's speed.
+PRETRAIN_RECORDS_PER_S = 5000
+# ... the share of the tuning stage's time the fit may take (the rest measures candidates):
+# 30 s budget: ~5 s, a sample of ~20,000 records; 3 minutes: the whole database, kept in the
+# cache for every later compile. Chosen, not tuned.
+PRETRAIN_SHARE = 0.25
+# ... and the fewest records worth a pre-trained model: with less time than that needs, the
+# searchers fit their own per task (as with no database). Chosen, not tuned.
+PRETRAIN_MIN_RECORDS = 2000
 
 # The searcher `--search` defaults to (tune/searchers): the one that reached 95 % of the best
 # configuration in the least wall time from an empty log in benchmarks/search_compare.py (11

@@ -152,6 +152,7 @@ def test_a_corrupt_or_foreign_version_database_is_ignored_with_one_warning(tmp_p
 
 
 def test_the_environment_chooses_the_database(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WOODPECKER_CACHE", str(tmp_path / "cache"))   # where its index goes
     monkeypatch.setenv("WOODPECKER_DATABASE", "off")
     assert default_database() is EMPTY
     path = _db(tmp_path, [TuningRecord(TASK.key, DIRECT, _configs(1)[0], 1e-3, target=HERE)])

@@ -118,3 +118,56 @@ def test_an_unwritable_cache_only_costs_a_refit(tmp_path):
     assert model is not None and model.fitted_on > 0
     assert blocked.read_text().startswith("a file")
     assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]
+
+
+def test_pretraining_with_no_time_left_fits_nothing_and_no_searcher_fits_it_later(
+        tmp_path, capsys):
+    """Issue 76: the pre-training took 3 min 23 s of a 30 s budget. With its deadline passed
+    there is no model, nothing is fitted or kept, and the searchers after it fit their own."""
+    from woodpecker.deadline import Deadline
+
+    where = tmp_path / "cache"
+    log = _log(tmp_path)
+    assert pretrained_model(log, None, where=where, deadline=Deadline(0.0)) is None
+    assert "no time to pre-train" in capsys.readouterr().err
+    assert not list(where.glob(f"*{SUFFIX}"))
+    s = make_searcher("xgb", TuningContext(TASK, DIRECT, SPACE, seed=0, log=log))
+    assert s.pretrained is None and "pre-training" not in capsys.readouterr().err
+
+
+def test_pretraining_takes_a_sample_of_whole_groups_sized_to_its_time(tmp_path, monkeypatch):
+    from woodpecker.deadline import Deadline
+    from woodpecker.tune import pretrained
+
+    monkeypatch.setattr(pretrained, "PRETRAIN_RECORDS_PER_S", 10.0)
+    monkeypatch.setattr(pretrained, "PRETRAIN_MIN_RECORDS", 1)
+    where = tmp_path / "cache"
+    log = _log(tmp_path)
+    model = pretrained_model(log, None, where=where, deadline=Deadline.after(10.0))  # ~100
+    total = len(log.database)
+    assert model is not None and 100 <= model.fitted_on < total
+    (kept,) = where.glob(f"*{SUFFIX}")
+    assert kept.name.endswith(f"-{model.fitted_on}{SUFFIX}")   # the sample's size, kept
+    again = _log(tmp_path, "again.jsonl")                       # more time: the whole
+    assert pretrained_model(again, None, where=where).fitted_on == total
+
+
+def test_a_fit_stops_at_its_deadline(monkeypatch):
+    """Featurizing and boosting both stop once the deadline has passed (a fake clock: one
+    second a reading); the trees so far are the model, and the fit says it was cut short."""
+    from types import SimpleNamespace
+
+    from woodpecker.tune import cost_model
+    from woodpecker.tune.cost_model import XGBCostModel
+
+    clock = iter(range(10**6))
+    monkeypatch.setattr(cost_model, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    records = _database()
+    whole = XGBCostModel(trees=20)
+    assert whole.fit(records) and whole.booster.get_booster().num_boosted_rounds() == 20
+    cut = XGBCostModel(trees=20)
+    assert not cut.fit(records, deadline=6)      # readings: 2 while featurizing, then trees
+    assert cut.fitted_on == len(records)
+    assert 0 < cut.booster.get_booster().num_boosted_rounds() < 20
+    early = XGBCostModel(trees=20)
+    assert not early.fit(records, deadline=0) and early.booster is None

@@ -104,20 +104,27 @@ def test_a_follower_measures_its_twins_fastest_configs_first(tmp_path):
 
 
 def test_a_follower_out_of_time_still_measures_its_twins_best_over_a_database_record(tmp_path):
+    """Out of time, a task the user has nothing of measures one candidate all the same: its
+    twin's best where it has a twin, else the database's best config (issue 76: a database
+    record left untried was why a 30 s budget measured nothing)."""
     import time
 
     space = template_module(DIRECT).space(PLAIN)
     rng = random.Random(5)
     twin_best, shipped = space.sample(rng), space.sample(rng)
-    log = TuningLog(tmp_path / "user.jsonl", HERE)
-    log.append(TuningRecord(PLAIN.key, DIRECT, twin_best, 1e-3))
-    log.attach([TuningRecord(FUSED.key, DIRECT, shipped, 1e-3, target=HERE)])
+
+    def log(name):
+        out = TuningLog(tmp_path / name, HERE)
+        out.append(TuningRecord(PLAIN.key, DIRECT, twin_best, 1e-3))
+        out.attach([TuningRecord(FUSED.key, DIRECT, shipped, 1e-3, target=HERE)])
+        return out
+
     ended, session = time.monotonic() - 1, time.monotonic() + 60
-    alone = Recording()                 # no twin: the database's record stands, nothing timed
-    tune_templates(FUSED, (DIRECT,), alone, log, search="ga", seed=0, vector_registers=16,
+    alone, first = Recording(), log("alone.jsonl")      # no twin: the database's config
+    tune_templates(FUSED, (DIRECT,), alone, first, search="ga", seed=0, vector_registers=16,
                    deadline=ended, hard_deadline=session)
-    assert alone.calls == []
-    m = Recording()
-    tune_templates(FUSED, (DIRECT,), m, log, search="ga", seed=0, vector_registers=16,
+    assert alone.calls == [shipped] and first.user_has(FUSED.key)
+    m, second = Recording(), log("twin.jsonl")
+    tune_templates(FUSED, (DIRECT,), m, second, search="ga", seed=0, vector_registers=16,
                    deadline=ended, hard_deadline=session, twins=(PLAIN.key,))
-    assert m.calls == [twin_best] and log.user_has(FUSED.key)
+    assert m.calls == [twin_best] and second.user_has(FUSED.key)

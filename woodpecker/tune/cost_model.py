@@ -16,6 +16,7 @@ whatever their tasks' time scales. Features: tune/features.py.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -95,6 +96,21 @@ def ranking_labels(records: Sequence[TuningRecord]) -> tuple[list[TuningRecord],
     return keep, labels, np.array([ids[group(r)] for r in keep], dtype=np.int64)
 
 
+def _stop_at(deadline: float):
+    """An xgboost callback that ends boosting at `deadline` (time.monotonic()): the trees so
+    far are the model (built here: xgboost imports on first use)."""
+    import xgboost
+
+    class StopAt(xgboost.callback.TrainingCallback):
+        stopped = False
+
+        def after_iteration(self, model, epoch, evals_log) -> bool:
+            self.stopped = time.monotonic() >= deadline
+            return self.stopped
+
+    return StopAt()
+
+
 class XGBCostModel:
     def __init__(self, seed: int = 0, threads: int = 1, trees: int = 120, depth: int = 6,
                  cache: FeatureCache | None = None) -> None:
@@ -106,22 +122,33 @@ class XGBCostModel:
         self.booster = None
         self.fitted_on = 0
 
-    def fit(self, records: Sequence[TuningRecord]) -> None:
+    def fit(self, records: Sequence[TuningRecord], deadline: float | None = None) -> bool:
+        """Learn from `records`; with `deadline` (a `time.monotonic()` time), featurizing
+        stops there (the rows so far are learnt from) and so does boosting (the trees so
+        far are the model). Returns whether the fit was whole."""
         import xgboost
 
         keep, labels, groups = ranking_labels(records)
+        rows = []
+        for r in keep:
+            if deadline is not None and len(rows) % 256 == 0 and time.monotonic() >= deadline:
+                break
+            rows.append(self.cache.record_row(r))
+        whole = len(rows) == len(keep)
+        keep, labels, groups = keep[:len(rows)], labels[:len(rows)], groups[:len(rows)]
         self.fitted_on = len(keep)
         if len(keep) < 2:
             self.booster = None
-            return
-        rows = [self.cache.record_row(r) for r in keep]
+            return whole
         x = self.vectorizer.fit(rows).transform(rows)
+        stop = [] if deadline is None else [_stop_at(deadline)]
         model = xgboost.XGBRanker(objective="rank:pairwise", n_estimators=self.trees,
                                   max_depth=self.depth, learning_rate=0.15, subsample=0.9,
                                   min_child_weight=1, random_state=self.seed,
-                                  n_jobs=self.threads, tree_method="hist")
+                                  n_jobs=self.threads, tree_method="hist", callbacks=stop)
         model.fit(x, labels, qid=groups)
         self.booster = model
+        return whole and not (stop and stop[0].stopped)
 
     def with_cache(self, cache: FeatureCache) -> "XGBCostModel":
         """The same fitted model, featurizing candidates in `cache` (a searcher's)."""

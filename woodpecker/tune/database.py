@@ -11,10 +11,12 @@ Contract:
   costs only, no errors, timestamps or searcher provenance. A task's records on one target
   come from one source log (the one holding most valid records of it), so they share one cost
   scale.
-- `load_database(path)` reads a database; `default_database()` the packaged one
-  (`PACKAGED`), or the file `WOODPECKER_DATABASE` names, or none when it says `off`. A file that
-  is missing, unreadable, corrupt or of another format version is ignored with one warning
-  line on stderr — never an error: a database only ever adds knowledge.
+- `load_database(path)` reads a database whole; `default_database()` the packaged one
+  (`PACKAGED`), or the file `WOODPECKER_DATABASE` names, or none when it says `off`, through
+  its index (`indexed_database`, tune/db_index.py: built once per file digest in the
+  Woodpecker cache, so a compile reads only its own tasks' records and a sample of the
+  rest). A file that is missing, unreadable, corrupt or of another format version is ignored
+  with one warning line on stderr — never an error: a database only ever adds knowledge.
 - How a tuning log uses it (`tune/records.TuningLog.attach`): the records of the log's own
   target speak for a task only while the user's log holds no valid record of that task (the
   user's records are never overridden); they then nominate the task's finalists and are the
@@ -34,17 +36,27 @@ import gzip
 import io
 import json
 import os
+import sqlite3
 import sys
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TextIO
 
+from woodpecker.cache import cache_dir
 from woodpecker.engines.halide.templates import known_template
 from woodpecker.errors import first_line
+from woodpecker.tune.db_index import (
+    MemoryIndex,
+    RecordIndex,
+    build_index,
+    file_digest,
+    index_path,
+    open_index,
+)
 from woodpecker.tune.records import TuningRecord, seconds_per_cost
 
 FORMAT = "woodpecker-tuning-db"
@@ -54,16 +66,31 @@ ENV = "WOODPECKER_DATABASE"
 OFF = ("off", "0", "none", "")
 
 
-@dataclass(frozen=True)
 class TuningDatabase:
-    """Records of a database file (all targets), and where they came from."""
+    """A database's records (all targets), answered through an index (tune/db_index.py:
+    `index`), and where they came from. `records` reads them all (a test's, a benchmark's,
+    distributed tuning's); a compile asks the index for its own tasks' alone."""
 
-    records: tuple[TuningRecord, ...] = ()
-    source: str = ""
-    targets: dict[str, int] = field(default_factory=dict)
+    def __init__(self, index: RecordIndex | None = None) -> None:
+        self.index = index if index is not None else MemoryIndex()
+        self._records: tuple[TuningRecord, ...] | None = None
+
+    @property
+    def records(self) -> tuple[TuningRecord, ...]:
+        if self._records is None:
+            self._records = tuple(self.index.all())
+        return self._records
+
+    @property
+    def source(self) -> str:
+        return self.index.source
+
+    @property
+    def targets(self) -> dict[str, int]:
+        return dict(self.index.targets)
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.index)
 
 
 EMPTY = TuningDatabase()
@@ -76,9 +103,9 @@ def _record(d: dict) -> TuningRecord:
     return rec
 
 
-def load_database(path: "str | os.PathLike", out: TextIO | None = None) -> TuningDatabase:
-    """The database at `path`; EMPTY, with one warning line, when it cannot be used."""
-    out = out or sys.stderr
+def _parsed(path: "str | os.PathLike", out: TextIO) -> tuple[TuningRecord, ...] | None:
+    """Every record of the file at `path`; None, with one warning line, when it cannot be
+    used."""
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             header = json.loads(f.readline())
@@ -87,29 +114,64 @@ def load_database(path: "str | os.PathLike", out: TextIO | None = None) -> Tunin
             if header.get("version") != VERSION:
                 raise ValueError(f"format version {header.get('version')!r}, this Woodpecker "
                                  f"reads {VERSION}")
-            records = tuple(_record(json.loads(line)) for line in f if line.strip())
+            return tuple(_record(json.loads(line)) for line in f if line.strip())
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as e:
         print(f"warning: tuning database {path} not used ({first_line(e)[:120]})",
               file=out, flush=True)
+        return None
+
+
+def load_database(path: "str | os.PathLike", out: TextIO | None = None) -> TuningDatabase:
+    """The database at `path`, parsed whole into memory; EMPTY, with one warning line, when
+    it cannot be used."""
+    records = _parsed(path, out or sys.stderr)
+    if records is None:
         return EMPTY
-    counts: dict[str, int] = defaultdict(int)
-    for r in records:
-        counts[r.target] += 1
-    return TuningDatabase(records, os.fspath(path), dict(counts))
+    return TuningDatabase(MemoryIndex(records, os.fspath(path)))
+
+
+def indexed_database(path: "str | os.PathLike", where: Path | None = None,
+                     out: TextIO | None = None) -> TuningDatabase:
+    """The database at `path` through its sqlite index in `where` (default: the Woodpecker
+    cache), built on first use from the parsed file (tune/db_index.py); where the index
+    cannot be written, the file parsed in memory (`load_database`). EMPTY, with one warning
+    line, when the file cannot be used."""
+    out = out or sys.stderr
+    source = os.fspath(path)
+    try:
+        digest = file_digest(path)
+    except OSError as e:
+        print(f"warning: tuning database {path} not used ({first_line(e)[:120]})",
+              file=out, flush=True)
+        return EMPTY
+    at = index_path(where or cache_dir(), digest)
+    index = open_index(at, source)
+    if index is None:
+        records = _parsed(path, out)
+        if records is None:
+            return EMPTY
+        try:
+            build_index(list(records), at, digest)
+        except (OSError, sqlite3.Error):     # a read-only cache: this process parses
+            return TuningDatabase(MemoryIndex(records, source))
+        index = open_index(at, source)
+        if index is None:
+            return TuningDatabase(MemoryIndex(records, source))
+    return TuningDatabase(index)
 
 
 @lru_cache(maxsize=4)
-def _cached(path: str) -> TuningDatabase:
-    return load_database(path)
+def _cached(path: str, where: str) -> TuningDatabase:
+    return indexed_database(path, Path(where))
 
 
 def default_database() -> TuningDatabase:
     """The database compiles use: `WOODPECKER_DATABASE` (a file, or `off`), else the packaged
-    one (read once per process)."""
+    one, through its index in the Woodpecker cache (opened once per process and cache)."""
     chosen = os.environ.get(ENV)
     if chosen is not None and chosen.strip().lower() in OFF:
         return EMPTY
-    return _cached(os.fspath(chosen) if chosen else os.fspath(PACKAGED))
+    return _cached(os.fspath(chosen) if chosen else os.fspath(PACKAGED), os.fspath(cache_dir()))
 
 
 def database_records(records: Iterable[Iterable[TuningRecord]]) -> list[TuningRecord]:

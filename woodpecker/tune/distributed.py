@@ -129,6 +129,7 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
     import ray
 
     from woodpecker.engines.halide.host import host_vector_registers
+    from woodpecker.tune.db_index import MemoryIndex
     from woodpecker.tune.driver import prepare_search, work_weights
 
     out = out or sys.stderr
@@ -146,7 +147,9 @@ def tune_graph_ray(graph: Graph, target: Target, log: TuningLog, options: TuneOp
     pending = sorted(range(len(groups)), key=lambda i: -shares[i])
     regs = host_vector_registers(target.isa)
     shared = ray.put(list(log.records))
-    database = ray.put(list(log.transfer))   # the driver's database, whatever a worker has
+    # the driver's database, whatever a worker has (its digest: the pre-trained model's key)
+    database = ray.put(MemoryIndex(log.transfer, digest=log.database.digest)
+                       if log.database is not None else MemoryIndex())
     lock = threading.Lock()
     stats = {"workers": workers, "tasks": len(groups), "records": 0, "restarted": []}
     ends: dict[int, float] = {}    # when each started task's share runs out

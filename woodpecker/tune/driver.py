@@ -17,6 +17,10 @@ first to be tuned gets the class's weight but `CLASS_FOLLOWER_SHARE` of each fol
 each follower measures the best configs its twins found before searching on
 (`shape_classes`).
 
+A budget too short to give every task `MIN_TASK_S` (one chunk of candidates built and timed)
+tunes the heaviest tasks it can, heaviest first, and leaves the rest (`heaviest_that_fit`); a
+task tuned goes on past its share until one candidate of its own is measured (tune/tuner.py).
+
 With `TuneOptions.split` LIBRARY the weights are each task's measured time on the library and
 the promise of its best known kernel instead, and the heaviest task goes first
 (tune/priorities.py); otherwise tasks go in graph order. A task's run time is estimated by a
@@ -41,6 +45,8 @@ from woodpecker.config import (
     LIBRARY_HOPELESS_WEIGHT,
     LIBRARY_WON_WEIGHT,
     MIN_SHARE,
+    MIN_TASK_S,
+    PRETRAIN_SHARE,
 )
 from woodpecker.deadline import Deadline
 from woodpecker.engines.halide.host import host_vector_registers
@@ -99,11 +105,12 @@ def open_log(path: str, resume: bool, out: TextIO | None = None,
         print(f"note: skipped {log.skipped_lines} unreadable line(s) in {path}", file=out)
     if database:
         db = default_database()
-        log.attach(db.records)
-        if db.records:
-            print(f"tuning database: {sum(map(len, log.shipped.values()))} record(s) of "
-                  f"{len(log.shipped)} task(s) measured for this target, "
-                  f"{len(log.transfer)} to learn from ({db.source})", file=out)
+        if len(db):
+            log.attach(db.index)
+            here = target.record_key if target is not None else None
+            print(f"tuning database: {db.index.targets.get(here, 0)} record(s) of "
+                  f"{db.index.task_count(here) if here else 0} task(s) measured for this "
+                  f"target, {len(db)} to learn from ({db.source})", file=out)
     return log
 
 
@@ -125,6 +132,24 @@ def _by_library(graph: Graph, groups: list[TaskGroup], log: TuningLog, target: T
           f"{won} already beaten by a known kernel, {hopeless} out of reach", file=out,
           flush=True)
     order = deepest_first(weights)
+    return [groups[i] for i in order], [weights[i] for i in order]
+
+
+def heaviest_that_fit(groups: list[TaskGroup], weights: list[float], budget: float,
+                      out: TextIO | None = None) -> tuple[list[TaskGroup], list[float]]:
+    """The tasks a budget can tune and their weights: all of them, in their order, where
+    `budget` gives each `config.MIN_TASK_S` (one chunk of candidates built and timed);
+    otherwise the heaviest that many, heaviest first — a share too short for one build
+    measures nothing (issue 76: `--budget 30s` measured none of resnet18's 18 tasks), so the
+    time goes to the tasks where it counts and the rest keep what the log or the shipped
+    database has."""
+    fit = max(1, int(budget // MIN_TASK_S))
+    if fit >= len(groups):
+        return groups, weights
+    order = sorted(range(len(groups)), key=lambda i: -weights[i])[:fit]
+    print(f"budget {budget:.0f} s: the {fit} heaviest of {len(groups)} task(s) tuned "
+          f"(~{MIN_TASK_S:.0f} s each at least); the rest keep what the log has",
+          file=out or sys.stderr, flush=True)
     return [groups[i] for i in order], [weights[i] for i in order]
 
 
@@ -151,13 +176,14 @@ def shape_classes(groups: list[TaskGroup], weights: list[float],
     return twins, weights
 
 
-def prepare_search(name: str, log: TuningLog, target: Target) -> None:
+def prepare_search(name: str, log: TuningLog, target: Target,
+                   deadline: Deadline | None = None) -> None:
     """What searcher `name` needs before a session's budget is split among tasks: its imports
     and, for a model-based one with a database attached to `log`, the pre-trained cost model
-    (fitted once per machine and database, tune/pretrained.py)."""
+    (fitted once per machine and database, tune/pretrained.py), by `deadline`."""
     factory = prepare(name)
     if is_model_based(factory):
-        factory.pretrain(log, target)
+        factory.pretrain(log, target, deadline)
 
 
 def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOptions,
@@ -170,7 +196,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
         raise WoodpeckerError(f"unknown search {options.search!r}; choose from "
                               f"{', '.join(SEARCHERS)}")
     deadline = deadline or Deadline.after(options.budget_s)
-    prepare_search(options.search, log, target)
+    prepare_search(options.search, log, target, deadline.share(PRETRAIN_SHARE))
     budget = deadline.left()
     regs = host_vector_registers(target.isa)
     groups = extract_tasks(graph, parts=True)
@@ -180,6 +206,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
     weights = work_weights(groups)
     if options.split is BudgetSplit.LIBRARY:
         groups, weights = _by_library(graph, groups, log, target, out)
+    groups, weights = heaviest_that_fit(groups, weights, budget, out)
     twins, weights = shape_classes(groups, weights)
     workers = options.build_workers or default_threads()
     with Measurer(threads=target.threads, timeout_s=options.timeout_s) as measurer, \
@@ -209,5 +236,6 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
                 "no valid configuration" + (" (the tuning database's kept)" if rec else "")
             bar.note(f"task {i + 1}/{len(groups)} {g.task.describe()}: best {got} "
                      f"({best['n']} measured)")
+            bar.update(time.monotonic() - start, f"task {i + 1}/{len(groups)} done")
             results.append((g, rec))
     return results

@@ -10,9 +10,11 @@ records attached to `log` (`TuningLog.transfer`; `extra`: this machine's bluepri
 the searchers' features have it), or None when none are attached or fewer than two rank; a
 searcher predicts with it through its own feature cache (`XGBCostModel.with_cache`). It is
 fitted once per machine and database: the model is kept in the cache directory
-(`pretrained-<digest>.ubj`; its feature columns and record count in `.json`), the digest
-covering the records, this machine's blueprint, the feature and cost-model code and the xgboost
-version, so any change refits it; within a compile it is shared through `log.derived`. A cache
+(`pretrained-<digest>-<records>.ubj`; its feature columns and record count in `.json`), the
+digest covering the database, this machine's blueprint, the feature and cost-model code and the
+xgboost version, so any change refits it; within a compile it is shared through `log.derived`.
+A fit ends by its deadline (the compile's `--budget`): on a sample of the database sized to the
+time there is (`affordable`), cut short at the deadline if it must be. A cache
 file that cannot be read is refitted, one that cannot be written is skipped — the model is
 knowledge, never a reason to fail.
 
@@ -33,17 +35,19 @@ import sys
 from pathlib import Path
 
 from woodpecker.cache import cache_dir
+from woodpecker.config import PRETRAIN_MIN_RECORDS, PRETRAIN_RECORDS_PER_S
+from woodpecker.deadline import Deadline
 from woodpecker.tune import cost_model as cost_model_module
 from woodpecker.tune import features as features_module
 from woodpecker.tune.cost_model import FeatureCache, XGBCostModel
-from woodpecker.tune.records import TuningLog, TuningRecord
+from woodpecker.tune.records import TuningLog
 
 SUFFIX = ".ubj"
 
 
-def digest(records: list[TuningRecord], extra: dict | None) -> str:
-    """What the pre-trained model depends on, hashed: the records (target, task, template,
-    config, cost), this machine's blueprint vector, the feature and cost-model code and the
+def digest(database, extra: dict | None) -> str:
+    """What the pre-trained model depends on, hashed: the database (`RecordIndex.digest`: of
+    its records), this machine's blueprint vector, the feature and cost-model code and the
     xgboost version."""
     import xgboost
 
@@ -59,8 +63,7 @@ def digest(records: list[TuningRecord], extra: dict | None) -> str:
             except PackageNotFoundError:
                 h.update(b"unknown")
     h.update(json.dumps(sorted((extra or {}).items())).encode())
-    for r in records:
-        h.update(f"{r.target}|{r.task}|{r.template}|{r.key}|{r.cost_s!r}\n".encode())
+    h.update(database.digest.encode())
     return h.hexdigest()[:20]
 
 
@@ -103,27 +106,64 @@ def _save(model: XGBCostModel, path: Path) -> None:
                 pass
 
 
+def _cached(where: Path, key: str) -> list[tuple[int, Path]]:
+    """The models kept for `key`, by how many records they were fitted on, most first."""
+    out = []
+    for path in where.glob(f"pretrained-{key}-*{SUFFIX}"):
+        n = path.name[len(f"pretrained-{key}-"):-len(SUFFIX)]
+        if n.isdigit():
+            out.append((int(n), path))
+    return sorted(out, reverse=True)
+
+
+def affordable(total: int, deadline: Deadline | None) -> int:
+    """How many of `total` records a fit may take before `deadline`:
+    `config.PRETRAIN_RECORDS_PER_S` a second of the time left (all without a deadline)."""
+    if deadline is None or not deadline.bounded:
+        return total
+    return min(total, int(PRETRAIN_RECORDS_PER_S * deadline.left()))
+
+
 def pretrained_model(log: TuningLog | None, extra: dict | None, threads: int = 1,
-                     seed: int = 0, where: Path | None = None) -> XGBCostModel | None:
+                     seed: int = 0, where: Path | None = None,
+                     deadline: Deadline | None = None) -> XGBCostModel | None:
     """The cost model pre-trained on the database attached to `log` (None without one).
     `extra`: this machine's blueprint vector (None: no hardware features, as `xgb`'s rows);
     `where`: the cache directory (default `woodpecker.cache.cache_dir()`). The records' rows
-    are featurized in a cache of their own, dropped after the fit."""
-    if log is None or not log.transfer:
+    are featurized in a cache of their own, dropped after the fit.
+
+    `deadline`: the fit ends by then (issue 76: 3 min 23 s on a user's 2-vCPU machine, in a
+    30 s budget). It takes the whole database where `affordable` says it fits, else a seeded
+    sample of whole ranking groups of that size; a model kept from an earlier fit of at
+    least half that many records is loaded instead. Featurizing stops at the deadline and
+    boosting stops there too (the trees so far are the model); a fit cut short is used, not
+    kept. With fewer than `config.PRETRAIN_MIN_RECORDS` affordable, no model (the searchers
+    fit their own per task): what `log.derived` remembers, so no later call fits one."""
+    if log is None or log.database is None or not len(log.database):
         return None
     key = ("pretrained cost model", tuple(sorted((extra or {}).items())))
     if key in log.derived:
         return log.derived[key]
-    records = log.transfer
-    path = (where or cache_dir()) / f"pretrained-{digest(records, extra)}{SUFFIX}"
+    index = log.database
+    where = where or cache_dir()
+    name = digest(index, extra)
+    n = affordable(len(index), deadline)
+    kept = _cached(where, name)
     model = XGBCostModel(seed=seed, threads=threads,
                          cache=FeatureCache(extra, here=log.target))
-    if not _load(model, path):
-        print(f"pre-training the cost model on the tuning database ({len(records):,} records; "
-              "once per machine and database)", file=sys.stderr, flush=True)
-        model.fit(records)
-        if model.booster is not None:
-            _save(model, path)
+    loaded = any(k * 2 >= n and _load(model, path) for k, path in kept)
+    if not loaded and n < min(PRETRAIN_MIN_RECORDS, len(index)):
+        print(f"tuning database: no time to pre-train the cost model ({deadline.left():.1f} s "
+              f"left of its share); each task fits its own", file=sys.stderr, flush=True)
+        model.booster = None
+    elif not loaded:
+        records = log.marked(index.all() if n >= len(index) else index.groups(n, seed))
+        print(f"pre-training the cost model on the tuning database ({len(records):,} of "
+              f"{len(index):,} records; once per machine and database)", file=sys.stderr,
+              flush=True)
+        whole = model.fit(records, deadline=None if deadline is None else deadline.end)
+        if model.booster is not None and whole:
+            _save(model, where / f"pretrained-{name}-{len(records)}{SUFFIX}")
     if model.booster is not None:
         model.booster.set_params(n_jobs=1)     # it predicts small batches, within tuning
     log.derived[key] = model if model.booster is not None else None

@@ -26,6 +26,7 @@ import gzip
 import json
 import math
 import os
+import random
 import statistics
 import time
 from collections.abc import Collection, Iterable, Mapping
@@ -162,12 +163,12 @@ class TuningLog:
         # What searchers compute from these records and share within a compile (the records'
         # feature rows), by their owner's key; it goes with the log.
         self.derived: dict = {}
-        # a shipped database's records (tune/database.py, `attach`): of this log's target by
-        # task, and every record as transfer knowledge; never written to the log's file
-        self.shipped: dict[str, list[TuningRecord]] = {}
-        # ... and its valid records of other targets by task (`shipped_configs`' fallback)
-        self.elsewhere: dict[str, list[TuningRecord]] = {}
-        self.transfer: list[TuningRecord] = []
+        # a shipped database (tune/database.py, `attach`): its index, asked per task — its
+        # records of this log's target by task, cached here, and of other targets
+        # (`shipped_configs`' fallback) —; never written to the log's file
+        self.database = None
+        self._shipped: dict[str, list[TuningRecord]] = {}
+        self._elsewhere: dict[str, list[TuningRecord]] = {}
         if self.path.exists():
             self._read()
 
@@ -237,31 +238,62 @@ class TuningLog:
         if record.valid:
             self._first.setdefault(record.task, record)
 
-    def attach(self, records: Iterable[TuningRecord]) -> None:
-        """Take a shipped database's records (tune/database.py), marked as its
-        (`TuningRecord.from_database`): those of this log's target (by task) speak for a task
-        the user's log holds no usable record of; all of them, any target, are transfer
-        knowledge. Records of excluded or unknown templates are left out; a module-path
-        template reads as its identity."""
-        elsewhere = []
+    def attach(self, database) -> None:
+        """Take a shipped database (tune/database.py): its index (tune/db_index.py), or its
+        records as an iterable. Its records are marked as its (`TuningRecord.from_database`):
+        those of this log's target (by task) speak for a task the user's log holds no usable
+        record of; all of them, any target, are transfer knowledge. Records of excluded or
+        unknown templates are left out; a module-path template reads as its identity. The
+        index is asked per task when a task is first asked about, never read whole."""
+        from woodpecker.tune.db_index import MemoryIndex
+
+        if not hasattr(database, "of_task"):
+            database = MemoryIndex(database)
+        if self.database is not None and len(self.database):   # a second one joins the first
+            database = MemoryIndex(self.database.all() + database.all())
+        self.database = database
+        self._shipped.clear()
+        self._elsewhere.clear()
+
+    def marked(self, records: Iterable[TuningRecord]) -> list[TuningRecord]:
+        """A database's records as this log takes them: known, not excluded, templates by
+        their identity, marked as the database's."""
+        out = []
         for r in records:
             template = known_template(r.template)
-            if template is None or template in self.exclude:
-                continue
-            r = replace(r, template=template, provenance={SOURCE: DATABASE})
-            if self.target is not None and r.target == self.target:
-                self.transfer.append(r)
-                if r.valid:
-                    self.shipped.setdefault(r.task, []).append(r)
-            else:
-                elsewhere.append(r)
-                if r.valid:
-                    self.elsewhere.setdefault(r.task, []).append(r)
-        self.transfer += elsewhere          # this target's records first (`knowledge`)
-        for recs in self.shipped.values():
-            recs.sort(key=lambda r: r.cost_s)
-        for task, recs in self.elsewhere.items():
-            self.elsewhere[task] = _by_rank(recs)
+            if template is not None and template not in self.exclude:
+                out.append(replace(r, template=template, provenance={SOURCE: DATABASE}))
+        return out
+
+    def _load(self, task_key: str) -> None:
+        recs = self.marked(self.database.of_task(task_key)) if self.database else []
+        mine = [self.target is not None and r.target == self.target for r in recs]
+        self._shipped[task_key] = sorted((r for r, m in zip(recs, mine) if m and r.valid),
+                                         key=lambda r: r.cost_s)
+        self._elsewhere[task_key] = _by_rank([r for r, m in zip(recs, mine)
+                                              if not m and r.valid])
+
+    def shipped(self, task_key: str) -> list[TuningRecord]:
+        """The database's valid records of a task on this log's target, fastest first."""
+        if task_key not in self._shipped:
+            self._load(task_key)
+        return self._shipped[task_key]
+
+    def elsewhere(self, task_key: str) -> list[TuningRecord]:
+        """The database's valid records of a task on other targets (`_by_rank`)."""
+        if task_key not in self._elsewhere:
+            self._load(task_key)
+        return self._elsewhere[task_key]
+
+    @property
+    def transfer(self) -> list[TuningRecord]:
+        """Every database record, this target's first (reads the whole index: distributed
+        tuning's workers and tests; a compile asks per task)."""
+        if self.database is None:
+            return []
+        recs = self.marked(self.database.all())
+        here = [r for r in recs if self.target is not None and r.target == self.target]
+        return here + [r for r in recs if self.target is None or r.target != self.target]
 
     def user_has(self, task_key: str) -> bool:
         """Whether the user's log holds a valid record of the task."""
@@ -281,10 +313,10 @@ class TuningLog:
         valid record of it that `usable` (when given) accepts — the shipped database's of
         this target."""
         mine = [r for r in self.records if r.task == task_key]
-        if task_key not in self.shipped or any(r.valid and (usable is None or usable(r))
-                                                for r in mine):
+        if not self.shipped(task_key) or any(r.valid and (usable is None or usable(r))
+                                             for r in mine):
             return mine
-        return list(self.shipped[task_key])
+        return list(self.shipped(task_key))
 
     def shipped_configs(self, task_key: str, template: str, n: int) -> list[dict]:
         """The `n` fastest shipped configs of a task and template (tuning measures them first
@@ -293,11 +325,10 @@ class TuningLog:
         targets, best first within each target and the targets taken in turn (their costs are
         other machines': only their order within a target means anything here). The caller
         fits the latter to this target's constraints (`KnobSpace.nearest_valid`)."""
-        own = [dict(r.config) for r in self.shipped.get(task_key, ()) if r.template == template]
+        own = [dict(r.config) for r in self.shipped(task_key) if r.template == template]
         if own:
             return own[:n]
-        return [dict(r.config) for r in self.elsewhere.get(task_key, ())
-                if r.template == template][:n]
+        return [dict(r.config) for r in self.elsewhere(task_key) if r.template == template][:n]
 
     def seconds(self, record: TuningRecord) -> float:
         """A valid record's cost in seconds of this machine's time: a user's record's cost
@@ -309,8 +340,52 @@ class TuningLog:
 
     def knowledge(self, except_task: str | None = None) -> list[TuningRecord]:
         """Every record a searcher may learn from: the user's (but those of `except_task`),
-        then the shipped database's of this target, then those of other targets."""
+        then the shipped database's of this target, then those of other targets (the whole
+        database: `template_bests` and `transfer_sample` ask its index for what they need)."""
         return [r for r in self.records if r.task != except_task] + self.transfer
+
+    def template_bests(self, task_key: str, templates: Collection[str],
+                       ) -> dict[tuple[str | None, str], dict[str, float]]:
+        """Per cost scale (`TuningRecord.scale`) of the tasks of `task_key`'s kind, the least
+        cost of each of `templates` (the user's records but those of `task_key`, and the
+        database's of every task of the kind): what `tuner.template_weights` counts votes
+        from."""
+        kind = task_key.split(":", 1)[0]
+        best: dict[tuple[str | None, str], dict[str, float]] = {}
+
+        def take(scale, template, c):
+            if c and template in templates:
+                t = best.setdefault(scale, {})
+                t[template] = min(c, t.get(template, c))
+        for r in self.records:
+            if r.task != task_key and r.task.split(":", 1)[0] == kind:
+                take(r.scale, r.template, r.cost_s)
+        for target, task, template, c in (self.database.bests(kind) if self.database else ()):
+            template = known_template(template)
+            if template is not None and template not in self.exclude:
+                take((target, task), template, c)
+        return best
+
+    def transfer_sample(self, task_key: str, template: str, limit: int,
+                        seed: int) -> list[TuningRecord]:
+        """What a model-based searcher starts from (tune/searchers/model_based.py): the
+        database's records of this task (this target's first), then the same template's of
+        other tasks, then the rest — the user's and the database's, a seeded sample of each
+        where more than fit — at most `limit`."""
+        out = (self.shipped(task_key) + self.elsewhere(task_key))[:limit] \
+            if self.database else []
+        rng = random.Random(seed)
+        for same in (True, False):
+            room = limit - len(out)
+            if room <= 0:
+                break
+            pool = [r for r in self.records
+                    if r.task != task_key and (r.template == template) == same]
+            if self.database:
+                pool += self.marked(self.database.sample(room, seed, template=template,
+                                                         same=same, except_task=task_key))
+            out += rng.sample(pool, room) if len(pool) > room else pool
+        return out
 
     def measured(self, task_key: str, template: str) -> dict[str, TuningRecord]:
         """Records of one task and template, by configuration key (latest wins)."""
@@ -324,7 +399,9 @@ class TuningLog:
         is kept up to date as records come in: tuning asks for it per candidate."""
         if usable is None:
             found = self._best.get(task_key)
-            shipped = self.shipped.get(task_key)
-            return found if found is not None or not shipped else shipped[0]
+            if found is not None or self.database is None:
+                return found
+            shipped = self.shipped(task_key)
+            return shipped[0] if shipped else None
         valid = [r for r in self.task_records(task_key, usable) if r.valid and usable(r)]
         return min(valid, key=lambda r: r.cost_s) if valid else None

@@ -62,8 +62,7 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
               max_trials: int | None = None,
               progress: Callable[[TuningRecord], None] | None = None,
               builder: BuildPool | None = None,
-              hard_deadline: float | None = None,
-              own_first: bool = False) -> TuningRecord | None:
+              hard_deadline: float | None = None) -> TuningRecord | None:
     """Returns the best valid record for the task (from this run or earlier ones; the shipped
     database's while the user's log has none, tune/records.py). With a
     `builder`, new candidates are compiled in parallel, one per build worker, before they are
@@ -71,17 +70,19 @@ def tune_task(task: Task, template: str, space: KnobSpace, searcher, measurer: M
     sent to the measurer.
 
     `deadline` is this template's share; `hard_deadline` (the session's end), when given, lets
-    a task with no valid record yet overrun its share until one candidate is measured: a share
-    shorter than one model fit and build (a small task of a short budget, a template with
-    little weight) otherwise left the task with nothing, to the library. The overrun comes out
-    of the later tasks' shares. `own_first`: the same until the user's log holds a record of
-    the task (a shape-class follower whose only record is the database's: its twins' best
-    config measured, not the database's record of another compile kept untried)."""
+    a task the user's log holds no valid record of overrun its share until one candidate is
+    measured: a share shorter than one model fit and build (a small task of a short budget, a
+    template with little weight) otherwise left the task with nothing of its own — the
+    library's, or the shipped database's record of another machine or compile kept untried
+    (issue 76: a 30 s budget measured none of resnet18's 18 tasks, every one of them in the
+    database). The overrun comes out of the later tasks' shares."""
     known = log.measured(task.key, template)
     trials = 0
     stamp = {"searcher": searcher_name, "seed": seed, "params": searcher.params,
              "versions": versions()}
-    first = log.best(task.key) is None or (own_first and not log.user_has(task.key))
+    # the database's record is another machine's or compile's: a task tuned measures one
+    # candidate of its own (its first is the database's best config on this machine)
+    first = not log.user_has(task.key)
 
     def out_of_budget() -> bool:
         if max_trials is not None and trials >= max_trials:
@@ -173,12 +174,8 @@ def template_weights(task: Task, templates: tuple[str, ...], log: TuningLog) -> 
     (Gaussian in task-feature distance, the median distance as width — glimpse's priors do the
     same for knob values); each template also gets `TEMPLATE_FLOOR` of the votes cast, so none
     goes unsearched. Without such tasks, equal weights."""
-    best: dict[tuple[str | None, str], dict[str, float]] = {}   # scale -> template -> cost
-    for r in log.knowledge(except_task=task.key):
-        c = r.cost_s
-        if c and r.template in templates and r.task.startswith(f"{task.kind}:"):
-            t = best.setdefault(r.scale, {})
-            t[r.template] = min(c, t.get(r.template, c))
+    # scale -> template -> cost (the database's through its index, tune/db_index.py)
+    best = log.template_bests(task.key, templates)
     voters: dict[tuple[str | None, str], str] = {}
     tasks: list[Task] = []
     for k, v in best.items():
@@ -308,6 +305,5 @@ def tune_templates(task: Task, templates: tuple[str, ...], measurer: Measurer,
                             vector_registers=vector_registers)
         tune_task(task, template, space, make_searcher(search, ctx), measurer, log,
                   searcher_name=search, seed=seed, deadline=end, max_trials=trials,
-                  progress=progress, builder=builder, hard_deadline=hard_deadline,
-                  own_first=bool(twins))
+                  progress=progress, builder=builder, hard_deadline=hard_deadline)
     return log.best(task.key)

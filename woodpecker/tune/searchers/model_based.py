@@ -23,12 +23,12 @@ batch on (`pretrained=False`: every batch from a per-task fit, as before).
 
 from __future__ import annotations
 
-import random
 import time
 
 import numpy as np
 
 from woodpecker.config import PRETRAINED_FIRST_BATCH, TRANSFER_RECORDS
+from woodpecker.deadline import Deadline
 from woodpecker.target import Target
 from woodpecker.tasks.space import Config, KnobSpace
 from woodpecker.tune.annealing import anneal
@@ -40,19 +40,12 @@ from woodpecker.tune.records import TuningLog, TuningRecord
 
 
 def transfer_records(ctx: TuningContext, limit: int = TRANSFER_RECORDS) -> list[TuningRecord]:
-    """The records the model starts from (`TuningContext.other_records`): a shipped database's
+    """The records the model starts from (`TuningLog.transfer_sample`): a shipped database's
     records of this very task first (measured on other machines or at other times), then the
     same template's of other tasks, then the rest, sampled (seeded) where more than fit."""
-    others = ctx.other_records()
-    mine = [r for r in others if r.task == ctx.task.key][:limit]
-    same = [r for r in others if r.template == ctx.template and r.task != ctx.task.key]
-    rest = [r for r in others if r.template != ctx.template and r.task != ctx.task.key]
-    rng = random.Random(ctx.seed)
-    out = list(mine)
-    for pool in (same, rest):
-        room = limit - len(out)
-        out += rng.sample(pool, room) if len(pool) > room else pool
-    return out
+    if ctx.log is None:
+        return []
+    return ctx.log.transfer_sample(ctx.task.key, ctx.template, limit, ctx.seed)
 
 
 def is_model_based(factory) -> bool:
@@ -96,11 +89,12 @@ class ModelSearch:
         return None
 
     @classmethod
-    def pretrain(cls, log: TuningLog, target: Target | None) -> None:
+    def pretrain(cls, log: TuningLog, target: Target | None,
+                 deadline: Deadline | None = None) -> None:
         """Fit (or load) the pre-trained model before a session splits its budget, on the
-        target's threads, so no task's share pays for it (tune/driver.py)."""
+        target's threads, by `deadline` (tune/driver.py, tune/pretrained.py)."""
         threads = target.threads if target is not None else 1
-        pretrained_model(log, cls.machine_vector(target), threads=threads)
+        pretrained_model(log, cls.machine_vector(target), threads=threads, deadline=deadline)
 
     def hardware_features(self) -> Features | None:
         return self.machine_vector(self.ctx.target)
