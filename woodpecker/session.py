@@ -42,9 +42,8 @@ import hashlib
 import os
 import sys
 import threading
-import warnings
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -53,89 +52,47 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime
-from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
-from onnxruntime.capi import onnxruntime_pybind11_state as _ort
 
 from woodpecker.cache import cache_dir, entry_key, save_entry, source_differs, touch
 from woodpecker.compiler import compile as wp_compile
 from woodpecker.engines import names
-from woodpecker.errors import InputError, ModelError, PlanError, WoodpeckerError, first_line
-from woodpecker.files import sha256_file
+from woodpecker.errors import PlanError, WoodpeckerError, first_line
+from woodpecker.ops.opaque import OP as OPAQUE
 from woodpecker.options import CompileOptions
 from woodpecker.runtime.compiled import CompiledModel, load
 from woodpecker.schedule.memory import parse_bytes
+from woodpecker.session_api import AssignedNode as Node
+from woodpecker.session_api import AssignedSubgraph as Subgraph
+from woodpecker.session_api import (
+    InvalidArgument,
+    InvalidFeed,
+    IOBinding,
+    LoadFailure,
+    MissingInput,
+    ModelMetadata,
+    NodeArg,
+    args,
+    cpu_memory_info,
+)
+from woodpecker.session_model import external_digests, inlined, parse, read_model, replaced
+from woodpecker.session_options import (
+    CPU,
+    AdapterProbe,
+    Profiler,
+    Settings,
+    check_providers,
+    check_run_options,
+    read_session_options,
+)
 from woodpecker.target import Target
 from woodpecker.version import __version__
 
 PROVIDER = "WoodpeckerExecutionProvider"
-_CPU = {"CPUExecutionProvider", PROVIDER}
 
 # The most bytes the sessions' plan folders may hold together before the least recently used
 # are removed: room for a few dozen mid-sized models' plans (a ResNet-50 plan holds its 100 MB
 # of weights at least), never unbounded. Env WOODPECKER_SESSION_CACHE_BYTES overrides it.
 SESSION_CACHE_BYTES = 4 << 30
-
-
-# -- errors: Woodpecker's and ONNX Runtime's types at once ---------------------------------
-class NoSuchFile(ModelError, _ort.NoSuchFile):
-    """The model file does not exist (ORT: NoSuchFile)."""
-
-
-class InvalidProtobuf(ModelError, _ort.InvalidProtobuf):
-    """The file or bytes are no ONNX model: garbage, truncated, a folder (ORT: InvalidProtobuf)."""
-
-
-class InvalidModel(ModelError, _ort.InvalidArgument):
-    """The bytes parse but hold no graph (ORT: InvalidArgument)."""
-
-
-class LoadFailure(ModelError, _ort.Fail):
-    """The model file cannot be read, or an external data file is missing, too short or
-    outside the model's folder (ORT: Fail)."""
-
-
-class InvalidArgument(InputError, _ort.InvalidArgument):
-    """An unknown input or output name, a feed of the wrong dtype or shape (ORT:
-    InvalidArgument)."""
-
-
-class MissingInput(InputError, ValueError):
-    """A model input not in the feed (ORT: ValueError)."""
-
-
-class InvalidFeed(InputError, RuntimeError):
-    """A feed no array of the input's type can be made of (ORT: RuntimeError)."""
-
-
-@dataclass(frozen=True)
-class NodeArg:
-    """An input or output as ONNX Runtime describes it."""
-
-    name: str
-    shape: list[int | str | None]
-    type: str
-
-
-@dataclass(frozen=True)
-class ModelMetadata:
-    producer_name: str
-    graph_name: str
-    domain: str
-    description: str
-    graph_description: str
-    version: int
-    custom_metadata_map: dict[str, str]
-
-
-def _args(values: list[onnx.ValueInfoProto]) -> list[NodeArg]:
-    out = []
-    for vi in values:
-        t = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                 for d in t.shape.dim]
-        kind = onnx.TensorProto.DataType.Name(t.elem_type).lower()
-        out.append(NodeArg(vi.name, shape, f"tensor({kind})"))
-    return out
 
 
 def _np_dtype(vi: onnx.ValueInfoProto) -> "np.dtype | None":
@@ -176,110 +133,13 @@ def cache_limit() -> int:
         raise WoodpeckerError(f"WOODPECKER_SESSION_CACHE_BYTES: {e}") from None
 
 
-# -- reading the model as ONNX Runtime does --------------------------------------------------
-def _read(path_or_bytes: "str | os.PathLike | bytes") -> tuple[bytes, Path, str]:
-    """The model's bytes, the folder its external data lies in, and how to name it."""
-    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-        return bytes(path_or_bytes), Path.cwd(), "the model bytes"
-    path = Path(path_or_bytes)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise NoSuchFile(f"model file not found: {path}") from None
-    except IsADirectoryError:
-        raise InvalidProtobuf(f"{path} is a folder, not an ONNX model file") from None
-    except OSError as e:
-        raise LoadFailure(f"cannot read the model file {path}: {e.strerror}") from None
-    return data, path.absolute().parent, str(path)
+def _digest(a: np.ndarray) -> str:
+    body = repr(a.tolist()).encode() if a.dtype == object else np.ascontiguousarray(a).tobytes()
+    return hashlib.sha256(f"{a.dtype.str}{list(a.shape)}".encode() + body).hexdigest()
 
 
-def _parse(data: bytes, where: str) -> onnx.ModelProto:
-    try:
-        proto = onnx.load_from_string(data)
-    except Exception as e:   # protobuf raises DecodeError, and other types for some garbage
-        raise InvalidProtobuf(f"{where} is not an ONNX model: protobuf parsing failed "
-                              f"({first_line(e)})") from None
-    if not proto.HasField("graph"):
-        raise InvalidModel(f"{where} holds no graph (is it an ONNX model?)")
-    return proto
-
-
-def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
-    return [t for t in _get_all_tensors(proto) if uses_external_data(t)]
-
-
-def _external_file(base: Path, info: ExternalDataInfo, tensor: str, where: str) -> Path:
-    """Where a tensor's external data lies: a relative name inside `base`, links resolved."""
-    path = base / (info.location or "\0")
-    if not info.location or "\0" in info.location or Path(info.location).is_absolute() or \
-            not path.resolve().is_relative_to(base.resolve()):
-        raise LoadFailure(f"{where}: the external data of {tensor!r} is named "
-                          f"{info.location!r}, not a file inside the model's folder {base}")
-    if not path.is_file():
-        raise LoadFailure(f"{where}: the external data file {info.location!r} of "
-                          f"{tensor!r} does not exist in {base}")
-    return path
-
-
-def _external_digests(proto: onnx.ModelProto, base: Path, where: str) -> dict[str, str]:
-    """{location: sha256} of every external data file the model names, each checked to hold
-    the bytes its tensors claim."""
-    sizes: dict[str, int] = {}
-    for t in _external_tensors(proto):
-        info = ExternalDataInfo(t)
-        path = _external_file(base, info, t.name, where)
-        size = sizes.setdefault(info.location, path.stat().st_size)
-        end = (info.offset or 0) + (info.length or 0)
-        if end > size:
-            raise LoadFailure(f"{where}: the external data of {t.name!r} ends at byte "
-                              f"{end} of {info.location!r}, which holds {size}")
-    return {loc: sha256_file(base / loc) for loc in sorted(sizes)}
-
-
-def _inlined(proto: onnx.ModelProto, base: Path, digests: dict[str, str],
-             where: str) -> onnx.ModelProto:
-    """A copy of `proto` with its external data read in from the very bytes whose sha256 the
-    session's key holds (a file rewritten since is one error line, never a plan saved under
-    the old key)."""
-    if not digests:
-        return proto
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    blobs: dict[str, bytes] = {}
-    for t in _external_tensors(out):
-        info = ExternalDataInfo(t)
-        if info.location not in blobs:
-            blob = _external_file(base, info, t.name, where).read_bytes()
-            if hashlib.sha256(blob).hexdigest() != digests.get(info.location):
-                raise LoadFailure(f"{where}: the external data file {info.location!r} "
-                                  "changed after the session read it; open it again")
-            blobs[info.location] = blob
-        start = info.offset or 0     # (in the file: its size was checked, its digest is)
-        t.raw_data = blobs[info.location][start:start + info.length if info.length else None]
-        t.data_location = onnx.TensorProto.DEFAULT
-        del t.external_data[:]
-    return out
-
-
-def _providers(providers: "list | None", provider_options: "list | None") -> None:
-    """ORT's treatment of `providers` it cannot use: never an error, one warning line for
-    those skipped (not CPU ones: CUDA, Azure, a misspelt name) and for any not in ORT's form
-    (a name or a (name, options dict) pair; `provider_options` as long as `providers`)."""
-    providers = [providers] if isinstance(providers, str) else list(providers or [])
-    skipped, malformed = [], []
-    for p in providers:
-        pair = isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[1], dict)
-        name = p[0] if pair else p
-        if not isinstance(name, str):
-            malformed.append(f"{p!r} is no provider (a name or a (name, options dict) pair)")
-        elif name not in _CPU:
-            skipped.append(name)
-    if providers and provider_options is not None and len(provider_options) != len(providers):
-        malformed.append("provider_options is not as long as providers")
-    said = ([f"provider(s) {', '.join(skipped)} skipped"] if skipped else []) + malformed
-    if said:
-        warnings.warn(f"Woodpecker runs on the CPU: {'; '.join(said)}", UserWarning,
-                      stacklevel=3)
+def _tensor(vi: onnx.ValueInfoProto) -> bool:
+    return vi.type.WhichOneof("value") == "tensor_type"
 
 
 class InferenceSession:
@@ -296,13 +156,18 @@ class InferenceSession:
                  engines: str | None = None, threads: int | None = None,
                  input_shapes: "dict[str, tuple[int, ...]] | None" = None,
                  cache: "str | os.PathLike | None" = None, progress: Any = None) -> None:
-        _providers(providers, provider_options)
-        data, self._base, self._where = _read(path_or_bytes)
-        self._proto = _parse(data, self._where)    # external data not read in (see _plan)
+        check_providers(providers, provider_options)
+        data, self._base, self._where = read_model(path_or_bytes)
+        self._source = data if isinstance(path_or_bytes, (bytes, bytearray, memoryview)) \
+            else os.fspath(path_or_bytes)       # what ORT's own session is built from
+        original = parse(data, self._where)    # external data not read in (see _plan)
         self._sha = hashlib.sha256(data).hexdigest()
-        self._external = _external_digests(self._proto, self._base, self._where)
         self._options = sess_options
-        threads = threads or getattr(sess_options, "intra_op_num_threads", 0) or None
+        self._settings: Settings = read_session_options(sess_options, original, self._where)
+        self._proto = replaced(original, self._settings.initializers)
+        self._overrides = {k: _digest(v) for k, v in self._settings.initializers.items()}
+        self._external = external_digests(self._proto, self._base, self._where)
+        threads = threads or self._settings.threads
         log = tuning_log if tuning_log is not None else cache_dir() / "tuning.jsonl"
         self._compile_options = CompileOptions(
             engines=engines, threads=threads, tune=tune,
@@ -311,25 +176,51 @@ class InferenceSession:
         self._cache = Path(cache) if cache is not None else cache_dir() / "sessions"
         self._limit = cache_limit()
         self._progress = progress
-        inits = {i.name for i in self._proto.graph.initializer}
-        graph_inputs = [vi for vi in self._proto.graph.input if vi.name not in inits]
-        self._inputs = _args(graph_inputs)
+        g = self._proto.graph
+        inits = {i.name for i in g.initializer}
+        graph_inputs = [vi for vi in g.input if vi.name not in inits]
+        fixed = {**self._settings.shapes, **(input_shapes or {})}
+        declared = args(graph_inputs)
+        self._inputs = [NodeArg(a.name, list(fixed.get(a.name) or a.shape), a.type)
+                        if a.name in self._settings.shapes else a for a in declared]
+        self._overridable = args([vi for vi in g.input if vi.name in inits]) \
+            if self._proto.ir_version >= 4 else []
         self._dtypes = {vi.name: _np_dtype(vi) for vi in graph_inputs}
-        self._outputs = _args(list(self._proto.graph.output))
+        self._outputs = args(list(g.output))
         self._output_names = [o.name for o in self._outputs]
         self._models: dict[tuple, CompiledModel] = {}
         self._lock = threading.Lock()
+        self._ort_session: Any = None
+        self._adapters: AdapterProbe | None = None
+        self._profiler = Profiler(self._settings.profile_prefix) \
+            if self._settings.profile_prefix is not None else None
         self.loaded_from_cache = False   # whether the last plan built was a cached one
-        self._dynamic = any(not isinstance(d, int) or d <= 0
-                            for a in self._inputs for d in a.shape)
+        # no plan of Woodpecker's takes values that are no tensors: ORT's own session runs them
+        self._on_ort = self._settings.on_ort or next(
+            (f"{vi.name!r} is a {args([vi])[0].type}" for vi in [*graph_inputs, *g.output]
+             if not _tensor(vi)), None)
+        if self._settings.optimized_path or self._on_ort:
+            self._ort()      # (ORT writes optimized_model_filepath as it builds)
+        self._dynamic = any(not isinstance(d, int) or d <= 0 for a in declared for d in a.shape)
         # the shape each feed must have: a dimension of None takes any size
-        self._shapes = {a.name: tuple(input_shapes[a.name]) if input_shapes and
-                        a.name in input_shapes else
+        self._shapes = {a.name: tuple(fixed[a.name]) if a.name in fixed else
                         tuple(d if isinstance(d, int) and d > 0 else None for d in a.shape)
                         for a in self._inputs}
         self._fixed: CompiledModel | None = None   # the one plan, shapes known up front
-        if all(d is not None for shape in self._shapes.values() for d in shape):
+        if not self._on_ort and all(d is not None for s in self._shapes.values() for d in s):
             self._fixed = self._model_for(self._shapes)
+
+    def _ort(self) -> Any:
+        """ONNX Runtime's own session of the model, with the options given."""
+        with self._lock:
+            if self._ort_session is None:
+                try:
+                    self._ort_session = onnxruntime.InferenceSession(
+                        self._source, self._options, providers=CPU)
+                except Exception as e:
+                    raise LoadFailure(f"{self._where}: ONNX Runtime's session of the model: "
+                                      f"{first_line(e)}") from None
+            return self._ort_session
 
     # -- ONNX Runtime's API ---------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -339,15 +230,22 @@ class InferenceSession:
         return list(self._outputs)
 
     def get_overridable_initializers(self) -> list[NodeArg]:
-        return []
+        return list(self._overridable)
 
     def get_providers(self) -> list[str]:
-        return [PROVIDER]
+        return [PROVIDER, "CPUExecutionProvider"]
 
     def get_provider_options(self) -> dict:
-        return {PROVIDER: {}}
+        return {PROVIDER: {}, "CPUExecutionProvider": {}}
+
+    def set_providers(self, providers: "list | None" = None,
+                      provider_options: "list | None" = None) -> None:
+        """The session stays on the CPU; those it cannot use are named in one warning line."""
+        check_providers(providers, provider_options)
 
     def get_session_options(self) -> Any:
+        if self._options is None:
+            self._options = onnxruntime.SessionOptions()
         return self._options
 
     def get_modelmeta(self) -> ModelMetadata:
@@ -356,21 +254,109 @@ class InferenceSession:
                              p.graph.doc_string, p.model_version,
                              {m.key: m.value for m in p.metadata_props})
 
+    def get_input_memory_infos(self) -> list:
+        return [cpu_memory_info() for _ in self._inputs]
+
+    def get_output_memory_infos(self) -> list:
+        return [cpu_memory_info() for _ in self._outputs]
+
+    def get_provider_graph_assignment_info(self) -> list[Subgraph]:
+        """Per step of the plan (a node, or a library's region): the engine that runs it as
+        `ep_name` ("WoodpeckerExecutionProvider:<engine>"), its nodes; the model's nodes under
+        "CPUExecutionProvider" where ORT's own session runs the model; [] before a dynamic
+        model's first plan."""
+        if self._on_ort:
+            return [Subgraph("CPUExecutionProvider", tuple(
+                Node(n.name, n.op_type, n.domain) for n in self._proto.graph.node))]
+        model = self._fixed or next(iter(self._models.values()), None)
+        if model is None:
+            return []
+        g, engines = model.graph, model.plan.engines
+        return [Subgraph(f"{PROVIDER}:{engines[step[0]]}", tuple(
+            Node(g.nodes[i].name, g.nodes[i].attrs["op_type"] if g.nodes[i].op ==
+                         OPAQUE else g.nodes[i].op) for i in step)) for step in model.steps]
+
+    def end_profiling(self) -> str:
+        """The profile's file name (written now; "" when profiling is off)."""
+        return self._profiler.end() if self._profiler else ""
+
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling began (ns since the epoch); 0 when it is off, as in ORT."""
+        return self._profiler.start_ns if self._profiler else 0
+
+    def io_binding(self) -> IOBinding:
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: Any = None) -> None:
+        iobinding._run(run_options)
+
+    def run_with_ort_values(self, output_names: "list[str] | None",
+                            input_dict_ort_values: Mapping[str, Any],
+                            run_options: Any = None) -> list:
+        feeds = {k: v.numpy() if isinstance(v, onnxruntime.OrtValue) else v
+                 for k, v in input_dict_ort_values.items()}
+        return [onnxruntime.OrtValue.ortvalue_from_numpy(r)
+                for r in self.run(output_names, feeds, run_options)]
+
+    def run_async(self, output_names: "list[str] | None", input_feed: Mapping[str, Any],
+                  callback: Any, user_data: Any, run_options: Any = None) -> None:
+        """Run in a thread; then `callback(outputs, user_data, error)` ("" when none)."""
+        def work():
+            try:
+                results, err = self.run(output_names, input_feed, run_options), ""
+            except Exception as e:
+                results, err = [], first_line(e)
+            callback(results, user_data, err)
+
+        threading.Thread(target=work, daemon=True).start()
+
     def run(self, output_names: "list[str] | None", input_feed: Mapping[str, Any],
             run_options: Any = None) -> list[np.ndarray]:
         """The outputs named in `output_names` (None or []: all), computed from `input_feed`
         ({input name: array, nested list or scalar})."""
+        check_run_options(run_options)
         known = self._output_names
         wanted = list(output_names) if output_names else known
         for name in wanted:
             if name not in known:
                 raise InvalidArgument(f"unknown output {name!r}; the model's outputs are: "
                                       f"{', '.join(known)}")
+        if self._on_ort or self._ort_call(input_feed, run_options):
+            return self._ort().run(wanted, input_feed, run_options)
         feeds = self._feeds(input_feed)
         model = self._fixed or self._model_for({a.name: feeds[a.name].shape
                                                 for a in self._inputs})
-        result = model.run(feeds)      # (checked above: no InputError of another type)
+        result = model.run(feeds) if self._profiler is None else self._profiled(model, feeds)
         return [result[name] for name in wanted]
+
+    def _ort_call(self, input_feed: Any, run_options: Any) -> bool:
+        """Whether this call is ORT's: an overridable initializer fed, or an adapter active."""
+        if not self._overridable:
+            return False
+        if isinstance(input_feed, Mapping) and any(a.name in input_feed
+                                                   for a in self._overridable):
+            return True
+        if run_options is not None and self._adapters is None:
+            self._adapters = AdapterProbe(self._proto, self._where)
+        return run_options is not None and self._adapters.active(run_options)
+
+    def _profiled(self, model: CompiledModel, feeds: dict) -> dict[str, np.ndarray]:
+        """A run with each step's time recorded in the profile (Chrome trace events)."""
+        times = [0.0] * len(model.steps)
+        start = time.perf_counter_ns()
+        with model._lock:       # (the runtime's per-step clock: CompiledModel.profile's)
+            model.activate()
+            result = model._executor.run(model._validate(feeds), times)
+        p, g, at = self._profiler, model.graph, start
+        p.event("Session", "model_run", start, time.perf_counter_ns() - start)
+        for step, t in zip(model.steps, times):
+            node = g.nodes[step[0]]
+            p.event("Node", f"{node.name}_kernel_time", at, int(t * 1e9),
+                    op_name=node.attrs["op_type"] if node.op == OPAQUE else node.op,
+                    provider=f"{PROVIDER}:{model.plan.engines[step[0]]}",
+                    nodes=str(len(step)))
+            at += int(t * 1e9)
+        return result
 
     def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The feeds as arrays of the inputs' types and shapes, or one error line of ORT's
@@ -387,6 +373,8 @@ class InferenceSession:
         for a in self._inputs:
             v, dtype, shape = input_feed[a.name], self._dtypes[a.name], self._shapes[a.name]
             if isinstance(v, np.ndarray):
+                if v.dtype.kind == "U" and dtype == np.dtype(object):     # str arrays, as ORT takes
+                    v = v.astype(object)
                 if dtype is not None and v.dtype != dtype:
                     raise InvalidArgument(f"input {a.name!r} has dtype {v.dtype}, expected "
                                           f"{dtype}")
@@ -421,7 +409,8 @@ class InferenceSession:
         return {"model": self._sha, "external_data": dict(self._external),
                 "shapes": {k: list(v) for k, v in shapes.items()},
                 "options": self._compile_options.to_json(), "target": self._target.record_key,
-                "versions": _versions()}
+                "versions": _versions(),
+                **({"initializers": dict(self._overrides)} if self._overrides else {})}
 
     def _plan(self, shapes: dict[str, tuple]) -> CompiledModel:
         doc = self.key_document(shapes)
@@ -438,7 +427,7 @@ class InferenceSession:
                     why = f"it does not load ({e})"
             print(f"woodpecker: compiling again: the cached plan {folder}: {why}",
                   file=self._progress or sys.stderr)
-        proto = _inlined(self._proto, self._base, self._external, self._where)
+        proto = inlined(self._proto, self._base, self._external, self._where)
         model = wp_compile(proto, self._compile_options, target=self._target,
                            input_shapes=shapes if self._dynamic else None,
                            progress=self._progress)
