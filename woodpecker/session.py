@@ -7,28 +7,35 @@ ONNX Runtime program to Woodpecker is one line.
 
 Contract: `run(output_names, input_feed, run_options=None)` returns the outputs named (all, in
 the model's order, for None or []) as numpy arrays; a feed that is not an array (a nested list,
-a scalar) is made one of the input's declared element type, an array of another dtype is
-refused. `get_inputs()`/`get_outputs()` give ORT's NodeArg fields (`name`, `shape` — a
-symbolic dimension as its name —, `type` as "tensor(float)"); `get_providers()`,
-`get_modelmeta()`, `get_session_options()` answer as ORT's do; `sess_options.
-intra_op_num_threads` (when > 0) sets the threads. `providers` (names or (name, options) pairs,
-`provider_options`) it cannot use (CUDA, Azure, a misspelt name) are skipped with one warning
-line, as ORT skips them, and the session runs on the CPU. A path's external data is read from
-beside the model file (bytes': from the working directory), never from outside that folder.
-Each error raised here is both a Woodpecker error (`ModelError`, `InputError` …) and the
-exception ORT raises for that mistake (`onnxruntime.capi.onnxruntime_pybind11_state`:
-NoSuchFile: no model file; InvalidProtobuf: no ONNX model; Fail: external data missing or
-short; InvalidArgument: an unknown input or output name, a wrong dtype or shape; a missing
-input is a ValueError, as in ORT), in one line.
+a scalar) is made one of the input's declared element type, a str array for a string input is
+taken as ORT takes it, an array of another dtype is refused. `get_inputs()`/`get_outputs()`
+give ORT's NodeArg fields (`name`, `shape` — a symbolic dimension as its name —, `type` as
+"tensor(float)" or "seq(tensor(float))"); the rest of ORT's session API answers as ORT's CPU
+session does (`get_providers`, `set_providers`, `get_provider_options`, `io_binding`/
+`run_with_iobinding`, `run_async`, `run_with_ort_values`, `end_profiling`,
+`get_profiling_start_time_ns`, the memory infos, `get_provider_graph_assignment_info` — a
+subgraph per plan step, named by its engine —, `get_overridable_initializers`,
+`get_session_options`, `get_modelmeta`). Every `SessionOptions` and `RunOptions` field is
+honoured or named in one warning line (session_options.py: replaced initializers and
+free-dimension overrides are compiled in and keyed; profiling writes a Chrome trace;
+`optimized_model_filepath` is ORT's own). ORT's own session of the model, with the options
+given, runs what no plan of Woodpecker's can: values that are no tensors (sequences,
+optionals, maps), ops of a custom domain, a call whose RunOptions hold an active LoRA adapter
+or whose feed overrides an initializer. `providers` it cannot use (CUDA, Azure, a misspelt
+name) are skipped with one warning line, as ORT skips them, and the session runs on the CPU.
+A path's external data is read from beside the model file (bytes': from the working
+directory), never from outside that folder. Each error raised here is both a Woodpecker error
+and the exception ORT raises for that mistake (session_api.py), in one line.
 
 The first session for a model compiles it (the default pipeline: graph passes, ONNX Runtime
 regions, and the generated kernels a tuning log already holds for its tasks — the shared log in
 the Woodpecker cache unless `tuning_log=` names one; `tune="3m"` tunes once for that long) and
 saves the plan in the cache (cache.py: an entry per key document, recorded beside plan.json as
 source.json) under everything that defines its result: the sha256 of the model's bytes and of
-each external data file it names, the input shapes, the options, the target, and the versions
-of Woodpecker, onnx and each engine's library. Later sessions for the same key load that plan;
-one whose record differs, or that no longer loads (a damaged folder), is compiled again. A
+each external data file it names, of each initializer the options replace, the input shapes,
+the options, the target, and the versions of Woodpecker, onnx and each engine's library. Later
+sessions for the same key load that plan; one whose record differs, or that no longer loads (a
+damaged folder), is compiled again. A
 model with dynamic dimensions is compiled for the shapes of the first feed that has them
 (`input_shapes=` fixes them up front), one plan per set of shapes, as ONNX Runtime serves any.
 The cache is kept under `SESSION_CACHE_BYTES` (env `WOODPECKER_SESSION_CACHE_BYTES`, "2GiB"):
