@@ -1,7 +1,10 @@
 """`woodpecker report PLAN -o report.html`: one self-contained HTML page about a plan — no
 external file, script or font, so it can be mailed or attached to an issue.
 
-Sections: the plan (model, target, threads, schedule, digest); time by op type and by engine;
+Sections: the plan (model, target, threads, schedule, digest); time by op type and by engine
+(a library session's time split by its own profile's op types); each library step's own
+per-op profile — ONNX Runtime's profiler, OpenVINO's performance counters, and its FLOPs from
+its graph (bench/library_profile.py: a library-first plan is one session of the whole model);
 the memory timeline (bytes live at each step against the arena); tuning curves per task from a
 tuning log (best time so far against the measurements made); the parallel stages and AGO fusion
 decisions where the plan has them; per node its engine, kernel and time (the table sorts by any
@@ -16,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from woodpecker.bench.library_profile import LibraryProfile, profile_library_steps, with_step_flops
 from woodpecker.engines import names
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.schedule.arena import lifetimes
@@ -59,7 +63,7 @@ document.body.dataset.rendered = '1';
 CURVES = 12    # tuning curves drawn at most
 
 COLORS = {names.HALIDE: "#2a7de1", names.ONNXRUNTIME: "#7a4fd0", names.TORCH: "#e0622a",
-          names.NUMPY: "#6b7788"}
+          names.OPENVINO: "#1f9e89", names.NUMPY: "#6b7788"}
 
 
 def _e(x: Any) -> str:
@@ -79,6 +83,8 @@ def build_report(model: CompiledModel, tuning_log: "str | Path | None" = None,
     rows = model.node_table()
     steps = model.steps
     ms = model.profile(random_feeds(model), runs) if runs > 0 else [0.0] * len(steps)
+    profiles = profile_library_steps(model, runs)
+    with_step_flops(profiles, steps, rows)
     for k, (step, t) in enumerate(zip(steps, ms)):
         for i in step:
             rows[i]["step"], rows[i]["step_ms"], rows[i]["step_size"] = k, t, len(step)
@@ -87,7 +93,8 @@ def build_report(model: CompiledModel, tuning_log: "str | Path | None" = None,
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Woodpecker report: "
              f"{_e(model.graph.name)}</title><style>{_CSS}</style></head><body>",
              f"<h1>Woodpecker plan report — {_e(model.graph.name)}</h1>",
-             _summary(model, ms, digest), _by_type(rows, steps, ms), _memory(model),
+             _summary(model, ms, digest), _by_type(rows, steps, ms, profiles),
+             _library(profiles), _memory(model),
              _tuning(plan, tuning_log), _partition(model), _decisions(plan), _nodes(rows),
              f"<script>{_JS}</script></body></html>"]
     return "\n".join(parts)
@@ -157,19 +164,44 @@ def _bars(items: list[tuple[str, float, str]], unit: str, width: int = 560) -> s
     return f"<svg width='{width}' height='{h}' role='img'>{''.join(rows)}</svg>"
 
 
-def _by_type(rows: list[dict], steps: list[list[int]], ms: list[float]) -> str:
+def _by_type(rows: list[dict], steps: list[list[int]], ms: list[float],
+             profiles: list[LibraryProfile]) -> str:
     by_op: dict[str, float] = defaultdict(float)
     by_engine: dict[str, float] = defaultdict(float)
-    for step, t in zip(steps, ms):
-        share = t / len(step)        # a region's time split evenly among its nodes
-        for i in step:
-            by_op[rows[i]["op"]] += share
-            by_engine[rows[i]["engine"]] += share
+    profiled = {p.step: p for p in profiles if p.rows}
+    for k, (step, t) in enumerate(zip(steps, ms)):
+        by_engine[rows[step[0]]["engine"]] += t
+        if k in profiled:            # a library session's time split as its profile splits it
+            for r in profiled[k].rows:
+                by_op[r.op_type] += t * r.share
+            continue
+        for i in step:               # a region's time split evenly among its nodes
+            by_op[rows[i]["op"]] += t / len(step)
     ops = sorted(by_op.items(), key=lambda kv: -kv[1])
     engines = sorted(by_engine.items(), key=lambda kv: -kv[1])
     return ("<h2>Time by op type and by engine</h2><div class='chart'>" +
             _bars([(k, v, "#4b8bbe") for k, v in ops], "ms") + "</div><div class='chart'>" +
             _bars([(k, v, _color(k)) for k, v in engines], "ms") + "</div>")
+
+
+def _library(profiles: list[LibraryProfile]) -> str:
+    """Each library step's own per-op profile (bench/library_profile.py)."""
+    if not profiles:
+        return ""
+    out = ["<h2>Library steps</h2><p>Each ONNX Runtime or OpenVINO session of the plan, "
+           "profiled by its library (op types as the library names them after its own graph "
+           "optimisations; the profiler's times, for the split between op types).</p>"]
+    for p in profiles:
+        out.append(f"<p>{_e(p.said())}</p>")
+        if not p.rows:
+            continue
+        out.append("<table class='sortable'><thead><tr><th>op type</th><th>count</th>"
+                   "<th>ms per run</th><th>% of the step</th><th>kernels</th></tr></thead><tbody>"
+                   + "".join(f"<tr><td>{_e(r.op_type)}</td><td class='n'>{r.count}</td>"
+                             f"<td class='n'>{r.ms:.3f}</td><td class='n'>{r.share:.1%}</td>"
+                             f"<td>{_e(', '.join(r.kernels))}</td></tr>" for r in p.rows)
+                   + "</tbody></table>")
+    return "".join(out)
 
 
 def _curve(costs: list[float], width: int = 340, height: int = 110) -> str:

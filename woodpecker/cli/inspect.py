@@ -1,5 +1,7 @@
 """`woodpecker inspect`: a plan's (or model's) nodes, engines, FLOPs and time per node, kernel
-choices; `--memory` the activation memory per order; `--partition` AGO's partition."""
+choices; each library session's own per-op profile (bench/library_profile.py: a library-first
+plan is one ONNX Runtime or OpenVINO session of the whole model, whose FLOPs come from its own
+graph); `--memory` the activation memory per order; `--partition` AGO's partition."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ def cmd_inspect(args) -> None:
     rows = model.node_table()
     steps = model.steps
     ms = model.profile(random_feeds(model), args.runs) if args.runs > 0 else [0.0] * len(steps)
+    profiles = library_profiles(model, rows, args.runs)
     selection = {r["node"]: r for r in model.plan.meta.get("selection", [])}
     in_plan = {name: r for r in model.plan.meta.get("in_plan", []) for name in r["nodes"]}
     total = sum(r["flops"] for r in rows) or 1
@@ -74,6 +77,10 @@ def cmd_inspect(args) -> None:
                 r["in_plan"] = fin
                 print(f"{'':>4} finalists in the plan (ms, summed over {len(fin['nodes'])} "
                       f"node(s)): {_fastest_first(fin['finalists_ms'])} -> {fin['chosen']}")
+    for p in profiles:
+        print(p.said())
+        if p.rows:
+            print(p.table())
     gen = by_engine.get(names.HALIDE, [0, 0.0])
     doc = {"model": model.graph.name, "nodes": rows, "total_flops": total,
            "flops_share": {e: f / total for e, (f, _) in by_engine.items()},
@@ -81,7 +88,8 @@ def cmd_inspect(args) -> None:
            "profiled_ms": sum(ms), "steps": len(steps),
            "generated_flops_share": gen[0] / total,
            "generated_time_share": gen[1] / total_ms,
-           "layout_conversions": model.plan.meta.get("layout_conversions", 0)}
+           "layout_conversions": model.plan.meta.get("layout_conversions", 0),
+           "library_profiles": [p.to_json() for p in profiles]}
     print(f"total {total / 1e9:.3f} GFLOPs, {sum(ms):.2f} ms per run (sum of {len(steps)} "
           "steps); FLOPs: " +
           ", ".join(f"{e} {v:.1%}" for e, v in doc["flops_share"].items()) + "; time: " +
@@ -111,6 +119,16 @@ def cmd_inspect(args) -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
+
+
+def library_profiles(model, rows: list[dict], runs: int) -> list:
+    """Each library step's own profile (bench/library_profile.py); a step of one node (the
+    whole model, an Opaque node of 0 FLOPs to Woodpecker) takes its graph's FLOPs in `rows`."""
+    from woodpecker.bench.library_profile import profile_library_steps, with_step_flops
+
+    profiles = profile_library_steps(model, runs)
+    with_step_flops(profiles, model.steps, rows)
+    return profiles
 
 
 # why a fusion weighed fused ended apart (selection/pipeline._check_fusions)
