@@ -275,6 +275,10 @@ def test_the_session_methods_ort_has(tmp_path):
     info = ours.get_provider_graph_assignment_info()
     assert info and all(s.ep_name.startswith("WoodpeckerExecutionProvider:") for s in info)
     assert sum(len(s.get_nodes()) for s in info) >= 1
+    dynamic = woodpecker.InferenceSession(add_model("N").SerializeToString(),
+                                          cache=tmp_path / "plans")     # no plan yet
+    assert [n.op_type for s in dynamic.get_provider_graph_assignment_info()
+            for n in s.get_nodes()] == ["Add", "Relu"]
     assert ctypes.sizeof(ctypes.c_float) == 4
 
 

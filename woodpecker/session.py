@@ -270,14 +270,13 @@ class InferenceSession:
     def get_provider_graph_assignment_info(self) -> list[Subgraph]:
         """Per step of the plan (a node, or a library's region): the engine that runs it as
         `ep_name` ("WoodpeckerExecutionProvider:<engine>"), its nodes; the model's nodes under
-        "CPUExecutionProvider" where ORT's own session runs the model; [] before a dynamic
-        model's first plan."""
-        if self._on_ort:
-            return [Subgraph("CPUExecutionProvider", tuple(
-                Node(n.name, n.op_type, n.domain) for n in self._proto.graph.node))]
+        "CPUExecutionProvider" where ORT's own session runs the model, under
+        "WoodpeckerExecutionProvider" before a dynamic model's first plan (its engines are
+        chosen for the shapes of its first feed)."""
         model = self._fixed or next(iter(self._models.values()), None)
-        if model is None:
-            return []
+        if self._on_ort or model is None:
+            return [Subgraph("CPUExecutionProvider" if self._on_ort else PROVIDER, tuple(
+                Node(n.name, n.op_type, n.domain) for n in self._proto.graph.node))]
         g, engines = model.graph, model.plan.engines
         return [Subgraph(f"{PROVIDER}:{engines[step[0]]}", tuple(
             Node(g.nodes[i].name, g.nodes[i].attrs["op_type"] if g.nodes[i].op ==
