@@ -272,10 +272,16 @@ def test_the_session_methods_ort_has(tmp_path):
     assert done.wait(60)
     assert seen["err"] == "" and seen["user_data"] == "data"
     np.testing.assert_allclose(seen["results"][0], want)
+    with pytest.raises(ort_errors.Fail, match="record_ep_graph_assignment_info"):
+        ours.get_provider_graph_assignment_info()      # (not recorded: ORT's Fail)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    ours = woodpecker.InferenceSession(data, so, cache=tmp_path / "plans")
+    ours.run(None, {"x": x})
     info = ours.get_provider_graph_assignment_info()
     assert info and all(s.ep_name.startswith("WoodpeckerExecutionProvider:") for s in info)
     assert sum(len(s.get_nodes()) for s in info) >= 1
-    dynamic = woodpecker.InferenceSession(add_model("N").SerializeToString(),
+    dynamic = woodpecker.InferenceSession(add_model("N").SerializeToString(), so,
                                           cache=tmp_path / "plans")     # no plan yet
     assert [n.op_type for s in dynamic.get_provider_graph_assignment_info()
             for n in s.get_nodes()] == ["Add", "Relu"]

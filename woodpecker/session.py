@@ -7,22 +7,26 @@ ONNX Runtime program to Woodpecker is one line.
 
 Contract: `run(output_names, input_feed, run_options=None)` returns the outputs named (all, in
 the model's order, for None or []) as numpy arrays; a feed that is not an array (a nested list,
-a scalar) is made one of the input's declared element type, a str array for a string input is
-taken as ORT takes it, an array of another dtype is refused. `get_inputs()`/`get_outputs()`
-give ORT's NodeArg fields (`name`, `shape` — a symbolic dimension as its name —, `type` as
-"tensor(float)" or "seq(tensor(float))"); the rest of ORT's session API answers as ORT's CPU
-session does (`get_providers`, `set_providers`, `get_provider_options`, `io_binding`/
-`run_with_iobinding`, `run_async`, `run_with_ort_values`, `end_profiling`,
-`get_profiling_start_time_ns`, the memory infos, `get_provider_graph_assignment_info` — a
-subgraph per plan step, named by its engine —, `get_overridable_initializers`,
+a scalar) is made one of the input's declared element type, a str, bytes or void array for
+a string input is taken as ORT takes it (str objects), an array of another dtype is refused.
+`get_inputs()`/`get_outputs()` give ORT's NodeArg fields (`name`, `shape` — a symbolic
+dimension as its name —, `type` as "tensor(float)" or "seq(tensor(float))"); the rest of
+ORT's session API answers as ORT's CPU session does (`get_providers`, `set_providers`,
+`get_provider_options`, `io_binding`/`run_with_iobinding`, `run_async`,
+`run_with_ort_values`, `end_profiling`, `get_profiling_start_time_ns`, the memory infos and
+`get_input_epdevices`,
+`get_provider_graph_assignment_info` — a subgraph per plan step, named by its engine; ORT's
+Fail unless `session.record_ep_graph_assignment_info` is "1" —, `get_overridable_initializers`,
 `get_session_options`, `get_modelmeta`). Every `SessionOptions` and `RunOptions` field is
 honoured or named in one warning line (session_options.py: replaced initializers and
 free-dimension overrides are compiled in and keyed; profiling writes a Chrome trace;
 `optimized_model_filepath` is ORT's own). ORT's own session of the model, with the options
 given, runs what no plan of Woodpecker's can: values that are no tensors (sequences,
 optionals, maps), ops of a custom domain, a call whose RunOptions hold an active LoRA adapter
-or whose feed overrides an initializer. `providers` it cannot use (CUDA, Azure, a misspelt
-name) are skipped with one warning line, as ORT skips them, and the session runs on the CPU.
+or whose feed overrides an initializer, a model whose outputs are all graph inputs (an input
+that is also an output otherwise comes back copied, not compiled). `providers` it cannot use
+(CUDA, Azure, a misspelt name) are skipped with one warning line, as ORT skips them, and the
+session runs on the CPU; `set_providers` given a name ORT does not know raises as ORT does.
 A path's external data is read from beside the model file (bytes': from the working
 directory), never from outside that folder. Each error raised here is both a Woodpecker error
 and the exception ORT raises for that mistake (session_api.py), in one line.
@@ -49,7 +53,6 @@ import hashlib
 import os
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from functools import cache
 from importlib import metadata
@@ -78,10 +81,21 @@ from woodpecker.session_api import (
     MissingInput,
     ModelMetadata,
     NodeArg,
+    NotRecorded,
     args,
+    cpu_ep_device,
     cpu_memory_info,
+    np_dtype,
+    string_array,
 )
-from woodpecker.session_model import external_digests, inlined, parse, read_model, replaced
+from woodpecker.session_model import (
+    external_digests,
+    inlined,
+    parse,
+    read_model,
+    replaced,
+    without,
+)
 from woodpecker.session_options import (
     CPU,
     AdapterProbe,
@@ -89,25 +103,19 @@ from woodpecker.session_options import (
     Settings,
     check_providers,
     check_run_options,
+    config_entry,
     read_session_options,
 )
 from woodpecker.target import Target
 from woodpecker.version import __version__
 
 PROVIDER = "WoodpeckerExecutionProvider"
+RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 
 # The most bytes the sessions' plan folders may hold together before the least recently used
 # are removed: room for a few dozen mid-sized models' plans (a ResNet-50 plan holds its 100 MB
 # of weights at least), never unbounded. Env WOODPECKER_SESSION_CACHE_BYTES overrides it.
 SESSION_CACHE_BYTES = 4 << 30
-
-
-def _np_dtype(vi: onnx.ValueInfoProto) -> "np.dtype | None":
-    """The numpy dtype of an input's declared element type (None: none numpy has)."""
-    try:
-        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def _fmt(shape) -> str:
@@ -192,9 +200,11 @@ class InferenceSession:
                         if a.name in self._settings.shapes else a for a in declared]
         self._overridable = args([vi for vi in g.input if vi.name in inits]) \
             if self._proto.ir_version >= 4 else []
-        self._dtypes = {vi.name: _np_dtype(vi) for vi in graph_inputs}
+        self._dtypes = {vi.name: np_dtype(vi) for vi in graph_inputs}
         self._outputs = args(list(g.output))
         self._output_names = [o.name for o in self._outputs]
+        # inputs that are outputs too: the plan computes the rest, the run gives them copied
+        self._passed = {vi.name for vi in graph_inputs} & set(self._output_names)
         self._models: dict[tuple, CompiledModel] = {}
         self._lock = threading.Lock()
         self._ort_session: Any = None
@@ -205,7 +215,8 @@ class InferenceSession:
         # no plan of Woodpecker's takes values that are no tensors: ORT's own session runs them
         self._on_ort = self._settings.on_ort or next(
             (f"{vi.name!r} is a {args([vi])[0].type}" for vi in [*graph_inputs, *g.output]
-             if not _tensor(vi)), None)
+             if not _tensor(vi)), None) or ("every output is an input" if self._passed ==
+                                            set(self._output_names) else None)
         if self._settings.optimized_path or self._on_ort:
             self._ort()      # (ORT writes optimized_model_filepath as it builds)
         self._dynamic = any(not isinstance(d, int) or d <= 0 for a in declared for d in a.shape)
@@ -247,8 +258,9 @@ class InferenceSession:
 
     def set_providers(self, providers: "list | None" = None,
                       provider_options: "list | None" = None) -> None:
-        """The session stays on the CPU; those it cannot use are named in one warning line."""
-        check_providers(providers, provider_options)
+        """The session stays on the CPU; those it cannot use are named in one warning line, a
+        name ORT does not know is ORT's RuntimeError."""
+        check_providers(providers, provider_options, unknown_raises=True)
 
     def get_session_options(self) -> Any:
         if self._options is None:
@@ -267,12 +279,20 @@ class InferenceSession:
     def get_output_memory_infos(self) -> list:
         return [cpu_memory_info() for _ in self._outputs]
 
+    def get_input_epdevices(self) -> list:
+        return [cpu_ep_device() for _ in self._inputs]
+
     def get_provider_graph_assignment_info(self) -> list[Subgraph]:
         """Per step of the plan (a node, or a library's region): the engine that runs it as
         `ep_name` ("WoodpeckerExecutionProvider:<engine>"), its nodes; the model's nodes under
         "CPUExecutionProvider" where ORT's own session runs the model, under
         "WoodpeckerExecutionProvider" before a dynamic model's first plan (its engines are
-        chosen for the shapes of its first feed)."""
+        chosen for the shapes of its first feed). As in ORT, only when the session config
+        entry `session.record_ep_graph_assignment_info` is "1" (else ORT's Fail)."""
+        so = self._settings.options
+        if so is None or config_entry(so.get_session_config_entry, RECORD_ASSIGNMENT) != "1":
+            raise NotRecorded(f"Session configuration entry '{RECORD_ASSIGNMENT}' must be set "
+                              'to "1" to retrieve EP graph assignment information.')
         model = self._fixed or next(iter(self._models.values()), None)
         if self._on_ort or model is None:
             return [Subgraph("CPUExecutionProvider" if self._on_ort else PROVIDER, tuple(
@@ -332,7 +352,9 @@ class InferenceSession:
         feeds = self._feeds(input_feed)
         model = self._fixed or self._model_for({a.name: feeds[a.name].shape
                                                 for a in self._inputs})
-        result = model.run(feeds) if self._profiler is None else self._profiled(model, feeds)
+        result = model.run(feeds) if self._profiler is None else \
+            self._profiler.run(model, feeds, PROVIDER)
+        result.update({name: np.array(feeds[name]) for name in self._passed})   # (copies)
         return [result[name] for name in wanted]
 
     def _ort_call(self, input_feed: Any, run_options: Any) -> bool:
@@ -346,24 +368,6 @@ class InferenceSession:
             self._adapters = AdapterProbe(self._proto, self._where)
         return run_options is not None and self._adapters.active(run_options)
 
-    def _profiled(self, model: CompiledModel, feeds: dict) -> dict[str, np.ndarray]:
-        """A run with each step's time recorded in the profile (Chrome trace events)."""
-        times = [0.0] * len(model.steps)
-        start = time.perf_counter_ns()
-        with model._lock:       # (the runtime's per-step clock: CompiledModel.profile's)
-            model.activate()
-            result = model._executor.run(model._validate(feeds), times)
-        p, g, at = self._profiler, model.graph, start
-        p.event("Session", "model_run", start, time.perf_counter_ns() - start)
-        for step, t in zip(model.steps, times):
-            node = g.nodes[step[0]]
-            p.event("Node", f"{node.name}_kernel_time", at, int(t * 1e9),
-                    op_name=node.attrs["op_type"] if node.op == OPAQUE else node.op,
-                    provider=f"{PROVIDER}:{model.plan.engines[step[0]]}",
-                    nodes=str(len(step)))
-            at += int(t * 1e9)
-        return result
-
     def _feeds(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The feeds as arrays of the inputs' types and shapes, or one error line of ORT's
         type for the mistake."""
@@ -371,16 +375,18 @@ class InferenceSession:
             raise InvalidArgument(f"the inputs are a dict {{name: array}}, not a "
                                   f"{type(input_feed).__name__}")
         listing = ", ".join(a.name for a in self._inputs)
-        for name in (a.name for a in self._inputs if a.name not in input_feed):
-            raise MissingInput(f"missing input {name!r}; the model's inputs are: {listing}")
+        missing = [a.name for a in self._inputs if a.name not in input_feed]
+        if missing:
+            raise MissingInput(f"Required inputs ({missing}) are missing from input feed "
+                               f"({list(input_feed)}).")
         for name in (n for n in input_feed if n not in self._shapes):
             raise InvalidArgument(f"unknown input {name!r}; the model's inputs are: {listing}")
         feeds = {}
         for a in self._inputs:
             v, dtype, shape = input_feed[a.name], self._dtypes[a.name], self._shapes[a.name]
             if isinstance(v, np.ndarray):
-                if v.dtype.kind == "U" and dtype == np.dtype(object):     # str arrays, as ORT takes
-                    v = v.astype(object)
+                if v.dtype.kind in "USV" and dtype == np.dtype(object):
+                    v = string_array(v)         # str, bytes or void arrays, as ORT takes them
                 if dtype is not None and v.dtype != dtype:
                     raise InvalidArgument(f"input {a.name!r} has dtype {v.dtype}, expected "
                                           f"{dtype}")
@@ -433,7 +439,8 @@ class InferenceSession:
                     why = f"it does not load ({e})"
             print(f"woodpecker: compiling again: the cached plan {folder}: {why}",
                   file=self._progress or sys.stderr)
-        proto = inlined(self._proto, self._base, self._external, self._where)
+        proto = without(inlined(self._proto, self._base, self._external, self._where),
+                         self._passed)
         model = wp_compile(proto, self._compile_options, target=self._target,
                            input_shapes=shapes if self._dynamic else None,
                            progress=self._progress)

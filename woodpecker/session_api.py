@@ -26,7 +26,7 @@ import onnx
 import onnxruntime
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort
 
-from woodpecker.errors import InputError, ModelError, RunError
+from woodpecker.errors import InputError, ModelError, RunError, WoodpeckerError
 
 
 # -- errors: Woodpecker's and ONNX Runtime's types at once ---------------------------------
@@ -62,6 +62,15 @@ class InvalidFeed(InputError, RuntimeError):
 
 class RunFailure(RunError, _ort.Fail):
     """A run stopped: `run_options.terminate` set (ORT: Fail)."""
+
+
+class UnknownProvider(InputError, RuntimeError):
+    """`set_providers` given a name no ONNX Runtime build knows (ORT: RuntimeError)."""
+
+
+class NotRecorded(WoodpeckerError, _ort.Fail):
+    """`get_provider_graph_assignment_info` without the session config entry that records it
+    (ORT: Fail)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,23 @@ def type_string(t: onnx.TypeProto) -> str:
     return "undefined"
 
 
+def np_dtype(vi: onnx.ValueInfoProto) -> "np.dtype | None":
+    """The numpy dtype of an input's declared element type (None: none numpy has)."""
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def string_array(v: np.ndarray) -> np.ndarray:
+    """A str, bytes (UTF-8) or void array as the str objects ORT makes of it (bytes that are
+    no UTF-8: ORT's UnicodeDecodeError)."""
+    if v.dtype.kind == "V":
+        v = v.view(f"S{v.dtype.itemsize}") if v.dtype.itemsize else v.astype("S")
+    return np.char.decode(v, "utf-8").astype(object) if v.dtype.kind == "S" else \
+        v.astype(object)
+
+
 def args(values: list[onnx.ValueInfoProto]) -> list[NodeArg]:
     out = []
     for vi in values:
@@ -135,6 +161,13 @@ def cpu_memory_info() -> Any:
     """The memory info of a CPU input or output, as ORT's CPU session gives it."""
     return onnxruntime.OrtMemoryInfo("Cpu", onnxruntime.OrtAllocatorType.ORT_ARENA_ALLOCATOR,
                                      0, onnxruntime.OrtMemType.DEFAULT)
+
+
+def cpu_ep_device() -> Any:
+    """The OrtEpDevice ORT's CPU session gives for each input (None where this ORT lists
+    none)."""
+    devices = getattr(onnxruntime, "get_ep_devices", list)()
+    return next((d for d in devices if d.ep_name == "CPUExecutionProvider"), None)
 
 
 def _cpu(device_type: Any, what: str) -> None:

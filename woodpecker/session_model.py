@@ -7,7 +7,8 @@ InvalidArgument); `external_digests` the sha256 of every external data file the 
 each a file inside that folder that holds the bytes its tensors claim (else Fail);
 `inlined` a copy with that data read in from the very bytes digested (a file rewritten since
 is one Fail line); `replaced` a copy whose initializers hold the values given (the session
-options' `add_initializer` / `add_external_initializers`)."""
+options' `add_initializer` / `add_external_initializers`); `without` a copy without
+the graph outputs named (a graph input that is also an output: the session copies it)."""
 
 from __future__ import annotations
 
@@ -117,4 +118,16 @@ def replaced(proto: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.Mode
     for t in out.graph.initializer:
         if t.name in values:
             t.CopyFrom(onnx.numpy_helper.from_array(values[t.name], t.name))
+    return out
+
+
+def without(proto: onnx.ModelProto, outputs: set[str]) -> onnx.ModelProto:
+    """`proto` without these graph outputs."""
+    if not outputs:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    kept = [vi for vi in out.graph.output if vi.name not in outputs]
+    del out.graph.output[:]
+    out.graph.output.extend(kept)
     return out

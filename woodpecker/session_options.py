@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 import uuid
 import warnings
@@ -56,10 +57,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper
-from onnx.external_data_helper import uses_external_data
+from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
 from woodpecker.errors import first_line
-from woodpecker.session_api import LoadFailure, RunFailure
+from woodpecker.ops.opaque import OP as OPAQUE
+from woodpecker.session_api import LoadFailure, RunFailure, UnknownProvider
 
 CPU = ["CPUExecutionProvider"]
 _CPU = {"CPUExecutionProvider", "WoodpeckerExecutionProvider"}
@@ -103,7 +105,7 @@ class Settings:
     on_ort: str | None = None        # why the whole model runs on ORT's session
 
 
-def _config(get: Any, key: str) -> str | None:
+def config_entry(get: Any, key: str) -> str | None:
     try:
         return get(key)
     except Exception:       # ORT: "does not have configuration with key"
@@ -122,12 +124,19 @@ def _quiet(so: Any):
             setattr(so, name, value)
 
 
-def _probe(graph: onnx.GraphProto, so: Any, where: str) -> ort.InferenceSession:
+def _probe(graph: onnx.GraphProto, so: Any, where: str,
+           folder: str | None = None) -> ort.InferenceSession:
+    """ORT's session of a probe graph: from bytes, or from a file in `folder` (its external
+    data is looked up there)."""
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
+    source = model.SerializeToString()
+    if folder is not None:
+        source = os.path.join(folder, "probe.onnx")
+        onnx.save_model(model, source)
     try:
         with _quiet(so):
-            return ort.InferenceSession(model.SerializeToString(), so, providers=CPU)
+            return ort.InferenceSession(source, so, providers=CPU)
     except Exception as e:
         raise LoadFailure(f"{where}: ONNX Runtime refuses the session options: "
                           f"{first_line(e)}") from None
@@ -163,12 +172,33 @@ def _readable(t: onnx.TensorProto) -> bool:
     return t.data_type not in (0, onnx.TensorProto.BFLOAT16) and t.data_type < 17
 
 
-def _values(tensors: list[onnx.TensorProto], so: Any, where: str) -> list[np.ndarray]:
+def _values(tensors: list[onnx.TensorProto], so: Any, where: str,
+            folder: str | None = None) -> list[np.ndarray]:
     outs = [helper.make_tensor_value_info(f"wp_probe_{i}", t.data_type, None)
             for i, t in enumerate(tensors)]
     nodes = [helper.make_node("Identity", [t.name], [o.name]) for t, o in zip(tensors, outs)]
-    sess = _probe(helper.make_graph(nodes, "probe", [], outs, tensors), so, where)
+    sess = _probe(helper.make_graph(nodes, "probe", [], outs, tensors), so, where, folder)
     return sess.run(None, {})
+
+
+def _in_memory(tensors: list[onnx.TensorProto], so: Any, where: str) -> dict[str, np.ndarray]:
+    """{name: value} of the tensors whose external data file the options supply in memory
+    (`add_external_initializers_from_files_in_memory`): each file's first tensor probed from
+    an empty folder, where only a file in memory is found; then all of that file's."""
+    by_file: dict[str, list[onnx.TensorProto]] = {}
+    for t in tensors:
+        location = ExternalDataInfo(t).location or ""
+        if location and not os.path.isabs(location) and ".." not in location.split("/"):
+            by_file.setdefault(location, []).append(t)
+    out: dict[str, np.ndarray] = {}
+    with tempfile.TemporaryDirectory(prefix="woodpecker-probe-") as empty:
+        for group in by_file.values():
+            try:
+                _values(group[:1], so, where, empty)
+            except LoadFailure:
+                continue        # (not in memory: read from the model's folder)
+            out.update(zip((t.name for t in group), _values(group, so, where, empty)))
+    return out
 
 
 def _absent(t: onnx.TensorProto) -> onnx.TensorProto:
@@ -200,7 +230,9 @@ def _probe_initializers(proto: onnx.ModelProto, so: Any, where: str) -> dict[str
             try:
                 out[t.name] = _values([t], so, where)[0]
             except LoadFailure:
-                pass       # (not supplied: its data is read from the model's file)
+                pass       # (not supplied by name: in memory, or read from the model's file)
+    out.update(_in_memory([t for t in tensors if uses_external_data(t) and t.name not in out],
+                          so, where))
     return out
 
 
@@ -223,7 +255,7 @@ def read_session_options(so: Any, proto: onnx.ModelProto, where: str) -> Setting
         warnings.warn(f"Woodpecker's plan has its own schedule and memory: the session "
                       f"options' {', '.join(ignored)} ignored", UserWarning, stacklevel=3)
     for key, value in ON_ORT_KEYS.items():
-        if _config(so.get_session_config_entry, key) == value:
+        if config_entry(so.get_session_config_entry, key) == value:
             s.on_ort = f"session config entry {key}={value}"
     domains = {op.domain for op in proto.opset_import} - STANDARD_DOMAINS
     if domains:
@@ -241,11 +273,20 @@ def check_run_options(ro: Any) -> None:
         raise RunFailure("Exiting due to terminate flag being set to true.")
 
 
-def check_providers(providers: "list | None", provider_options: "list | None") -> None:
-    """ORT's treatment of `providers` it cannot use: never an error, one warning line for
-    those skipped (not CPU ones: CUDA, Azure, a misspelt name) and for any not in ORT's form
-    (a name or a (name, options dict) pair; `provider_options` as long as `providers`)."""
+def check_providers(providers: "list | None", provider_options: "list | None",
+                    unknown_raises: bool = False) -> None:
+    """ORT's treatment of `providers` it cannot use: one warning line for those skipped (not
+    CPU ones: CUDA, Azure, a misspelt name) and for any not in ORT's form (a name or a (name,
+    options dict) pair; `provider_options` as long as `providers`). With `unknown_raises`
+    (`set_providers`, which has no CPU fallback in ORT) a name no ORT build knows
+    (`onnxruntime.get_all_providers()`) is ORT's RuntimeError instead."""
     providers = [providers] if isinstance(providers, str) else list(providers or [])
+    if unknown_raises:
+        known = {*ort.get_all_providers(), *_CPU}
+        for p in providers:
+            name = p[0] if isinstance(p, (tuple, list)) and len(p) == 2 else p
+            if isinstance(name, str) and name not in known:
+                raise UnknownProvider(f"Unknown Provider Type: {name}")
     skipped, malformed = [], []
     for p in providers:
         pair = isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[1], dict)
@@ -301,6 +342,25 @@ class Profiler:
         self._events.append({"cat": cat, "pid": os.getpid(), "tid": os.getpid(),
                              "dur": dur_ns // 1000, "ts": (start_ns - self._t0) // 1000,
                              "ph": "X", "name": name, "args": args})
+
+    def run(self, model: Any, feeds: dict, provider: str) -> dict[str, np.ndarray]:
+        """A run of the CompiledModel with each step's time recorded in the profile, as
+        `<provider>:<engine>`."""
+        times = [0.0] * len(model.steps)
+        start = time.perf_counter_ns()
+        with model._lock:       # (the runtime's per-step clock: CompiledModel.profile's)
+            model.activate()
+            result = model._executor.run(model._validate(feeds), times)
+        g, at = model.graph, start
+        self.event("Session", "model_run", start, time.perf_counter_ns() - start)
+        for step, t in zip(model.steps, times):
+            node = g.nodes[step[0]]
+            self.event("Node", f"{node.name}_kernel_time", at, int(t * 1e9),
+                       op_name=node.attrs["op_type"] if node.op == OPAQUE else node.op,
+                       provider=f"{provider}:{model.plan.engines[step[0]]}",
+                       nodes=str(len(step)))
+            at += int(t * 1e9)
+        return result
 
     def end(self) -> str:
         now = datetime.now()
