@@ -30,8 +30,10 @@ user's options (optimisation off, quiet, no profile or file written while built,
 fields restored) — the model's inputs alone (its `get_inputs()` shapes are the overridden
 ones), and its initializers as empty tensors of their types, each passed to an output (a run
 gives every initializer ORT would replace; one ORT reads from an external file is probed
-alone, pointing at no file: it builds only where the options supply it). A probe ORT refuses is
-the error ORT would raise for the session, one LoadFailure line.
+alone, pointing at no file: it builds only where the options supply it; one not supplied
+by name is probed again with its own file name from an empty folder, which only a file the
+options hold in memory — `add_external_initializers_from_files_in_memory` — satisfies). A
+probe ORT refuses is the error ORT would raise for the session, one LoadFailure line.
 
 `check_run_options(run_options)` (each `run`): `terminate` set is ORT's Fail; the log fields,
 `logid`, `only_execute_path_to_fetches` accepted; known `add_run_config_entry` keys accepted
