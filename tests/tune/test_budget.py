@@ -86,3 +86,15 @@ def test_a_budget_that_fits_every_task_keeps_them_all_in_order():
     one, _ = driver.heaviest_that_fit(groups, weights, 0.0, io.StringIO())
     assert [g.task.key for g in one] == \
         [max(zip(weights, groups), key=lambda p: p[0])[1].task.key]
+
+
+def test_each_task_tuned_keeps_one_chunk_of_the_time_left():
+    """A heavy task (a shape class's lead) leaves every later task `MIN_TASK_S`; a light one
+    gets that much where there is room; with plenty of time the weights alone decide."""
+    from woodpecker.config import MIN_TASK_S
+
+    left = 3 * MIN_TASK_S
+    assert driver.task_share(left, [9.0, 1.0]) == left - MIN_TASK_S
+    assert driver.task_share(left, [1.0, 9.0]) == MIN_TASK_S
+    assert driver.task_share(100 * MIN_TASK_S, [1.0, 1.0]) == 50 * MIN_TASK_S
+    assert driver.task_share(MIN_TASK_S, [1.0, 1.0]) == MIN_TASK_S / 2   # no room: weights

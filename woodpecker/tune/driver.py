@@ -153,6 +153,17 @@ def heaviest_that_fit(groups: list[TaskGroup], weights: list[float], budget: flo
     return [groups[i] for i in order], [weights[i] for i in order]
 
 
+def task_share(left: float, weights: list[float]) -> float:
+    """The next task's seconds of the `left` there are, `weights` being its and the later
+    tasks' weights: its weight's part, but at least `MIN_TASK_S` where there is that much, and
+    never so much that a later task is left less than `MIN_TASK_S` (a shape-class lead took a
+    follower's time until the follower's first build overran the budget by 9 s)."""
+    share = left * weights[0] / sum(weights)
+    later = MIN_TASK_S * (len(weights) - 1)
+    return max(0.0, min(max(share, min(MIN_TASK_S, left)), left - later)) \
+        if left > later else share
+
+
 def shape_classes(groups: list[TaskGroup], weights: list[float],
                   ) -> tuple[list[tuple[str, ...]], list[float]]:
     """Per task (in tuning order), the keys of the tasks of its shape class tuned before it
@@ -215,7 +226,7 @@ def tune_graph(graph: Graph, target: Target, log: TuningLog, options: TuneOption
         builder = pool if workers > 1 else None   # one worker: compile in the measurer
         for i, g in enumerate(groups):
             now = time.monotonic()
-            share = max(0.0, end - now) * weights[i] / sum(weights[i:])
+            share = task_share(max(0.0, end - now), weights[i:])
             best = {"gflops": 0.0, "n": 0}
 
             def progress(rec, i=i, best=best):
