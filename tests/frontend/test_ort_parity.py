@@ -330,3 +330,27 @@ def test_a_string_plan_saves_loads_and_runs_through_the_session(tmp_path, monkey
     assert [i.type for i in session.get_inputs()] == ["tensor(string)"]
     got = session.run(None, {"x": x})[0]
     assert got.dtype == object and got.tolist() == want
+
+
+def test_a_declared_output_shape_the_graph_does_not_make_runs_as_onnx_runtime_runs_it():
+    """ONNX Runtime warns ("Falling back to lenient merge") and runs with the inferred shape;
+    Woodpecker refused the model (strict inference: 'existing shape differ')."""
+    import warnings
+
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    import woodpecker
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        got = woodpecker.compile(m, threads=1).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
+    assert any("declares a shape its graph does not produce" in str(w.message) for w in said)

@@ -19,6 +19,7 @@ them initializers first), Woodpecker's nodes then named apart."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -174,7 +175,22 @@ def _onnx_inference(proto: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
     except Exception as e:
-        raise ModelError(f"invalid model: {_inference_error(e)}") from None
+        if "existing shape differ" not in str(e):
+            raise ModelError(f"invalid model: {_inference_error(e)}") from None
+        # a declared shape the graph does not produce: ONNX Runtime warns ("Falling back to
+        # lenient merge") and runs with the inferred one; so does Woodpecker — the declared
+        # shapes of outputs and value_info are dropped (their types kept) and inferred again
+        warnings.warn(f"the model declares a shape its graph does not produce "
+                      f"({_inference_error(e)}); the inferred shape is used, as ONNX Runtime "
+                      "does", stacklevel=2)
+        lenient = onnx.ModelProto.FromString(proto.SerializeToString())
+        for vi in (*lenient.graph.output, *lenient.graph.value_info):
+            if vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.ClearField("shape")
+        try:
+            return shape_inference.infer_shapes(lenient, strict_mode=True, data_prop=True)
+        except Exception as e2:
+            raise ModelError(f"invalid model: {_inference_error(e2)}") from None
 
 
 def _inference_error(e: Exception) -> str:
