@@ -117,3 +117,31 @@ def test_bench_of_a_library_plan_records_it_and_the_quartiles(tmp_path, capsys, 
     q1, q3 = r["paired_quartiles"][ONNXRUNTIME]
     assert q1 <= q3
     assert "session of your graph" in capsys.readouterr().out
+
+
+def test_tune_budget_counts_the_compile_that_reads_its_tasks(tmp_path, monkeypatch):
+    """`woodpecker tune --budget B` started its budget after compiling the model to read its
+    tasks (8 s of a 20 s budget ran outside it): the deadline tuning gets is B from before
+    that compile."""
+    import time
+
+    import woodpecker.cli as cli
+    import woodpecker.tune.driver as driver
+
+    seen = {}
+    compile_first = cli._load_or_compile
+
+    def timed_compile(*a, **k):
+        seen["compile_at"] = time.monotonic()
+        return compile_first(*a, **k)
+
+    def fake_tune(graph, target, log, options, out=None, deadline=None):
+        seen["deadline"] = deadline
+
+    monkeypatch.setattr(cli, "_load_or_compile", timed_compile)
+    monkeypatch.setattr(driver, "tune_graph", fake_tune)
+    path = tmp_path / "m.onnx"
+    _relu_file(path)
+    main(["tune", str(path), "--budget", "30s", "--tuning-log", str(tmp_path / "t.jsonl")])
+    assert seen["deadline"] is not None
+    assert seen["deadline"].end - 30 <= seen["compile_at"]

@@ -146,6 +146,12 @@ def cmd_tune(args) -> None:
         return
     if args.model is None:
         raise WoodpeckerError("tune needs a model (or --export-db FILE with --tuning-log)")
+    from woodpecker.deadline import Deadline
+
+    # --budget is the whole command: the compile that reads the tasks counts in it (issue 76:
+    # `tune --budget 20s` took 8 s of compile before its budget started)
+    options = None if args.show_space else _tune_options(args)
+    deadline = None if options is None else Deadline.after(options.budget_s)
     model = _load_or_compile(args, library_first=False)   # the graph tasks are read from
     if args.show_space:
         regs = host_vector_registers(target.isa)
@@ -164,15 +170,14 @@ def cmd_tune(args) -> None:
         return
     if not args.tuning_log:
         raise WoodpeckerError("tune needs --tuning-log FILE (or --show-space)")
-    options = _tune_options(args)
     log = open_log(args.tuning_log, args.resume, target=target, database=options.database)
     if args.workers == "local":
-        tune_graph(model.graph, target, log, options)
+        tune_graph(model.graph, target, log, options, deadline=deadline)
     elif args.workers == "ray" or args.workers.startswith("ray:"):
         from woodpecker.tune.distributed import tune_graph_ray
 
         stats = tune_graph_ray(model.graph, target, log, options,
-                               args.workers.partition(":")[2] or None)
+                               args.workers.partition(":")[2] or None, deadline=deadline)
         print(f"tuned {stats['tasks']} task(s) on {stats['workers']} Ray worker(s): "
               f"{stats['records']} records" + (f"; restarted after a worker died: "
                                                f"{', '.join(stats['restarted'])}"
