@@ -196,3 +196,28 @@ def test_an_edited_openvino_model_is_refused_at_load(saved, tmp_path):
     step.write_bytes(step.read_bytes() + b"\0")
     with pytest.raises(PlanError, match="sha256"):
         woodpecker.load(copy)
+
+
+def test_an_empty_tensor_is_left_to_the_other_engines():
+    """A batch-0 input through MaxPool, AveragePool and Flatten corrupted the process's heap in
+    OpenVINO's CPU plugin (the fuzzer's find, once a declared output shape the graph does not
+    make stopped refusing the model): OpenVINO declines empty values, ONNX Runtime runs them."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    import woodpecker
+    from tests.helpers import ort_run
+
+    nodes = [helper.make_node("MaxPool", ["x"], ["a"], kernel_shape=[2, 2]),
+             helper.make_node("AveragePool", ["a"], ["b"], kernel_shape=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["b"], ["c"]),
+             helper.make_node("Flatten", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 4, 9, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [0, 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.zeros((0, 4, 9, 9), np.float32)
+    m = woodpecker.compile(model, threads=1)
+    assert "openvino" not in m.plan.engines
+    got = m.run({"x": x})["y"]
+    assert got.shape == ort_run(model, {"x": x})[0].shape == (0, 4)

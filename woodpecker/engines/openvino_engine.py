@@ -32,7 +32,7 @@ from woodpecker.engines.choice import Choices, KernelSpec
 from woodpecker.engines.node_builds import NodeBuilds
 from woodpecker.engines.onnx_step import StepModels, node_io
 from woodpecker.engines.openvino_probe import bounded_compile
-from woodpecker.errors import first_line
+from woodpecker.errors import EngineError, first_line
 from woodpecker.ir.graph import Graph, Node, Value
 from woodpecker.ir.steps import StepIO
 from woodpecker.ops import OPS
@@ -179,10 +179,15 @@ def _narrowed(node: Node) -> str | None:
     than ONNX says (`NARROWED`), or None. The user's whole graph (library-first) is not
     declined for it — its int64 token ids and labels are the common case — but its outputs are
     checked against ONNX Runtime's before the plan may be chosen
-    (selection/library_first.py)."""
+    (selection/library_first.py). Any node, the whole graph too, with an empty value (a
+    dimension of 0) is declined: OpenVINO 2026.4's CPU plugin corrupted the process's heap
+    running a batch-0 input through MaxPool, AveragePool and Flatten (the fuzzer's find;
+    ONNX Runtime returns the empty result)."""
+    inputs, outputs = node_io(node)
+    if any(v.shape is not None and 0 in v.shape for v in inputs + outputs):
+        return "OpenVINO's CPU plugin mishandles empty tensors (a dimension of 0)"
     if node.op == OPAQUE and node.attrs.get("op_type") == WHOLE_MODEL:
         return None
-    inputs, outputs = node_io(node)
     for v in inputs + outputs:
         how = NARROWED.get(v.dtype.name) if v.dtype is not None else None
         if how is not None:
@@ -213,6 +218,11 @@ def _kernel(compiled: Any, inputs: list[Value], outputs: list[Value]) -> Kernel:
     request = compiled.create_infer_request()
     ports = [compiled.input(v.name) for v in inputs] + [compiled.output(v.name) for v in outputs]
     n_in = len(inputs)
+    # each port's shape where OpenVINO's compiled model fixes it: an array of another shape
+    # is never bound, since OpenVINO would write the port's bytes into it (a mutated model
+    # whose declared output shape its graph does not make crashed the process here)
+    fixed = [tuple(p.get_partial_shape().to_shape()) if p.get_partial_shape().is_static
+             else None for p in ports]
     # per port, a weak reference to the array whose memory its tensor shares (None: bind
     # again). An ov.Tensor does not keep the array alive: each call binds again any port whose
     # array is not the one given, which the caller keeps alive through the call.
@@ -224,6 +234,9 @@ def _kernel(compiled: Any, inputs: list[Value], outputs: list[Value]) -> Kernel:
             ref = bound[k]
             if ref is not None and ref() is a:
                 continue
+            if fixed[k] is not None and tuple(a.shape) != fixed[k]:
+                raise EngineError(f"OpenVINO's {ports[k].get_any_name()!r} is "
+                                  f"{list(fixed[k])}, the plan holds {list(a.shape)}")
             shared = a.flags.c_contiguous and a.flags.writeable
             memory = a if shared else np.array(a, order="C")
             request.set_tensor(ports[k], ov.Tensor(memory, shared_memory=True))

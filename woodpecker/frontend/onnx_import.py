@@ -70,7 +70,30 @@ def load_model_proto(model: "str | os.PathLike | bytes | onnx.ModelProto") -> on
         check_model(proto)    # (onnx's checker, taking an open-rank graph input as ORT does)
     except Exception as e:
         raise ModelError(f"invalid ONNX model: {first_line(e)}") from None
-    return proto
+    return lenient_declared_shapes(proto)
+
+
+def lenient_declared_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """`proto`, or where it declares a shape of an output or value_info that its graph does
+    not produce, a copy with those declared shapes dropped (their types kept) and a warning:
+    ONNX Runtime warns ("Falling back to lenient merge") and runs with the inferred shapes.
+    Done where the model is read, so the import and the whole-model plan (whose session's
+    buffers take the declared dimensions) both see the shapes the graph makes — a declared
+    [1, 4] output of a [2, 3] result would have had 6 values written into a buffer of 4."""
+    try:
+        shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+        return proto
+    except Exception as e:  # noqa: BLE001 - onnx raises its own types
+        if "existing shape differ" not in str(e):
+            return proto      # the import reports it, one line
+        why = _inference_error(e)
+    warnings.warn(f"the model declares a shape its graph does not produce ({why}); the "
+                  "inferred shape is used, as ONNX Runtime does", stacklevel=3)
+    lenient = onnx.ModelProto.FromString(proto.SerializeToString())
+    for vi in (*lenient.graph.output, *lenient.graph.value_info):
+        if vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.ClearField("shape")
+    return lenient
 
 
 def check_model(proto: onnx.ModelProto) -> None:
@@ -175,22 +198,7 @@ def _onnx_inference(proto: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
     except Exception as e:
-        if "existing shape differ" not in str(e):
-            raise ModelError(f"invalid model: {_inference_error(e)}") from None
-        # a declared shape the graph does not produce: ONNX Runtime warns ("Falling back to
-        # lenient merge") and runs with the inferred one; so does Woodpecker — the declared
-        # shapes of outputs and value_info are dropped (their types kept) and inferred again
-        warnings.warn(f"the model declares a shape its graph does not produce "
-                      f"({_inference_error(e)}); the inferred shape is used, as ONNX Runtime "
-                      "does", stacklevel=2)
-        lenient = onnx.ModelProto.FromString(proto.SerializeToString())
-        for vi in (*lenient.graph.output, *lenient.graph.value_info):
-            if vi.type.HasField("tensor_type"):
-                vi.type.tensor_type.ClearField("shape")
-        try:
-            return shape_inference.infer_shapes(lenient, strict_mode=True, data_prop=True)
-        except Exception as e2:
-            raise ModelError(f"invalid model: {_inference_error(e2)}") from None
+        raise ModelError(f"invalid model: {_inference_error(e)}") from None
 
 
 def _inference_error(e: Exception) -> str:
