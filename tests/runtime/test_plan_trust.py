@@ -261,3 +261,15 @@ def test_a_step_models_external_data_out_of_the_folder_is_one_line(tmp_path):
     with pytest.raises(PlanError, match="does not build") as e:
         woodpecker.load(d).run({"x": X})
     assert "\n" not in str(e.value)
+
+
+def test_a_kernel_task_edited_apart_from_its_values_is_refused(plan):
+    """The kernel's recorded task says 16 output channels where the node's output holds 8: a
+    kernel of that task would write twice the bytes of its output."""
+    d, _, _ = plan
+    doc = _doc(d)
+    choice = next(c for c in doc["choices"].values() if c.get("kernel"))
+    choice["kernel"]["task"]["k"] = 16
+    _write(d, doc)
+    with pytest.raises(PlanError, match="kernel writes float32.1, 6, 6, 16."):
+        woodpecker.load(d, trust=True)

@@ -34,7 +34,12 @@ from woodpecker.ir.steps import StepIO, step_io
 from woodpecker.ops import OPS
 from woodpecker.options import Precision, precision
 from woodpecker.runtime import plan_files
-from woodpecker.runtime.plan_checks import arena_oversized, check_shapes, check_stages
+from woodpecker.runtime.plan_checks import (
+    arena_oversized,
+    check_kernels,
+    check_shapes,
+    check_stages,
+)
 from woodpecker.runtime.plan_files import (
     HashingWriter,
     only_plan_parts,
@@ -412,6 +417,7 @@ def _build(d: Path, doc: dict) -> Plan:
         get_engine(name).load_artifacts(d, doc["engines"][name], choices)
     check_stages(plan)
     check_shapes(g)
+    check_kernels(plan)
     missing = set(schedule.region_starts) - set(choices)
     if missing:
         raise PlanError(f"plan.json: a region starts at unknown node {sorted(missing)[0]!r}")

@@ -93,3 +93,28 @@ def check_stages(plan: "Plan") -> None:
             if any(v is not None and id(v) in made for v in nodes[i].inputs):
                 raise PlanError(f"plan.json: stage node {nodes[i].name!r} reads another "
                                 "node of its stage: they cannot run at the same time")
+
+
+def check_kernels(plan: "Plan") -> None:
+    """A PlanError unless each generated kernel's recorded task writes what its node's output
+    value holds: as many elements, of its type (plan.json's task JSON and its values edited
+    apart). The kernel's own buffer checks (Halide's) hold every array to the task it was
+    built for; this check says so before any kernel runs, in one line."""
+    from woodpecker.tasks import spec_task
+
+    for node in plan.graph.nodes:
+        spec = plan.choices[node.name].kernel
+        if spec is None:
+            continue
+        try:
+            task = spec_task(spec.to_json())
+        except (KeyError, TypeError, ValueError) as e:
+            raise PlanError(f"plan.json: node {node.name!r}'s kernel task is corrupt "
+                            f"({type(e).__name__})") from None
+        out = node.outputs[0]
+        want = int(np.prod(task.out_shape, dtype=np.int64))
+        dtype = np.dtype(getattr(task, "out_dtype", np.float32))
+        if want != int(np.prod(out.shape, dtype=np.int64)) or dtype != out.dtype:
+            raise PlanError(f"plan.json: node {node.name!r}'s kernel writes {dtype.name}"
+                            f"{list(task.out_shape)}, but its output {out.name!r} is "
+                            f"{out.dtype.name}{list(out.shape)} (edited?)")
