@@ -56,7 +56,7 @@ assert template_module(moved).__name__.endswith("_moved")
 for log in sys.argv[3:5]:
     records = TuningLog(log).records
     assert records and {r.template for r in records} <= set(MODULES), log
-model = woodpecker.load(sys.argv[5])
+model = woodpecker.load(sys.argv[5], trust=True)   # the old plan: edited as old
 x = np.load(sys.argv[6])
 np.testing.assert_array_equal(model(x), np.load(sys.argv[7]))
 print("ok", sorted({c.kernel.template for c in model.plan.choices.values() if c.kernel}))
@@ -82,7 +82,9 @@ def test_logs_and_plans_written_before_load_after_a_template_module_is_renamed(t
     shutil.copytree(plan, old_plan)
     _legacy(old_plan / "plan.json")
     assert LEGACY_PREFIX in (old_plan / "plan.json").read_text()
-    np.testing.assert_array_equal(woodpecker.load(old_plan)(x), np.load(tmp_path / "y.npy"))
+    # edited to look as an older Woodpecker wrote it, so no longer signed: trusted by its user
+    np.testing.assert_array_equal(woodpecker.load(old_plan, trust=True)(x),
+                                  np.load(tmp_path / "y.npy"))
 
     # a scratch copy of the package whose template module of the plan's kernel moved
     scratch = tmp_path / "scratch"

@@ -56,6 +56,16 @@ class FeatureCache:
             self._tasks[key] = task_from_key(key)
         return self._tasks[key]
 
+    def known(self, rec: TuningRecord) -> bool:
+        """Whether `rec`'s task key names a task this Woodpecker knows (a log may hold
+        records of kinds it does not: another version's, a hand-written one) — only those
+        are learnt from."""
+        try:
+            self.task(rec.task)
+        except (ValueError, KeyError, TypeError):
+            return False
+        return True
+
     def row(self, task: Task, template: str, config: Config,
             target: str | None = None) -> Features:
         """A candidate's features on this machine, or on `target` (another machine's key)."""
@@ -128,7 +138,7 @@ class XGBCostModel:
         far are the model). Returns whether the fit was whole."""
         import xgboost
 
-        keep, labels, groups = ranking_labels(records)
+        keep, labels, groups = ranking_labels([r for r in records if self.cache.known(r)])
         rows = []
         for r in keep:
             if deadline is not None and len(rows) % 256 == 0 and time.monotonic() >= deadline:
