@@ -137,20 +137,43 @@ def plain_name(name: str, what: str) -> str:
     return name
 
 
-def verified_bytes(path: Path, sha256: str | None, what: str) -> bytes:
-    """The bytes of `path`, read once, whose sha256 is the one recorded (a PlanError for a
-    missing file or other bytes). A symbolic link as the last component is refused."""
+def _open_plan_file(path: Path, what: str) -> int:
+    """A descriptor of `path` for reading, not through a symbolic link as its last component;
+    a one-line PlanError where it is missing or unreadable."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        return os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         raise PlanError(f"plan {what} missing: {path}") from None
     except OSError as e:
         raise PlanError(f"cannot read plan {what} {path}: {e.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
+
+
+def _differs(path: Path, what: str) -> PlanError:
+    return PlanError(f"{path} does not match plan.json (sha256 differs): {what} edited or "
+                     "corrupted")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _seal(fd: int) -> None:
+    """No more writes, growth or shrinking of memfd `fd`, for anyone."""
+    import fcntl
+
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK |
+                fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+
+
+def verified_bytes(path: Path, sha256: str | None, what: str) -> bytes:
+    """The bytes of `path`, read once, whose sha256 is the one recorded (a PlanError for a
+    missing file or other bytes). A symbolic link as the last component is refused."""
+    with os.fdopen(_open_plan_file(path, what), "rb") as f:
         data = f.read()
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise PlanError(f"{path} does not match plan.json (sha256 differs): {what} edited or "
-                        "corrupted")
+        raise _differs(path, what)
     return data
 
 
@@ -170,14 +193,9 @@ def sealed_copy(data: bytes, name: str) -> Path:
         if digest in _SEALED:
             return _SEALED[digest]
         if hasattr(os, "memfd_create"):
-            import fcntl
-
             fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK |
-                        fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+            _write_all(fd, data)
+            _seal(fd)
             path = Path(f"/proc/self/fd/{fd}")
         else:
             folder = Path(tempfile.mkdtemp(prefix="woodpecker-native-"))
@@ -194,8 +212,7 @@ def verified(path: Path, sha256: str | None, what: str) -> Path:
     if not path.is_file():
         raise PlanError(f"plan {what} missing: {path}")
     if sha256_file(path) != sha256:
-        raise PlanError(f"{path} does not match plan.json (sha256 differs): {what} edited or "
-                        "corrupted")
+        raise _differs(path, what)
     return path
 
 
@@ -206,12 +223,7 @@ def sealed_file(path: Path, sha256: str | None, what: str) -> Iterator[Path]:
     sealed memfd on Linux, else a read-only file in a private temporary folder); closed when
     the block ends. For files a library reads by path (ONNX Runtime's and OpenVINO's step
     models), without holding their bytes in this process."""
-    try:
-        src = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
-        raise PlanError(f"plan {what} missing: {path}") from None
-    except OSError as e:
-        raise PlanError(f"cannot read plan {what} {path}: {e.strerror}") from None
+    src = _open_plan_file(path, what)
     folder = None
     try:
         if hasattr(os, "memfd_create"):
@@ -225,17 +237,11 @@ def sealed_file(path: Path, sha256: str | None, what: str) -> Iterator[Path]:
             h = hashlib.sha256()
             while chunk := os.read(src, 1 << 20):
                 h.update(chunk)
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view):]
+                _write_all(fd, chunk)
             if h.hexdigest() != sha256:
-                raise PlanError(f"{path} does not match plan.json (sha256 differs): {what} "
-                                "edited or corrupted")
+                raise _differs(path, what)
             if folder is None:
-                import fcntl
-
-                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK |
-                            fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+                _seal(fd)
             yield copy
         finally:
             os.close(fd)
