@@ -320,3 +320,96 @@ def test_value_types_ort_takes(tmp_path):
     assert [i.name for i in ours.get_inputs()] == [i.name for i in theirs.get_inputs()]
     assert ours.get_overridable_initializers() == theirs.get_overridable_initializers() == []
     np.testing.assert_allclose(ours.run(None, {"x": v})[0], theirs.run(None, {"x": v})[0])
+
+
+def if_model():
+    """y = x + w if c else x - v: w and v initializers of the branches."""
+    def branch(op, out, init):
+        return helper.make_graph([helper.make_node(op, ["x", init], [out])], op, [],
+                                 [vi(out, F, [2])],
+                                 [numpy_helper.from_array(np.ones(2, np.float32), init)])
+    return model([helper.make_node("If", ["c"], ["y"], then_branch=branch("Add", "a", "w"),
+                                   else_branch=branch("Sub", "b", "v"))],
+                 [vi("c", onnx.TensorProto.BOOL, []), vi("x", F, [2])], [vi("y", F, [2])])
+
+
+def test_an_initializer_replaced_inside_a_subgraph_runs_as_in_ort(tmp_path):
+    """ORT replaces an initializer by name at any depth (an If branch's): ours gave the
+    model's own branch value, silently (issue 76)."""
+    data = if_model().SerializeToString()
+    value = ort.OrtValue.ortvalue_from_numpy(np.full(2, 10, np.float32))
+
+    def options():
+        so = ort.SessionOptions()
+        so.add_initializer("w", value)
+        return so
+
+    feeds = {"c": np.array(True), "x": np.array([1, 2], np.float32)}
+    theirs, ours = both(data, options, tmp_path)
+    want = theirs.run(None, feeds)[0]
+    np.testing.assert_array_equal(want, [11, 12])
+    np.testing.assert_array_equal(ours.run(None, feeds)[0], want)
+
+
+@pytest.mark.parametrize("kind", ["bfloat16", "float8_e4m3fn"])
+def test_an_initializer_of_an_ml_dtypes_type_replaced_runs_as_in_ort(tmp_path, kind):
+    """A bfloat16/float8 initializer replaced by add_initializer: ORT's own session with
+    the options computes the model (the model itself ran on no plan before: issue 76)."""
+    import ml_dtypes
+
+    dtype = getattr(ml_dtypes, kind)
+    w = numpy_helper.from_array(np.array([1, 2], np.float32).astype(dtype), "w")
+    data = model([helper.make_node("Cast", ["w"], ["f"], to=F),
+                  helper.make_node("Add", ["x", "f"], ["y"])],
+                 [vi("x", F, [2])], [vi("y", F, [2])], [w], ir=10, opset=21).SerializeToString()
+    value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+        np.array([5, 6], np.float32).astype(dtype).view(np.uint8 if kind != "bfloat16"
+                                                         else np.uint16), w.data_type)
+
+    def options():
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.add_initializer("w", value)
+        return so
+
+    x = np.array([1, 1], np.float32)
+    theirs, ours = both(data, options, tmp_path)
+    want = theirs.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(want, [6, 7])
+    np.testing.assert_array_equal(ours.run(None, {"x": x})[0], want)
+
+
+def config_model(config: str):
+    m = add_model(2)
+    helper.set_model_props(m, {"ort_config": config})
+    return m.SerializeToString()
+
+
+def test_session_options_from_the_model_as_ort_reads_them(tmp_path, monkeypatch):
+    """ORT_LOAD_CONFIG_FROM_MODEL=1: the model's ort_config sets the options ORT reads from it
+    (ORT's own test_loading_session_options_from_model); a bad entry is ORT's error type."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ORT_LOAD_CONFIG_FROM_MODEL", "1")
+    data = config_model(json.dumps({"session_options": {
+        "inter_op_num_threads": 5, "intra_op_num_threads": 2,
+        "graph_optimization_level": 99, "enable_profiling": 1, "unknown": "ignored"}}))
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    ours = woodpecker.InferenceSession(data, cache=tmp_path / "plans")
+    for s in (theirs, ours):
+        so = s.get_session_options()
+        assert (so.inter_op_num_threads, so.intra_op_num_threads) == (5, 2)
+        assert so.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+        assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        assert so.enable_profiling
+        s.run(None, {"x": rand(2, 3)})
+        assert json.loads(open(s.end_profiling()).read())
+    for bad in ("{not json", json.dumps({"session_options": {"enable_profiling": 7}}),
+                json.dumps({"session_options": {"intra_op_num_threads": "two"}})):
+        with pytest.raises(Exception) as t:
+            ort.InferenceSession(config_model(bad), providers=["CPUExecutionProvider"])
+        with pytest.raises(woodpecker.WoodpeckerError) as o:
+            woodpecker.InferenceSession(config_model(bad), cache=tmp_path / "plans")
+        assert isinstance(o.value, type(t.value)) and "\n" not in str(o.value), bad
+    monkeypatch.delenv("ORT_LOAD_CONFIG_FROM_MODEL")
+    plain = woodpecker.InferenceSession(data, cache=tmp_path / "plans")
+    assert plain.get_session_options().intra_op_num_threads == 0

@@ -91,6 +91,7 @@ from woodpecker.session_api import (
 from woodpecker.session_model import (
     external_digests,
     inlined,
+    model_config,
     parse,
     read_model,
     replaced,
@@ -177,7 +178,7 @@ class InferenceSession:
             else os.fspath(path_or_bytes)       # what ORT's own session is built from
         original = parse(data, self._where)    # external data not read in (see _plan)
         self._sha = hashlib.sha256(data).hexdigest()
-        self._options = sess_options
+        self._options = sess_options = model_config(sess_options, original, self._where)
         self._settings: Settings = read_session_options(sess_options, original, self._where)
         self._proto = replaced(original, self._settings.initializers)
         self._overrides = {k: _digest(v) for k, v in self._settings.initializers.items()}

@@ -47,6 +47,11 @@ class LoadFailure(ModelError, _ort.Fail):
     outside the model's folder; or ONNX Runtime refuses the session options (ORT: Fail)."""
 
 
+class ModelConfigError(ModelError, RuntimeError):
+    """The model's `ort_config` metadata, read with ORT_LOAD_CONFIG_FROM_MODEL=1, is not JSON
+    or sets an option to a value of another type or range (ORT: RuntimeError)."""
+
+
 class InvalidArgument(InputError, _ort.InvalidArgument):
     """An unknown input or output name, a feed of the wrong dtype or shape (ORT:
     InvalidArgument)."""

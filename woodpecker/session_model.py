@@ -8,21 +8,32 @@ each a file inside that folder that holds the bytes its tensors claim (else Fail
 `inlined` a copy with that data read in from the very bytes digested (a file rewritten since
 is one Fail line); `replaced` a copy whose initializers hold the values given (the session
 options' `add_initializer` / `add_external_initializers`); `without` a copy without
-the graph outputs named (a graph input that is also an output: the session copies it)."""
+the graph outputs named (a graph input that is also an output: the session copies it);
+`model_config(options, proto, where)` the session options with the model's own `ort_config`
+metadata applied where ORT_LOAD_CONFIG_FROM_MODEL=1 in the environment, as ORT applies it."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
 
 from woodpecker.errors import first_line
 from woodpecker.files import sha256_file
-from woodpecker.session_api import InvalidModel, InvalidProtobuf, LoadFailure, NoSuchFile
+from woodpecker.session_api import (
+    InvalidModel,
+    InvalidProtobuf,
+    LoadFailure,
+    ModelConfigError,
+    NoSuchFile,
+)
 
 
 def read_model(path_or_bytes: "str | os.PathLike | bytes") -> tuple[bytes, Path, str]:
@@ -131,3 +142,50 @@ def without(proto: onnx.ModelProto, outputs: set[str]) -> onnx.ModelProto:
     del out.graph.output[:]
     out.graph.output.extend(kept)
     return out
+
+
+ORT_CONFIG_ENV = "ORT_LOAD_CONFIG_FROM_MODEL"
+# ORT's `ort_config` session options (inference_session_utils): key -> SessionOptions field
+_MODEL_CONFIG = {"intra_op_num_threads": "intra_op_num_threads",
+                 "inter_op_num_threads": "inter_op_num_threads",
+                 "execution_mode": "execution_mode",
+                 "graph_optimization_level": "graph_optimization_level",
+                 "enable_profiling": "enable_profiling"}
+_LEVELS = {0: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+           1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+           2: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+           99: ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+
+
+def model_config(so: Any, proto: onnx.ModelProto, where: str) -> Any:
+    """The session options with the model's own `ort_config` metadata applied, as ORT applies
+    it when the environment sets ORT_LOAD_CONFIG_FROM_MODEL=1: its `session_options` entries
+    intra_op_num_threads, inter_op_num_threads, execution_mode, graph_optimization_level and
+    enable_profiling override the options given (others ignored, as ORT ignores them); a
+    value of another type or range is ORT's RuntimeError. The options object given is the
+    one changed (ORT changes its own copy); a new one where none was given."""
+    if os.environ.get(ORT_CONFIG_ENV) != "1":
+        return so
+    text = next((m.value for m in proto.metadata_props if m.key == "ort_config"), None)
+    if text is None:
+        return so
+    try:
+        entries = json.loads(text).get("session_options", {})
+    except (ValueError, AttributeError) as e:
+        raise ModelConfigError(f"{where}: Json stored in the `ort_config` key cannot be parsed: "
+                          f"{first_line(e)}") from None
+    so = so if so is not None else ort.SessionOptions()
+    for key, value in entries.items():
+        if key not in _MODEL_CONFIG:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ModelConfigError(f"{where}: {key} option in the model file must be an integer")
+        ok = {"execution_mode": value in (0, 1), "enable_profiling": value in (0, 1),
+              "graph_optimization_level": value in _LEVELS}.get(key, value >= 0)
+        if not ok:
+            raise ModelConfigError(f"{where}: Unsupported value for {key} in ORT config: {value}")
+        setattr(so, _MODEL_CONFIG[key],
+                _LEVELS[value] if key == "graph_optimization_level" else
+                ort.ExecutionMode(value) if key == "execution_mode" else
+                bool(value) if key == "enable_profiling" else value)
+    return so

@@ -5,7 +5,9 @@ Contract — `read_session_options(options, proto, where)` gives the `Settings` 
 built with:
 - values that are part of the model: `add_initializer(name, OrtValue)` and
   `add_external_initializers(names, OrtValues)` replace those initializers (`initializers`:
-  compiled in, and in the cache key by their sha256); `add_free_dimension_override_by_name` /
+  compiled in, and in the cache key by their sha256; one inside a subgraph, or of a type
+  numpy holds only through ml_dtypes — bfloat16, float8, 4-bit —, runs the model on ORT's
+  own session, `on_ort`); `add_free_dimension_override_by_name` /
   `_by_denotation` fix those dimensions (`shapes`: they become the inputs' shapes, as ORT's
   `get_inputs()` then shows them);
 - `intra_op_num_threads` (> 0) the threads; `enable_profiling` / `profile_file_prefix` a
@@ -127,11 +129,11 @@ def _quiet(so: Any):
 
 
 def _probe(graph: onnx.GraphProto, so: Any, where: str,
-           folder: str | None = None) -> ort.InferenceSession:
+           folder: str | None = None, opset: int = 17) -> ort.InferenceSession:
     """ORT's session of a probe graph: from bytes, or from a file in `folder` (its external
     data is looked up there)."""
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8 if opset < 21 else 10
     source = model.SerializeToString()
     if folder is not None:
         source = os.path.join(folder, "probe.onnx")
@@ -238,6 +240,47 @@ def _probe_initializers(proto: onnx.ModelProto, so: Any, where: str) -> dict[str
     return out
 
 
+def _subgraph_initializers(g: onnx.GraphProto) -> list[onnx.TensorProto]:
+    """The initializers of every graph inside `g`'s nodes (If branches, Loop and Scan bodies),
+    at any depth."""
+    out = []
+    for node in g.node:
+        for a in node.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                        list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                out += [*sub.initializer, *_subgraph_initializers(sub)]
+    return out
+
+
+# the newest opset the probe of other initializers is written in (Cast from 4-bit ints)
+_CAST_OPSET = 21
+
+
+def _replaced_not_compiled(proto: onnx.ModelProto, so: Any, where: str) -> list[str]:
+    """The initializers the options replace that a plan of Woodpecker's does not take in: those
+    of types numpy holds only through ml_dtypes (bfloat16, float8, 4-bit) and those inside
+    subgraphs (ORT replaces an initializer by name at any depth). Probed as empty tensors of
+    their types, each cast to float (or passed through): a value back means replaced."""
+    tensors = {t.name: t for t in [*(t for t in proto.graph.initializer if not _readable(t)),
+                                   *_subgraph_initializers(proto.graph)]}
+    if not tensors:
+        return []
+    probes = [helper.make_tensor(n, t.data_type, [0], []) for n, t in tensors.items()]
+    outs = [helper.make_tensor_value_info(f"wp_probe_{i}", onnx.TensorProto.FLOAT
+                                          if not _readable(t) else t.data_type, None)
+            for i, t in enumerate(probes)]
+    nodes = [helper.make_node("Cast", [t.name], [o.name], to=onnx.TensorProto.FLOAT)
+             if not _readable(t) else helper.make_node("Identity", [t.name], [o.name])
+             for t, o in zip(probes, outs)]
+    try:
+        sess = _probe(helper.make_graph(nodes, "probe", [], outs, probes), so, where,
+                      opset=_CAST_OPSET)
+        values = sess.run(None, {})
+    except LoadFailure:
+        return sorted(tensors)        # (a type the probe cannot cast: ORT decides them all)
+    return [n for n, v in zip(tensors, values) if v.shape != (0,)]
+
+
 def read_session_options(so: Any, proto: onnx.ModelProto, where: str) -> Settings:
     if so is None:
         return Settings()
@@ -259,6 +302,11 @@ def read_session_options(so: Any, proto: onnx.ModelProto, where: str) -> Setting
     for key, value in ON_ORT_KEYS.items():
         if config_entry(so.get_session_config_entry, key) == value:
             s.on_ort = f"session config entry {key}={value}"
+    elsewhere = _replaced_not_compiled(proto, so, where)
+    if elsewhere:
+        s.on_ort = (f"the session options replace initializer(s) {', '.join(elsewhere[:3])}"
+                    f"{' …' if len(elsewhere) > 3 else ''} (inside a subgraph, or of a type "
+                    "Woodpecker's plans hold only in a library's model)")
     domains = {op.domain for op in proto.opset_import} - STANDARD_DOMAINS
     if domains:
         s.on_ort = f"ops of the domain(s) {', '.join(sorted(domains))} (custom ops)"

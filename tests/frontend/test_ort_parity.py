@@ -354,3 +354,24 @@ def test_a_declared_output_shape_the_graph_does_not_make_runs_as_onnx_runtime_ru
         got = woodpecker.compile(m, threads=1).run({"x": x})["y"]
     np.testing.assert_array_equal(got, want)
     assert any("declares a shape its graph does not produce" in str(w.message) for w in said)
+
+
+@pytest.mark.parametrize("kind", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "int4", "uint4"])
+def test_an_initializer_numpy_holds_only_through_ml_dtypes_runs_on_a_library(kind, tmp_path):
+    """A bfloat16/float8/4-bit initializer (LLM exports' weights) was refused ('element type
+    bfloat16, which is not supported'); ORT runs it, so a library runs it, saved and loaded
+    (its bytes kept as they are)."""
+    import ml_dtypes
+
+    w = numpy_helper.from_array(np.array([1, 2, 3, 4, 5, 6], np.float32)
+                                .astype(getattr(ml_dtypes, kind)).reshape(2, 3), "w")
+    m = _model([helper.make_node("Cast", ["w"], ["f"], to=F),
+                helper.make_node("Add", ["x", "f"], ["y"])], [_vi("x")], [_vi("y")], [w],
+               opset=21)
+    m.ir_version = 10
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    want = _ort(m, {"x": x})[0]
+    model = woodpecker.compile(m)
+    np.testing.assert_array_equal(model.run({"x": x})["y"], want)
+    model.save(tmp_path / "p.wpk")
+    np.testing.assert_array_equal(woodpecker.load(tmp_path / "p.wpk").run({"x": x})["y"], want)

@@ -30,8 +30,11 @@ from woodpecker.ops.opaque import OP as OPAQUE
 from woodpecker.ops.opaque import WHOLE_MODEL
 
 ARTIFACTS_DIR = names.ORT_MODELS_DIR   # a saved plan's step models
-# the element types of a whole-model session: numeric and strings (dtype object)
-STRINGS = NUMERIC | {"object"}
+# the element types of a whole-model session: numeric, strings (dtype object), and the
+# types numpy holds through ml_dtypes, which only its initializers have (frontend/onnx_types
+# ML_DTYPES: their bytes go into the step model unchanged)
+STRINGS = NUMERIC | {"object", "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                     "float8_e5m2fnuz", "int4", "uint4", "float4_e2m1fn", "float8_e8m0fnu"}
 
 
 def session_options(threads: int, layout: bool = True, optimize: bool = True):

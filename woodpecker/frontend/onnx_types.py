@@ -40,10 +40,23 @@ def element_dtype(elem_type: int, what: str) -> np.dtype:
 STRING = np.dtype(object)
 
 
-def library_dtype(elem_type: int, what: str) -> np.dtype:
-    """`element_dtype`, strings too (`STRING`): a value only a library computes."""
+# the element types numpy holds only through ml_dtypes (onnx's own reading of them):
+# bfloat16, the float8s, 4-bit ints and floats — for initializers a library reads whole
+# (their bytes go into its step model unchanged; no kernel of Woodpecker's computes them)
+ML_DTYPES = {onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT8E4M3FN,
+             onnx.TensorProto.FLOAT8E4M3FNUZ, onnx.TensorProto.FLOAT8E5M2,
+             onnx.TensorProto.FLOAT8E5M2FNUZ, onnx.TensorProto.UINT4, onnx.TensorProto.INT4,
+             *(getattr(onnx.TensorProto, n) for n in ("FLOAT4E2M1", "FLOAT8E8M0")
+               if hasattr(onnx.TensorProto, n))}
+
+
+def library_dtype(elem_type: int, what: str, constant: bool = False) -> np.dtype:
+    """`element_dtype`, strings too (`STRING`): a value only a library computes; with
+    `constant` (an initializer) the `ML_DTYPES` too, as onnx reads them."""
     if elem_type == onnx.TensorProto.STRING:
         return STRING
+    if constant and elem_type in ML_DTYPES:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     return element_dtype(elem_type, what)
 
 

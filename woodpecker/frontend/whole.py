@@ -90,7 +90,7 @@ def whole_graph(model: "str | os.PathLike | bytes | onnx.ModelProto",
             graph.inputs.append(graph.value(vi.name, tuple(dims_of(vi)), dt))
     formal = [v.name for v in graph.inputs]
     for t in g.initializer:
-        library_dtype(t.data_type, f"initializer {t.name!r}")
+        library_dtype(t.data_type, f"initializer {t.name!r}", constant=True)
         try:
             data = numpy_helper.to_array(t)
         except Exception as e:  # noqa: BLE001 - raw bytes that do not fill the shape, …

@@ -45,9 +45,23 @@ def write_weights(f: BinaryIO, arrays: Sequence[np.ndarray]) -> list[int]:
         f.write(b"\0" * pad)
         at += pad
         offsets.append(at)
-        f.write(memoryview(a.reshape(-1)).cast("B") if a.size else b"")
+        f.write(a.reshape(-1).view(np.uint8).data if a.size else b"")
         at += a.nbytes
     return offsets
+
+
+def dtype_named(name: str) -> np.dtype:
+    """numpy's dtype of this name, or ml_dtypes' (bfloat16, float8_e4m3fn, int4, …: the types
+    of initializers only a library reads, which numpy does not name itself)."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+
+        found = getattr(ml_dtypes, str(name), None)
+        if found is None:
+            raise PlanError(f"plan.json names an unknown element type {name!r}") from None
+        return np.dtype(found)
 
 
 class MappedWeights:
@@ -61,7 +75,7 @@ class MappedWeights:
         self.size = size
 
     def array(self, offset: int, shape: Sequence[int], dtype: str, name: str) -> np.ndarray:
-        dt = np.dtype(dtype)
+        dt = dtype_named(dtype)
         count = int(np.prod(shape, dtype=np.int64))
         if offset < 0 or offset % ALIGN or offset + count * dt.itemsize > self.size:
             raise PlanError(f"weight {name!r} does not lie inside {self.path}")
