@@ -273,3 +273,38 @@ def test_a_kernel_task_edited_apart_from_its_values_is_refused(plan):
     _write(d, doc)
     with pytest.raises(PlanError, match="kernel writes float32.1, 6, 6, 16."):
         woodpecker.load(d, trust=True)
+
+
+def test_a_kernel_task_edited_keeping_its_output_is_refused(plan):
+    """The task's fused steps edited (its Relu dropped), its output unchanged: the kernel's
+    signature — the task its node makes — no longer matches, so it is refused at load."""
+    d, _, _ = plan
+    doc = _doc(d)
+    choice = next(c for c in doc["choices"].values() if c.get("kernel"))
+    choice["kernel"]["task"]["epilogue"] = [["Add"]]
+    _write(d, doc)
+    with pytest.raises(PlanError, match="kernel was built for conv 3x3/1 8->8 @ 6x6 [+]Add,"
+                                        " but the node now is .*[+]Add[+]Relu") as e:
+        woodpecker.load(d, trust=True)
+    assert "\n" not in str(e.value)
+
+
+def test_a_layout_edited_consistently_is_refused(plan):
+    """The conv's input laid out W before H (its Transpose and the value's layout edited
+    together, every shape still fitting as H == W): the kernel built to read NHWC would read
+    the image transposed and give other outputs, silently. Refused: the value's layout is
+    not the one the kernel reads."""
+    d, _, _ = plan
+    doc = _doc(d)
+    name = next(n for n, v in doc["values"].items() if v.get("layout") == "NHWC" and
+                any(node["op"] == "Transpose" and node["outputs"] == [n]
+                    for node in doc["nodes"]))
+    doc["values"][name]["layout"] = "perm0321"
+    for node in doc["nodes"]:
+        if node["outputs"] == [name]:
+            node["attrs"]["perm"] = [0, 3, 2, 1]
+    _write(d, doc)
+    with pytest.raises(PlanError, match="reads input .* in layout NHWC, but plan.json lays "
+                                        "it out perm0321") as e:
+        woodpecker.load(d, trust=True)
+    assert "\n" not in str(e.value)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from woodpecker.ir.graph import Node
+from woodpecker.tasks import NHWC_PERM
 
 FOLLOWERS = frozenset({"Concat", "Split", "Slice", "Transpose", "Reshape", "Flatten"})
-NHWC_PERM = (0, 2, 3, 1)
 
 
 @dataclass

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from woodpecker.errors import PlanError
-from woodpecker.ir.graph import DYNAMIC, Graph
+from woodpecker.ir.graph import DYNAMIC, Graph, Node, Value
 from woodpecker.ops import OPS
 from woodpecker.schedule.arena import Arena
 from woodpecker.schedule.problem import value_bytes
+from woodpecker.tasks import NHWC, NHWC_PERM
 
 if TYPE_CHECKING:
     from woodpecker.runtime.plan import Plan
@@ -95,11 +96,42 @@ def check_stages(plan: "Plan") -> None:
                                 "node of its stage: they cannot run at the same time")
 
 
+def _model_shape(v: Value) -> tuple[int, ...]:
+    """A value's shape in the model's layout: a held value's (layout "NHWC" or "perm…", its
+    shape `[model[a] for a in perm]`) put back."""
+    if not v.layout or v.shape is None:
+        return v.shape
+    perm = NHWC_PERM if v.layout == NHWC else tuple(int(c) for c in v.layout[4:])
+    if sorted(perm) != list(range(len(v.shape))):
+        raise PlanError(f"plan.json: value {v.name!r} has layout {v.layout!r}, no permutation "
+                        f"of its {len(v.shape)} dimensions")
+    model = [0] * len(perm)
+    for i, a in enumerate(perm):
+        model[a] = v.shape[i]
+    return tuple(model)
+
+
+def _as_modelled(node: Node) -> Node:
+    """`node` over copies of its values in the model's layout: what a task was made from at
+    compile time, before the layout pass held values in NHWC."""
+    def copy(v: Value | None) -> Value | None:
+        if v is None:
+            return None
+        return Value(v.name, _model_shape(v), v.dtype, "", v.producer, v.consumers, v.data)
+
+    return Node(node.op, node.name, [copy(v) for v in node.inputs],
+                [copy(v) for v in node.outputs], node.attrs)
+
+
 def check_kernels(plan: "Plan") -> None:
-    """A PlanError unless each generated kernel's recorded task writes what its node's output
-    value holds: as many elements, of its type (plan.json's task JSON and its values edited
-    apart). The kernel's own buffer checks (Halide's) hold every array to the task it was
-    built for; this check says so before any kernel runs, in one line."""
+    """A PlanError unless each generated kernel was built for its node as plan.json now
+    describes it: its recorded task is the task its node makes (`from_node`: the shapes,
+    strides, pads, groups, fused steps, element types and the layout each input is read in —
+    all the kernel's signature), and it writes what its node's output value holds (as many
+    elements, of its type). plan.json's task JSON edited apart from its values, or the values
+    apart from the task (an input made 16x16, a value's layout permuted), would hand a kernel
+    arrays it was not built for; the kernel's own buffer checks (Halide's) catch only those
+    too small, not those of another shape or order."""
     from woodpecker.tasks import spec_task
 
     for node in plan.graph.nodes:
@@ -118,3 +150,18 @@ def check_kernels(plan: "Plan") -> None:
             raise PlanError(f"plan.json: node {node.name!r}'s kernel writes {dtype.name}"
                             f"{list(task.out_shape)}, but its output {out.name!r} is "
                             f"{out.dtype.name}{list(out.shape)} (edited?)")
+        try:
+            made = type(task).from_node(_as_modelled(node))
+        except Exception as e:  # noqa: BLE001 - a task's rule fails in its own ways on bad input
+            raise PlanError(f"plan.json: node {node.name!r} no longer fits its kernel "
+                            f"({type(e).__name__}: {e})".splitlines()[0]) from None
+        if made.key != task.key:
+            raise PlanError(f"plan.json: node {node.name!r}'s kernel was built for "
+                            f"{task.describe()}, but the node now is {made.describe()} "
+                            "(edited?)")
+        for i, v in enumerate(node.inputs):
+            if v is not None and v.data is None and v.layout != task.input_layout(i):
+                raise PlanError(f"plan.json: node {node.name!r}'s kernel reads input "
+                                f"{v.name!r} in layout {task.input_layout(i) or 'as the model'}"
+                                f", but plan.json lays it out {v.layout or 'as the model'} "
+                                "(edited?)")

@@ -28,6 +28,7 @@ import numpy as np
 from woodpecker.ir.graph import Node
 
 NHWC = "NHWC"
+NHWC_PERM = (0, 2, 3, 1)     # a model-layout NCHW array held NHWC: x.transpose(NHWC_PERM)
 # The node attribute a lowered-precision compile sets on the nodes whose products it takes in
 # another type (passes/precision.py): the type's name ("bfloat16"); tasks carry it as `compute`.
 COMPUTE = "_compute"
