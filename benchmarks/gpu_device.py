@@ -153,7 +153,7 @@ def run_plan(entry: dict, bundle: Path, torch, device: str, host: bool,
              rounds: int = ROUNDS, compile_mode: str = "max-autotune") -> dict:
     folder = bundle / entry["folder"]
     restore_weights(folder, entry["seed"])
-    plan = GpuPlan.open(folder)
+    plan = GpuPlan.open(folder, digest=entry["digest"])
     if host:
         from woodpecker.assembly.gpu_host import HostMemory
         session = plan.session(HostMemory())

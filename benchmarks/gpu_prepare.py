@@ -31,6 +31,7 @@ from benchmarks.gpu_device import feeds_of, generated_weights  # noqa: E402
 from woodpecker.compiler_gpu import check_on_host, compile_gpu, gpu_graph  # noqa: E402
 from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime  # noqa: E402
 from woodpecker.errors import WoodpeckerError  # noqa: E402
+from woodpecker.runtime.trust import SIGNATURE_FIELD, signature, unsigned_bytes  # noqa: E402
 from woodpecker.target import Target, machine_facts  # noqa: E402
 from woodpecker.tune.gpu_batch import write_batch  # noqa: E402
 from woodpecker.zoo import export  # noqa: E402
@@ -64,12 +65,14 @@ def prepare_plan(model: str, batch: int, target: Target, bundle: Path,
     data = generated_weights(doc, SEED)
     (folder / "weights.bin").write_bytes(data)
     doc["weights"]["sha256"] = hashlib.sha256(data).hexdigest()
+    doc[SIGNATURE_FIELD] = signature(unsigned_bytes(doc))     # (edited here: signed again)
     plan_json.write_text(json.dumps(doc, indent=1))
     if batch == 1:     # the walk on this CPU is serial: batch 16's is left to torch's check
         np.savez(folder / "expected.npz", **check_on_host(folder, feeds_of(doc)))
     (folder / "weights.bin").unlink()
+    # the device has another plan key: it opens the plan pinned by this digest
     return {"model": model, "batch": batch, "precision": precision, "folder": folder.name,
-            "seed": SEED}
+            "seed": SEED, "digest": "sha256:" + hashlib.sha256(plan_json.read_bytes()).hexdigest()}
 
 
 def prepare_batch(model: str, target: Target, bundle: Path, per_task: int) -> str:

@@ -4,6 +4,7 @@ import path and refuses a host without its device, and a tampered plan is one Pl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -58,6 +59,10 @@ def small_plan(tmp_path_factory):
     return model, folder
 
 
+def _digest(folder: Path) -> str:
+    return "sha256:" + hashlib.sha256((folder / "plan.json").read_bytes()).hexdigest()
+
+
 def _ort(model, feeds):
     return ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, feeds)
@@ -89,7 +94,7 @@ def test_the_plan_opens_with_numpy_alone_and_refuses_a_host_without_its_device(s
         f"sys.path[:0] = [{str(ROOT)!r}, {str(only)!r}]\n"
         "from woodpecker.runtime.gpu_plan import GpuPlan\n"
         "from woodpecker.errors import PlanError\n"
-        f"plan = GpuPlan.open({str(folder)!r})\n"
+        f"plan = GpuPlan.open({str(folder)!r}, digest={_digest(folder)!r})\n"
         "print(len(plan.doc['steps']), plan.device.name)\n"
         "try:\n    plan.session()\nexcept PlanError as e:\n    print('refused:', e)\n"
         "heavy = [m for m in ('halide', 'onnx', 'onnxruntime', 'torch', 'woodpecker.compiler',"
@@ -126,6 +131,63 @@ def test_a_tampered_gpu_plan_is_one_line(small_plan, tmp_path, edit, message):
     with pytest.raises(PlanError, match=message) as e:
         GpuPlan.open(copy)
     assert "\n" not in str(e.value)
+
+
+def test_a_gpu_plan_from_elsewhere_opens_pinned_or_trusted(small_plan, tmp_path):
+    """A GPU plan is native code: this user's signed plan opens as it is; one unsigned or
+    edited (here: its signature dropped) only pinned by its digest or with trust=True."""
+    _, folder = small_plan
+    GpuPlan.open(folder)
+    copy = tmp_path / "plan"
+    shutil.copytree(folder, copy)
+    doc = json.loads((copy / "plan.json").read_text())
+    doc.pop("signature")
+    (copy / "plan.json").write_text(json.dumps(doc))
+    with pytest.raises(PlanError, match="holds native code .* carries no signature: a plan "
+                                        "is a program") as e:
+        GpuPlan.open(copy)
+    assert "\n" not in str(e.value)
+    GpuPlan.open(copy, digest=_digest(copy))
+    GpuPlan.open(copy, trust=True)
+    with pytest.raises(PlanError, match="is not the plan you trusted"):
+        GpuPlan.open(copy, digest="sha256:" + "0" * 64)
+    with pytest.raises(PlanError, match="is not a plan digest"):
+        GpuPlan.open(copy, digest=12345)
+
+
+def test_gpu_native_code_is_loaded_from_the_bytes_checked(small_plan, tmp_path):
+    """The runtime and kernels are mapped from a sealed copy of the bytes whose sha256 was
+    checked: a file swapped after the copy changes nothing, one swapped before is refused
+    (it had loaded whatever lay at the path when dlopen ran)."""
+    _, folder = small_plan
+    copy = tmp_path / "plan"
+    shutil.copytree(folder, copy)
+    plan = GpuPlan.open(copy)
+    step = plan.doc["steps"][0]
+    entry = {"file": step["kernel"], "sha256": step["sha256"]}
+    original = (copy / step["kernel"]).read_bytes()
+    sealed = plan.native(entry)
+    (copy / step["kernel"]).write_bytes(b"payload")
+    assert sealed.read_bytes() == original
+    with pytest.raises(PlanError, match="sha256 differs"):
+        plan.native(entry)
+
+
+def test_a_gpu_plan_save_never_writes_through_a_planted_link(tmp_path):
+    """runtime.so, weights.bin and plan.json planted as links to a user's files: the save
+    replaces the links, the user's files keep their bytes."""
+    folder = tmp_path / "plan"
+    folder.mkdir()
+    victims = {}
+    for name in ("runtime.so", "weights.bin", "plan.json"):
+        victims[name] = tmp_path / f"user-{name}"
+        victims[name].write_bytes(b"the user's own file")
+        (folder / name).symlink_to(victims[name])
+    compile_gpu(_small_model(), folder, "cuda:a100")
+    for name, victim in victims.items():
+        assert victim.read_bytes() == b"the user's own file", name
+        assert not (folder / name).is_symlink(), name
+    GpuPlan.open(folder)
 
 
 def test_feeds_of_the_wrong_shape_are_one_line(small_plan):

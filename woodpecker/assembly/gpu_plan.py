@@ -5,8 +5,10 @@ Contract: `assemble_gpu_plan(graph, target, folder, configs)` takes each node's 
 (assembly/gpu_steps.py: its template and config, or the library), converts layouts where a
 value is read in the other one and places every value (assembly/gpu_layouts.py), builds each
 kernel for `target` (PTX of the device's capability in a shared library), and writes:
-`plan.json` (last, under a temporary name moved into place), `runtime.so` (Halide's CUDA
-runtime and cuda_glue.c), `kernels/<digest>.so`, `weights.bin`. A node no GPU template
+`plan.json` (last; signed under this user's plan key as a CPU plan is, runtime/trust.py),
+`runtime.so` (Halide's CUDA runtime and cuda_glue.c), `kernels/<digest>.so`, `weights.bin` —
+each through an exclusive temporary moved into place, never through a planted link
+(files.py). A node no GPU template
 computes is one WoodpeckerError naming every such node. A model input a stem conv reads stays
 NCHW; an NHWC input is transposed on the host before its copy, an NHWC output after it — so
 the only transfers are the plan's inputs and outputs.
@@ -29,8 +31,6 @@ copied once at load.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Collection
 from pathlib import Path
 
@@ -49,10 +49,11 @@ from woodpecker.assembly.gpu_steps import (
 from woodpecker.engines.halide.gpu.build import build_gpu
 from woodpecker.engines.halide.gpu.runtime_build import cuda_runtime, kernel_library
 from woodpecker.errors import WoodpeckerError
-from woodpecker.files import sha256_file
+from woodpecker.files import install, sha256_file, write_bytes
 from woodpecker.ir.graph import Graph, Value
 from woodpecker.runtime.gpu_host_ops import encode_attrs
 from woodpecker.runtime.gpu_plan import FORMAT, VERSION
+from woodpecker.runtime.trust import SIGNATURE_FIELD, signature, unsigned_bytes
 from woodpecker.schedule.arena import plan_arena
 from woodpecker.target import Target
 from woodpecker.tasks import Task
@@ -126,7 +127,7 @@ def assemble_gpu_plan(graph: Graph, target: Target, folder: "str | Path",
         built = build_gpu(module, step.task, step.config, target)
         shared = kernel_library(built)
         kernel = f"kernels/{shared.name}"
-        shutil.copyfile(shared, folder / kernel)
+        install(shared, folder / kernel, folder)
         # a movement's index operands are in its task; its one argument is the data
         present = [0] if isinstance(step.task, MoveTask) else \
             [i for i, v in enumerate(step.node.inputs) if v is not None]
@@ -183,8 +184,8 @@ def _write(folder: Path, graph: Graph, target: Target, arena, aliases, records, 
     blob = bytearray(weight_bytes)
     for offset, a in weights:
         blob[offset:offset + a.nbytes] = a.tobytes()
-    (folder / "weights.bin").write_bytes(bytes(blob))
-    shutil.copyfile(cuda_runtime(target), folder / "runtime.so")
+    write_bytes(folder / "weights.bin", bytes(blob), folder)
+    install(cuda_runtime(target), folder / "runtime.so", folder)
     def stored(v: Value) -> str:        # float tensors are half precision in an fp16 plan
         return "float16" if precision == "fp16" and v.dtype.name == "float32" else v.dtype.name
 
@@ -215,8 +216,8 @@ def _write(folder: Path, graph: Graph, target: Target, arena, aliases, records, 
                      "from_device": [0, 3, 1, 2] if nhwc[v.name] else None}
                     for v in graph.outputs],
     }
-    tmp = folder / f".plan.json.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, folder / "plan.json")
+    # signed as a CPU plan is (runtime/trust.py): this user's GPU plans load as they are
+    doc[SIGNATURE_FIELD] = signature(unsigned_bytes(doc))
+    write_bytes(folder / "plan.json", json.dumps(doc, indent=1).encode(), folder)
     return folder
 

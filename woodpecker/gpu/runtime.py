@@ -70,7 +70,7 @@ class CudaRuntime:
     def __new__(cls, library: "str | Path", ordinal: int = 0) -> "CudaRuntime":
         """The process's runtime: the first one loaded serves every plan (Halide's runtime
         state — its context hooks, its module cache — is per process)."""
-        key = str(Path(library).resolve())
+        key = str(library)      # (a sealed copy's /proc/self/fd path: not resolved)
         if cls._loaded:
             return next(iter(cls._loaded.values()))
         self = super().__new__(cls)
@@ -193,12 +193,14 @@ class CudaRuntime:
 class GpuKernel:
     """One kernel library's `wp_kernel(buffers...)`: its launches go on the runtime's stream."""
 
-    def __init__(self, runtime: CudaRuntime, library: "str | Path", n_buffers: int) -> None:
+    def __init__(self, runtime: CudaRuntime, library: "str | Path", n_buffers: int,
+                 name: str | None = None) -> None:
+        name = name or Path(library).name
         try:
             lib = ctypes.CDLL(str(library))
         except OSError as e:
-            raise DeviceError(f"cannot load GPU kernel {Path(library).name}: {e}") from None
-        self.runtime, self.name, self._lib = runtime, Path(library).name, lib
+            raise DeviceError(f"cannot load GPU kernel {name}: {e}") from None
+        self.runtime, self.name, self._lib = runtime, name, lib
         self._fn = lib.wp_kernel
         self._fn.argtypes = [ctypes.c_void_p] * n_buffers
         self._fn.restype = ctypes.c_int

@@ -1,10 +1,16 @@
 """Loading and running a GPU plan (assembly/gpu_plan.py writes it) with numpy and ctypes
 alone: no Halide, onnx or compiler on the device (issue 54: build here, run there).
 
-Contract: `GpuPlan.open(folder)` reads and checks a plan without touching a device — its
-format, every file against its sha256, each kernel's PTX capability against the target's,
-every offset and shape within its allocation — and raises one PlanError line for anything
-missing, edited or inconsistent. `plan.session()` refuses a host without the plan's device
+Contract: `GpuPlan.open(folder, digest=None, trust=False)` reads and checks a plan without
+touching a device — its format, every file against its sha256, each kernel's PTX capability
+against the target's, every offset and shape within its allocation — and raises one PlanError
+line for anything missing, edited or inconsistent. A GPU plan is native code (its runtime and
+kernels are shared libraries): as a CPU plan with kernels (runtime/trust.py), it opens only
+pinned by `digest` (the sha256 of plan.json, read once), signed by this user's plan key, or
+with `trust`. Every file it names lies inside its folder; the runtime and each kernel are
+loaded from a sealed private copy of the very bytes whose sha256 was checked (files.py), and
+weights.bin is read once and checked as read, so a writer racing the load changes nothing.
+`plan.session()` refuses a host without the plan's device
 (Target.incompatibility), then binds it: one allocation for the activations (the arena), one
 for the weights (copied once), one per input; each step's kernel bound to its buffer views.
 `session.run(feeds)` copies the inputs in (transposed on the host where the device layout
@@ -27,6 +33,7 @@ against ONNX Runtime on a machine without a GPU.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +43,9 @@ import numpy as np
 
 from woodpecker.config import DOS_RUNS, GPU_STREAMS
 from woodpecker.errors import PlanError, WoodpeckerError
-from woodpecker.files import inside, verified
+from woodpecker.files import inside, sealed_copy, verified, verified_bytes
 from woodpecker.gpu.runtime import timed
+from woodpecker.runtime.trust import signed_here, wanted_digest
 from woodpecker.target import Target
 
 if TYPE_CHECKING:
@@ -71,12 +79,13 @@ class Memory(Protocol):
 class DeviceMemory:
     """The device: CudaRuntime (gpu/runtime.py) and the plan's kernel libraries."""
 
-    def __init__(self, folder: Path, runtime_file: str) -> None:
+    def __init__(self, plan: "GpuPlan") -> None:
         from woodpecker.gpu.runtime import CudaRuntime, DeviceError, GpuKernel, Timer
 
         self._kernel, self._timer, self.error = GpuKernel, Timer, DeviceError
+        self._plan = plan
         try:
-            self.rt = CudaRuntime(folder / runtime_file)
+            self.rt = CudaRuntime(plan.native(plan.doc["runtime"]))
         except DeviceError as e:
             raise PlanError(f"cannot run this GPU plan here: {e}") from None
         self.alloc, self.view, self.upload = self.rt.alloc, self.rt.view, self.rt.upload
@@ -86,7 +95,8 @@ class DeviceMemory:
         self.record, self.wait = self.rt.record, self.rt.wait
 
     def kernel(self, folder: Path, step: dict, views: list):
-        return self._kernel(self.rt, folder / step["kernel"], len(views)).bind(views)
+        library = self._plan.native({"file": step["kernel"], "sha256": step["sha256"]})
+        return self._kernel(self.rt, library, len(views), name=step["kernel"]).bind(views)
 
     def tensor(self, torch, view):
         """A torch CUDA tensor over a view's device memory (no copy; the plan's launches and
@@ -129,12 +139,20 @@ class GpuPlan:
         self.target = Target.from_json(doc["target"])
 
     @classmethod
-    def open(cls, folder: "str | Path") -> "GpuPlan":
+    def open(cls, folder: "str | Path", digest: str | None = None,
+             trust: bool = False) -> "GpuPlan":
         folder = Path(folder)
+        want = None if digest is None else wanted_digest(digest)
         try:
-            doc = json.loads((folder / "plan.json").read_text())
+            data = inside(folder, "plan.json", "file").read_bytes()
         except OSError as e:
             raise _fail(f"cannot read {folder / 'plan.json'}: {e.strerror}") from None
+        found = "sha256:" + hashlib.sha256(data).hexdigest()
+        if want is not None and found != want:
+            raise _fail(f"{folder} is not the plan you trusted: its digest is {found}, "
+                        f"expected {want}")
+        try:
+            doc = json.loads(data)
         except ValueError as e:
             raise _fail(f"plan.json is not JSON: {e}") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -146,7 +164,20 @@ class GpuPlan:
             plan._check()
         except (KeyError, TypeError, ValueError) as e:
             raise _fail(f"plan.json is malformed ({type(e).__name__}: {e})") from None
+        if want is None and not trust:
+            ok, why = signed_here(doc)
+            if not ok:
+                raise _fail(f"{folder} holds native code (its CUDA runtime and kernels) and "
+                            f"{why}: a plan is a program — open it only if you trust where it "
+                            f"came from, pinned by its digest ({found}: "
+                            "GpuPlan.open(…, digest=)) or with trust=True")
         return plan
+
+    def native(self, entry: dict) -> Path:
+        """A path to a sealed private copy of the plan file `entry` names ({file, sha256}),
+        made from the bytes checked against its sha256: what dlopen maps."""
+        path = inside(self.folder, entry["file"], "file")
+        return sealed_copy(verified_bytes(path, entry["sha256"], entry["file"]), path.name)
 
     def _file(self, entry: dict) -> Path:
         return verified(inside(self.folder, entry["file"], "file"), entry["sha256"],
@@ -200,7 +231,7 @@ class GpuPlan:
             why = self.target.incompatibility()
             if why is not None:
                 raise PlanError(f"cannot load this GPU plan here: {why}")
-            memory = DeviceMemory(self.folder, self.doc["runtime"]["file"])
+            memory = DeviceMemory(self)
         return GpuSession(self, memory)
 
 
@@ -220,7 +251,8 @@ class GpuSession:
         doc, self.plan, self.memory = plan.doc, plan, memory
         self._arena = memory.alloc(doc["arena_bytes"])
         weights = doc["weights"]
-        blob = np.fromfile(plan.folder / weights["file"], dtype=np.uint8)
+        blob = np.frombuffer(verified_bytes(inside(plan.folder, weights["file"], "file"),
+                                            weights["sha256"], weights["file"]), np.uint8)
         self._weights = memory.alloc(weights["bytes"])
         for w in weights["entries"]:
             data = blob[w["offset"]:w["offset"] + _nbytes(w["shape"], w["dtype"])]

@@ -48,7 +48,13 @@ from woodpecker.runtime.plan_files import (
 )
 from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.runtime.steps import plan_steps
-from woodpecker.runtime.trust import SIGNATURE_FIELD, signature, signed_here, unsigned_bytes
+from woodpecker.runtime.trust import (
+    SIGNATURE_FIELD,
+    signature,
+    signed_here,
+    unsigned_bytes,
+    wanted_digest,
+)
 from woodpecker.runtime.weights import MappedWeights, load_weights, write_weights
 from woodpecker.schedule.arena import Arena, check_arena
 from woodpecker.target import Target
@@ -260,25 +266,13 @@ def plan_digest(directory: "str | os.PathLike") -> str:
     return "sha256:" + hashlib.sha256(_plan_bytes(directory)).hexdigest()
 
 
-def _wanted_digest(digest: object) -> str:
-    if not isinstance(digest, str) or not digest.strip():
-        raise PlanError(f"digest {digest!r} is not a plan digest (compile and save print one: "
-                        "sha256:<64 hex digits>)")
-    want = digest.strip().lower()
-    want = want if want.startswith("sha256:") else "sha256:" + want
-    hexpart = want[len("sha256:"):]
-    if len(hexpart) != 64 or any(c not in "0123456789abcdef" for c in hexpart):
-        raise PlanError(f"digest {digest!r} is not a plan digest (sha256:<64 hex digits>)")
-    return want
-
-
 def load_plan(directory: "str | os.PathLike", digest: str | None = None,
               trust: bool = False) -> Plan:
     """The plan in `directory`, checked; with `digest` (as `plan_digest` gives it) refused
     unless its plan.json is that one, before anything else of it is read. plan.json is read
     once: the bytes whose digest is checked are the bytes parsed. A plan with native code
     loads only pinned, signed by this user (runtime/trust.py) or with `trust`."""
-    want = None if digest is None else _wanted_digest(digest)
+    want = None if digest is None else wanted_digest(digest)
     d = Path(directory)
     data = _plan_bytes(d)
     if want is not None:

@@ -110,3 +110,17 @@ def signed_here(doc: dict) -> tuple[bool, str]:
     if not hmac.compare_digest(want, mac):
         return False, "plan.json was changed after it was signed"
     return True, ""
+
+
+def wanted_digest(digest: object) -> str:
+    """`digest` as "sha256:<64 lowercase hex digits>" (the prefix optional, case free); a
+    PlanError line for anything else."""
+    if not isinstance(digest, str) or not digest.strip():
+        raise PlanError(f"digest {digest!r} is not a plan digest (compile and save print one: "
+                        "sha256:<64 hex digits>)")
+    want = digest.strip().lower()
+    want = want if want.startswith("sha256:") else "sha256:" + want
+    hexpart = want[len("sha256:"):]
+    if len(hexpart) != 64 or any(c not in "0123456789abcdef" for c in hexpart):
+        raise PlanError(f"digest {digest!r} is not a plan digest (sha256:<64 hex digits>)")
+    return want
