@@ -252,7 +252,7 @@ def test_bad_command_lines_are_one_line(model_file, tmp_path, capsys):
         (["compile", str(model_file), "-o", "/proc/none/p.wpk", "--engines", "numpy"],
          "No such file or directory"),
         (["compile", str(model_file), "-o", str(tmp_path / "t.wpk"), "--tuning-log",
-          str(tmp_path / "logdir")], "Is a directory"),
+          str(tmp_path / "logdir")], "logdir is a folder; name its file"),
         (["compile", str(model_file), "-o", str(tmp_path / "s.wpk"), "--input-shape",
           "x=0x8x6x6"], "dimensions must be at least 1"),
         (["compile", str(model_file), "-o", str(tmp_path / "b.wpk"), "--tune", "--budget",

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import woodpecker
 from tests.helpers import conv_bn_relu_residual
 from woodpecker import config
-from woodpecker.errors import WoodpeckerError
-from woodpecker.options import SEARCHES, CompileOptions, TuneOptions, parse_budget
+from woodpecker.errors import OptionsError, WoodpeckerError
+from woodpecker.options import (
+    SEARCHES,
+    CompileOptions,
+    QuantizeOptions,
+    TuneOptions,
+    UnknownOption,
+    parse_budget,
+)
 from woodpecker.tune.searchers import SEARCHERS
 
 
@@ -112,3 +120,78 @@ def test_the_cli_budget_alone_implies_tune(tmp_path):
     assert main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "q"), "--engines",
                  "numpy"]) == 0
     assert woodpecker.load(tmp_path / "q").plan.meta["options"]["tune"] is None
+
+
+# Each was a raw TypeError/AttributeError from deep inside (or, for a flag, silently true)
+@pytest.mark.parametrize("make, words", [
+    (lambda: CompileOptions(engines=42), "engines must be names"),
+    (lambda: CompileOptions(engines=[42]), "engines must be names"),
+    (lambda: CompileOptions(passes=5), "passes must be names"),
+    (lambda: CompileOptions(tuning_log=5), "tuning_log must be a path"),
+    (lambda: CompileOptions(schedule="memory", memory_budget="big"), "memory_budget"),
+    (lambda: CompileOptions(schedule="memory", memory_budget=-5), "memory_budget"),
+    (lambda: CompileOptions(arena="no"), "arena must be True or False"),
+    (lambda: CompileOptions(library_first="yes"), "library_first must be True or False"),
+    (lambda: CompileOptions(force_threads=1), "force_threads must be True or False"),
+    (lambda: TuneOptions(seed="x"), "seed must be a whole number"),
+    (lambda: TuneOptions(max_trials="x"), "max_trials must be a whole number"),
+    (lambda: TuneOptions(build_workers="x"), "build_workers must be a whole number"),
+    (lambda: TuneOptions(timeout_s="x"), "timeout_s must be a number"),
+    (lambda: TuneOptions(database="no"), "database must be True or False"),
+    (lambda: QuantizeOptions(percentile="x"), "percentile must be a number"),
+    (lambda: QuantizeOptions(min_layer_sqnr_db="x"), "min_layer_sqnr_db must be a number"),
+    (lambda: QuantizeOptions(keep_fp32=5), "keep_fp32 must be names"),
+    (lambda: QuantizeOptions(dynamic="yes"), "dynamic must be True or False"),
+    (lambda: CompileOptions.from_kwargs("x"), "options must be a CompileOptions"),
+    (lambda: CompileOptions.from_kwargs({"threads": 1}), "not a dict"),
+])
+def test_an_option_of_the_wrong_type_is_one_options_error(make, words):
+    with pytest.raises(OptionsError) as e:
+        make()
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("make", [lambda: CompileOptions(nosuch=1),
+                                  lambda: TuneOptions(nosuch=1),
+                                  lambda: QuantizeOptions(nosuch=1),
+                                  lambda: CompileOptions.from_kwargs(nosuch=1)])
+def test_an_unknown_option_name_is_an_options_error_and_a_type_error(make):
+    with pytest.raises(UnknownOption, match="option.s.: nosuch; known: ") as e:
+        make()
+    assert isinstance(e.value, TypeError) and isinstance(e.value, OptionsError)
+
+
+def test_the_forms_options_take_are_kept():
+    assert CompileOptions(passes="fold_batchnorm, dce").passes == ("fold_batchnorm", "dce")
+    assert CompileOptions(arena=np.True_).arena is True
+    assert QuantizeOptions(keep_fp32="fc,proj").keep_fp32 == ("fc", "proj")
+    assert TuneOptions(max_trials=np.int64(3)).max_trials == 3
+    assert CompileOptions(library_first=None).library_first is None
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(passes=["nosuch"]), "unknown pass(es) nosuch; known:"),       # was KeyError
+    (dict(input_shapes=[1, 2]), "input_shapes must be a dict"),         # was TypeError
+    (dict(input_shapes={"x": 5}), "input_shapes['x'] must be a tuple of whole numbers"),
+    (dict(input_shapes={"x": (1, "a", 6, 6)}), "must be a tuple of whole numbers"),
+    (dict(input_values=[1]), "input_values must be a dict"),            # was TypeError
+    (dict(input_values={"x": [[1.0, 2.0], [3.0]]}), "input_values['x'] is not an array"),
+    (dict(target=42), "target must be 'cpu', 'cuda'"),                  # was AttributeError
+    (dict(progress=42), "progress must be a text stream"),              # was AttributeError
+    (dict(nosuch_option=1), "unknown compile option(s): nosuch_option"),
+])
+def test_a_bad_compile_argument_is_one_line_before_any_work(kwargs, words):
+    with pytest.raises(OptionsError) as e:
+        woodpecker.compile(conv_bn_relu_residual(), **kwargs)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_tuning_log_that_is_a_folder_is_one_line(tmp_path):
+    """(It was IsADirectoryError when the log was opened; a log under a file would have
+    failed at its first record, after tuning.)"""
+    (tmp_path / "afile").write_text("x")
+    for log, words in [(tmp_path, "is a folder; name its file"),
+                       (tmp_path / "afile" / "t.jsonl", "afile is a file, not a folder")]:
+        with pytest.raises(OptionsError, match=words):
+            woodpecker.compile(conv_bn_relu_residual(), engines="numpy,halide", threads=1,
+                               tuning_log=log)

@@ -62,6 +62,25 @@ def test_unknown_option_is_one_clear_error():
         compiled(torch.randn(3))
 
 
+@pytest.mark.parametrize("options, words", [
+    ({"threads": "two"}, "threads must be a whole number"),
+    ({"threads": -1}, "threads must be at least 1"),
+    ({"engines": "nosuch"}, "unknown engine 'nosuch'"),
+    ({"tune": "x"}, "bad budget 'x'"),
+    ({"tuning_log": 42}, "tuning_log must be a path"),
+    ({"cache": 42}, "cache must be a path"),
+    ("x", "options are a dict"),                 # was dict()'s ValueError
+])
+def test_a_bad_option_value_is_an_error_not_an_eager_run(options, words):
+    """A wrong option is the user's mistake, not the graph's: it used to leave every graph
+    to eager PyTorch with a line on stderr (a non-dict options was dict()'s ValueError)."""
+    from woodpecker.errors import WoodpeckerError
+    from woodpecker.torch_backend import woodpecker_backend
+
+    with pytest.raises(WoodpeckerError, match=words):
+        woodpecker_backend(torch.fx.symbolic_trace(torch.nn.ReLU()), [torch.randn(3)], options)
+
+
 def test_backend_name_works_without_importing_woodpecker(tmp_path):
     """The entry point (pyproject.toml) lets torch find "woodpecker" in a fresh process that
     never imported it."""

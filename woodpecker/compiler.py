@@ -5,12 +5,14 @@ sessions of the original graph) → plan. ARCHITECTURE.md draws it."""
 from __future__ import annotations
 
 import hashlib
+import numbers
 import os
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+import numpy as np
 import onnx
 
 from woodpecker.assembly import AssemblyOptions
@@ -22,12 +24,14 @@ from woodpecker.engines.registry import get_engine, parse_engines
 from woodpecker.errors import (
     DynamicShapeError,
     ModelError,
+    OptionsError,
     UnsupportedOpError,
     WoodpeckerError,
     first_line,
 )
 from woodpecker.frontend.onnx_import import import_onnx, load_model_proto
 from woodpecker.options import CompileOptions, Precision, ScheduleKind
+from woodpecker.passes import PASSES
 from woodpecker.runtime.compiled import CompiledModel
 from woodpecker.runtime.plan_schedule import PlanSchedule
 from woodpecker.selection.accuracy import precision_report
@@ -75,6 +79,13 @@ def compile(model: Any, options: CompileOptions | None = None, *,
     (default: the tuning budget from now).
     """
     opts = CompileOptions.from_kwargs(options, **option_fields)
+    input_shapes, input_values = _shapes(input_shapes), _values(input_values)
+    unknown = sorted(set(opts.passes or ()) - set(PASSES))
+    if unknown:
+        raise OptionsError(f"unknown pass(es) {', '.join(unknown)}; known: {', '.join(PASSES)}")
+    if progress is not None and not callable(getattr(progress, "write", None)):
+        raise OptionsError(f"progress must be a text stream (sys.stderr, a file), not a "
+                           f"{type(progress).__name__}")
     # `--budget` is the whole compile: import and passes, tuning, selection, assembly
     if deadline is None:
         deadline = Deadline.after(opts.tune.budget_s if opts.tune is not None else None)
@@ -190,6 +201,44 @@ def _tuned(graph, log, opts: CompileOptions, assembly: AssemblyOptions,
     meta["tuning"].update({"search": tune.search, "seed": tune.seed, "budget_s": tune.budget_s,
                            "seconds": seconds, "measurements": len(log.records) - n0})
     return log
+
+
+def _shapes(given: Any) -> "dict[str, tuple[int, ...]] | None":
+    """`input_shapes` as {name: tuple of ints}, or one OptionsError line."""
+    if given is None:
+        return None
+    if not isinstance(given, Mapping):
+        raise OptionsError(f"input_shapes must be a dict {{input name: shape}}, not a "
+                           f"{type(given).__name__}")
+    out = {}
+    for name, shape in given.items():
+        dims = tuple(shape) if isinstance(shape, (tuple, list)) else None
+        if not isinstance(name, str) or dims is None or not all(
+                isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0
+                for d in dims):
+            raise OptionsError(f"input_shapes[{name!r}] must be a tuple of whole numbers (0 or "
+                               f"more), got {shape!r}")
+        out[name] = tuple(int(d) for d in dims)
+    return out
+
+
+def _values(given: Any) -> "dict[str, np.ndarray] | None":
+    """`input_values` as {name: array}, or one OptionsError line."""
+    if given is None:
+        return None
+    if not isinstance(given, Mapping):
+        raise OptionsError(f"input_values must be a dict {{input name: array}}, not a "
+                           f"{type(given).__name__}")
+    out = {}
+    for name, value in given.items():
+        if not isinstance(name, str):
+            raise OptionsError(f"input_values names its inputs by str, not {name!r}")
+        try:
+            out[name] = np.asarray(value)
+        except (ValueError, TypeError) as e:
+            raise OptionsError(f"input_values[{name!r}] is not an array: {first_line(e)}") \
+                from None
+    return out
 
 
 def _is_torch_module(model: Any) -> bool:

@@ -17,6 +17,10 @@ class UnsupportedOpError(ModelError):
     """The model uses op types (or variants) that Woodpecker does not implement."""
 
 
+class OptionsError(WoodpeckerError):
+    """An option or argument of the API is unknown, of the wrong type, or out of its range."""
+
+
 class InputError(WoodpeckerError):
     """Inputs given at run time do not match the model: name, shape or dtype."""
 

@@ -17,6 +17,9 @@ Contract:
 - `verified` raises one-line PlanErrors; `read_npy` reads a user's .npy file (never a pickle)
   or says in one line what it is instead; `distinct_stems` gives outputs file names that
   never collide.
+- `user_path` is a path the API was given (a non-empty str or os.PathLike), `creatable` one a
+  file or folder can be made at (no file stands where a folder above it must be): anything
+  else one line of the caller's error type, before any work that would write there.
 """
 
 from __future__ import annotations
@@ -33,6 +36,30 @@ from pathlib import Path
 import numpy as np
 
 from woodpecker.errors import PlanError, WoodpeckerError
+
+
+def user_path(value: object, what: str, error: type[WoodpeckerError] = WoodpeckerError) -> Path:
+    """`value`, the path given for `what`, as a Path; anything but a non-empty str or
+    os.PathLike of a str is one `error` line."""
+    try:
+        text = os.fspath(value)
+    except TypeError:
+        text = None
+    if not isinstance(text, str) or not text:
+        shown = repr(value) if len(repr(value)) <= 60 else f"a {type(value).__name__}"
+        raise error(f"{what} must be a path (a str or os.PathLike), got {shown}")
+    return Path(text)
+
+
+def creatable(path: Path, what: str, error: type[WoodpeckerError] = WoodpeckerError) -> Path:
+    """`path`, where a file or folder can be made at it, or one `error` line naming the file
+    that stands where a folder above it must be."""
+    for up in path.absolute().parents:
+        if up.exists():
+            if not up.is_dir():
+                raise error(f"{what} {path}: {up} is a file, not a folder")
+            break
+    return path
 
 
 def sha256_file(path: "str | os.PathLike") -> str:

@@ -3,21 +3,89 @@ and the benchmarks pass down, and what a plan records whole (`model.options` in 
 
 Contract: frozen dataclasses of plain values, validated when made (a bad budget, schedule or
 thread count is a `WoodpeckerError` before any work starts); the budget text is parsed here
-and nowhere else. Defaults are the tuned constants of `config.py`.
+and nowhere else. Defaults are the tuned constants of `config.py`. A value of the wrong type
+(threads="two", arena="no", max_trials="x") or a keyword that names no field is one
+`OptionsError` line (for the keyword an `UnknownOption`, which is a TypeError too, as Python's
+own error for it is), never the TypeError of a comparison deep inside.
 """
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
 from woodpecker import config
-from woodpecker.errors import WoodpeckerError
+from woodpecker.errors import OptionsError
+from woodpecker.files import user_path
 from woodpecker.target import check_threads, host_extensions
 
 SEARCHES = ("ga", "random", "xgb", "ppo", "chameleon", "glimpse")   # tune/searchers (checked there)
+
+
+class UnknownOption(OptionsError, TypeError):
+    """A keyword that names no option (a TypeError too, as Python's own for a keyword is)."""
+
+
+class _Checked:
+    """Base of the options classes: a keyword naming no field is one UnknownOption line
+    (before the dataclass's own __init__ raises its TypeError), and each `bool` field takes
+    True or False only (arena="no" would have been true)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        known = [f.name for f in fields(cls) if f.init]
+        unknown = sorted(set(kwargs) - set(known))
+        if unknown:
+            raise UnknownOption(f"unknown {cls.__name__} option(s): {', '.join(unknown)}; "
+                                f"known: {', '.join(known)}")
+        return super().__new__(cls)
+
+    def _check_flags(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("bool", "bool | None") and not isinstance(value, bool) and \
+                    not (value is None and f.type == "bool | None"):
+                if getattr(getattr(value, "dtype", None), "kind", "") != "b" or \
+                        getattr(value, "ndim", 1) != 0:     # (numpy's True and False pass)
+                    raise OptionsError(f"{f.name} must be True or False"
+                                       f"{' (or None)' if 'None' in f.type else ''}, got "
+                                       f"{value!r}")
+                object.__setattr__(self, f.name, bool(value))
+
+
+def _whole(value: Any, name: str, least: int, none: bool = False) -> "int | None":
+    """`value` as an int of at least `least` (None where `none` allows it), or one
+    OptionsError line."""
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise OptionsError(f"{name} must be a whole number of at least {least}, got {value!r}")
+    return int(value)
+
+
+def _real(value: Any, name: str) -> float:
+    """`value` as a float, or one OptionsError line."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise OptionsError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _names(value: Any, name: str) -> "tuple[str, ...] | None":
+    """Names from `a,b` or an iterable of strings (None stays None), or one OptionsError
+    line (a single string was taken letter by letter)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return tuple(s.strip() for s in value.split(",") if s.strip())
+    try:
+        names = tuple(value)
+    except TypeError:
+        names = None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise OptionsError(f"{name} must be names, as 'a,b' or a list of strings, got {value!r}")
+    return names
 
 
 class ScheduleKind(StrEnum):
@@ -91,15 +159,15 @@ def precision(value: "str | Precision") -> Precision:
     try:
         return Precision(value)
     except ValueError:
-        raise WoodpeckerError(f"unknown precision {value!r}; use "
-                              f"{', '.join(PRECISIONS)}") from None
+        raise OptionsError(f"unknown precision {value!r}; use "
+                           f"{', '.join(PRECISIONS)}") from None
 
 
 def parse_budget(text: "str | float | int") -> float:
     """Seconds from `90`, `90s`, `15m`, `1h` (or a number of seconds)."""
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-        raise WoodpeckerError(f"bad budget {text!r}: use e.g. 90s, 15m, 1h or a number of "
-                              "seconds")
+        raise OptionsError(f"bad budget {text!r}: use e.g. 90s, 15m, 1h or a number of "
+                           "seconds")
     if isinstance(text, (int, float)):
         seconds = float(text)
     else:
@@ -108,15 +176,15 @@ def parse_budget(text: "str | float | int") -> float:
         try:
             seconds = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
         except ValueError:
-            raise WoodpeckerError(f"bad budget {text!r}: use e.g. 90s, 15m, 1h") from None
+            raise OptionsError(f"bad budget {text!r}: use e.g. 90s, 15m, 1h") from None
     if not seconds > 0:
-        raise WoodpeckerError(f"bad budget {text!r}: it must be a duration of more than 0 s "
-                              "(to compile without tuning, leave out --tune)")
+        raise OptionsError(f"bad budget {text!r}: it must be a duration of more than 0 s "
+                           "(to compile without tuning, leave out --tune)")
     return seconds
 
 
 @dataclass(frozen=True)
-class TuneOptions:
+class TuneOptions(_Checked):
     """How to tune: `budget` (a duration text or seconds, parsed once into `budget_s`), the
     searcher, its seed, an optional cap on measurements per task, the per-candidate limit, and
     `build_workers`: processes compiling new candidates in parallel before they are timed (None:
@@ -136,20 +204,21 @@ class TuneOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget_s", parse_budget(self.budget))
-        if self.search not in SEARCHES:
-            raise WoodpeckerError(f"unknown search {self.search!r}; choose from "
-                                  f"{', '.join(SEARCHES)}")
-        if self.max_trials is not None and self.max_trials < 1:
-            raise WoodpeckerError(f"max_trials must be at least 1, got {self.max_trials}")
+        self._check_flags()
+        if not isinstance(self.search, str) or self.search not in SEARCHES:
+            raise OptionsError(f"unknown search {self.search!r}; choose from "
+                               f"{', '.join(SEARCHES)}")
+        object.__setattr__(self, "seed", _whole(self.seed, "seed", 0))
+        object.__setattr__(self, "max_trials", _whole(self.max_trials, "max_trials", 1, True))
+        object.__setattr__(self, "build_workers",
+                           _whole(self.build_workers, "build_workers", 1, True))
         if self.split not in SPLITS:
-            raise WoodpeckerError(f"unknown budget split {self.split!r}; use "
-                                  f"{' or '.join(SPLITS)}")
+            raise OptionsError(f"unknown budget split {self.split!r}; use "
+                               f"{' or '.join(SPLITS)}")
         object.__setattr__(self, "split", BudgetSplit(self.split))
-        if self.build_workers is not None and self.build_workers < 1:
-            raise WoodpeckerError(f"build_workers must be at least 1, got {self.build_workers}")
-        if not self.timeout_s > 0:
-            raise WoodpeckerError(f"the candidate timeout must be positive, got "
-                                  f"{self.timeout_s}")
+        if not _real(self.timeout_s, "the candidate timeout timeout_s") > 0:
+            raise OptionsError(f"the candidate timeout must be positive, got "
+                               f"{self.timeout_s}")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,12 +236,12 @@ def tune_options(value: Any) -> "TuneOptions | None":
         return value
     if isinstance(value, (str, int, float)):
         return TuneOptions(value)
-    raise WoodpeckerError(f"tune={value!r}: give a budget such as '20s' or '3m', a number of "
-                          "seconds, True (the default budget) or a TuneOptions")
+    raise OptionsError(f"tune={value!r}: give a budget such as '20s' or '3m', a number of "
+                       "seconds, True (the default budget) or a TuneOptions")
 
 
 @dataclass(frozen=True)
-class CompileOptions:
+class CompileOptions(_Checked):
     """Everything a compile is asked to do besides the model itself.
 
     `engines`: the engines allowed (None: every installed one); `threads` (None: every core
@@ -208,28 +277,27 @@ class CompileOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tune", tune_options(self.tune))
-        if isinstance(self.engines, str):
-            object.__setattr__(self, "engines",
-                               tuple(s.strip() for s in self.engines.split(",") if s.strip()))
-        elif self.engines is not None:
-            object.__setattr__(self, "engines", tuple(self.engines))
-        if self.passes is not None:
-            object.__setattr__(self, "passes", tuple(self.passes))
+        self._check_flags()
+        object.__setattr__(self, "engines", _names(self.engines, "engines"))
+        object.__setattr__(self, "passes", _names(self.passes, "passes"))
         if self.tuning_log is not None:
-            object.__setattr__(self, "tuning_log", os.fspath(self.tuning_log))
+            object.__setattr__(self, "tuning_log",
+                               os.fspath(user_path(self.tuning_log, "tuning_log", OptionsError)))
         if self.threads is not None:
             check_threads(self.threads, self.force_threads)
-        if self.schedule not in SCHEDULES:
-            raise WoodpeckerError(f"unknown schedule {self.schedule!r}; use 'file', "
-                                  "'memory' or 'parallel'")
+        object.__setattr__(self, "memory_budget",
+                           _whole(self.memory_budget, "memory_budget (bytes)", 1, True))
+        if not isinstance(self.schedule, str) or self.schedule not in SCHEDULES:
+            raise OptionsError(f"unknown schedule {self.schedule!r}; use 'file', "
+                               "'memory' or 'parallel'")
         object.__setattr__(self, "schedule", ScheduleKind(self.schedule))
         object.__setattr__(self, "precision", precision(self.precision))
         why = self.precision.unsupported()
         if why is not None:
-            raise WoodpeckerError(why)
+            raise OptionsError(why)
         if self.memory_budget is not None and self.schedule is not ScheduleKind.MEMORY:
-            raise WoodpeckerError("a memory budget needs the memory schedule "
-                                  "(--schedule memory)")
+            raise OptionsError("a memory budget needs the memory schedule "
+                               "(--schedule memory)")
 
     @property
     def starts_from_library(self) -> bool:
@@ -251,18 +319,22 @@ class CompileOptions:
         `tune_options`); `budget=` (not a field) is the tuning budget and implies tuning, as
         `--budget` does: it replaces the budget of the `tune` given or of `base`'s."""
         budget = kwargs.pop("budget", None)
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(kwargs) - names)
+        names = [f.name for f in fields(cls) if f.init]
+        unknown = sorted(set(kwargs) - set(names))
         if unknown:
-            raise TypeError(f"unknown compile option(s): {', '.join(unknown)}")
+            raise UnknownOption(f"unknown compile option(s): {', '.join(unknown)}; known: "
+                                f"{', '.join(names)}, budget")
+        if base is not None and not isinstance(base, CompileOptions):
+            raise OptionsError(f"options must be a CompileOptions (or give its fields as "
+                               f"keywords: threads=2, …), not a {type(base).__name__}")
         values = asdict(base) if base is not None else {}
         if base is not None:
             values["tune"] = base.tune
         values.update(kwargs)
         if budget is not None:
             if "tune" in kwargs and kwargs["tune"] in (False, 0):
-                raise WoodpeckerError(f"budget={budget!r} is a tuning budget, but tune is "
-                                      f"{kwargs['tune']!r}: leave one out")
+                raise OptionsError(f"budget={budget!r} is a tuning budget, but tune is "
+                                   f"{kwargs['tune']!r}: leave one out")
             tune = tune_options(values.get("tune"))
             values["tune"] = TuneOptions(budget) if tune is None else replace(tune,
                                                                               budget=budget)
@@ -291,7 +363,7 @@ class Calibration(StrEnum):
 
 
 @dataclass(frozen=True)
-class QuantizeOptions:
+class QuantizeOptions(_Checked):
     """How `woodpecker.quantization` quantizes: `dynamic` (weights of MatMul/Gemm in int8,
     activations quantized per call — transformers; no calibration) or static (QDQ, every
     quantizable op, activations in `activations` with ranges from `method`); `per_channel`
@@ -314,21 +386,22 @@ class QuantizeOptions:
     reduce_range: bool = False
 
     def __post_init__(self) -> None:
+        self._check_flags()
         try:
             object.__setattr__(self, "method", Calibration(self.method))
         except ValueError:
-            raise WoodpeckerError(f"unknown calibration method {self.method!r}; use "
-                                  f"{', '.join(c.value for c in Calibration)}") from None
+            raise OptionsError(f"unknown calibration method {self.method!r}; use "
+                               f"{', '.join(c.value for c in Calibration)}") from None
         if self.activations not in ("uint8", "int8"):
-            raise WoodpeckerError(f"activations must be uint8 or int8, got "
-                                  f"{self.activations!r}")
-        if not 50.0 < self.percentile <= 100.0:
-            raise WoodpeckerError(f"the calibration percentile must be in (50, 100], got "
-                                  f"{self.percentile}")
-        if not self.min_layer_sqnr_db >= 0:
-            raise WoodpeckerError(f"min_layer_sqnr_db must be 0 or more, got "
-                                  f"{self.min_layer_sqnr_db}")
-        object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
+            raise OptionsError(f"activations must be uint8 or int8, got "
+                               f"{self.activations!r}")
+        if not 50.0 < _real(self.percentile, "the calibration percentile") <= 100.0:
+            raise OptionsError(f"the calibration percentile must be in (50, 100], got "
+                               f"{self.percentile}")
+        if not _real(self.min_layer_sqnr_db, "min_layer_sqnr_db") >= 0:
+            raise OptionsError(f"min_layer_sqnr_db must be 0 or more, got "
+                               f"{self.min_layer_sqnr_db}")
+        object.__setattr__(self, "keep_fp32", _names(self.keep_fp32, "keep_fp32") or ())
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,7 +22,7 @@ import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from woodpecker.errors import WoodpeckerError
+from woodpecker.errors import OptionsError, WoodpeckerError
 from woodpecker.gpu import driver
 from woodpecker.gpu.devices import GpuDevice, halide_capability, known_device
 
@@ -194,19 +194,19 @@ MAX_THREADS = 256
 
 def check_threads(n, force: bool = False) -> int:
     """`n` if it is a thread count this machine should run (1 to its cores; with `force` up
-    to MAX_THREADS), else a one-line WoodpeckerError."""
+    to MAX_THREADS), else a one-line OptionsError."""
     if isinstance(n, bool) or not isinstance(n, int):
-        raise WoodpeckerError(f"threads must be a whole number, got {n!r}")
+        raise OptionsError(f"threads must be a whole number, got {n!r}")
     if n < 1:
-        raise WoodpeckerError(f"threads must be at least 1, got {n}")
+        raise OptionsError(f"threads must be at least 1, got {n}")
     if n > MAX_THREADS:
-        raise WoodpeckerError(f"threads {n} is more than the {MAX_THREADS} any engine can use")
+        raise OptionsError(f"threads {n} is more than the {MAX_THREADS} any engine can use")
     cores = default_threads()
     if n > cores and not force:
-        raise WoodpeckerError(f"threads {n} is more than the {cores} cores this process may use "
-                              "(its CPU affinity and cgroup quota; oversubscribing slows "
-                              "every engine); force it with force_threads=True "
-                              "(--force-threads)")
+        raise OptionsError(f"threads {n} is more than the {cores} cores this process may use "
+                           "(its CPU affinity and cgroup quota; oversubscribing slows "
+                           "every engine); force it with force_threads=True "
+                           "(--force-threads)")
     return n
 
 
@@ -224,6 +224,9 @@ class Target:
               force_threads: bool = False) -> "Target":
         if isinstance(spec, Target):
             return spec
+        if spec is not None and not isinstance(spec, str):
+            raise OptionsError(f"target must be 'cpu', 'cuda', 'cuda:DEVICE' or a Target, not "
+                               f"a {type(spec).__name__}")
         kind, _, device = (spec or "cpu").strip().lower().partition(":")
         if kind not in ("cpu", "cuda") or (kind == "cpu" and device):
             raise WoodpeckerError(f"unknown target {spec!r}; this build supports: cpu, cuda, "

@@ -21,7 +21,9 @@ Contract and choices:
 - A graph Woodpecker cannot take — an op it does not support, an exporter failure, inputs that
   are not tensors (dynamic shapes as SymInts), outputs that are not tensors — runs eagerly, with
   one line on stderr saying why.
-- `options`: `tune` (a budget, e.g. "3m"), `tuning_log`, `engines`, `threads`, `cache`.
+- `options`: `tune` (a budget, e.g. "3m"), `tuning_log`, `engines`, `threads`, `cache`. A
+  mistake in them (an unknown name, a value of the wrong type or range, an unknown engine) is
+  the user's, not the graph's: one `OptionsError`/`EngineError` line, never a silent eager run.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from __future__ import annotations
 import hashlib
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from woodpecker.errors import WoodpeckerError, first_line
+from woodpecker.errors import OptionsError, WoodpeckerError, first_line
 
 OPTIONS = ("tune", "tuning_log", "engines", "threads", "cache")
 
@@ -41,16 +44,37 @@ OPTIONS = ("tune", "tuning_log", "engines", "threads", "cache")
 def woodpecker_backend(gm: Any, example_inputs: list, options: dict | None = None) -> Any:
     """The TorchDynamo backend: a callable standing for `gm` (its own forward where Woodpecker
     cannot compile the graph)."""
+    if options is not None and not isinstance(options, Mapping):
+        raise OptionsError(f"the woodpecker backend's options are a dict ({', '.join(OPTIONS)}), "
+                           f"not a {type(options).__name__}")
     opts = dict(options or {})
     unknown = sorted(set(opts) - set(OPTIONS))
     if unknown:
-        raise WoodpeckerError(f"unknown woodpecker backend option {unknown[0]!r}; known: "
-                              f"{', '.join(OPTIONS)}")
+        raise OptionsError(f"unknown woodpecker backend option {unknown[0]!r}; known: "
+                           f"{', '.join(OPTIONS)}")
+    _check_options(opts)
     try:
         return _CompiledGraph(gm, example_inputs, opts)
+    except OptionsError:    # (the tuning log a folder, …): the user's to fix, as above
+        raise
     except Exception as e:  # noqa: BLE001 - any failure leaves the graph to PyTorch
         print(f"woodpecker: this graph runs in eager PyTorch: {first_line(e)}", file=sys.stderr)
         return gm.forward
+
+
+def _check_options(opts: dict) -> None:
+    """The backend's option values checked as the session will read them (threads 0 or None:
+    the default), each mistake one line before any graph is captured."""
+    from woodpecker.engines.registry import parse_engines
+    from woodpecker.files import user_path
+    from woodpecker.options import CompileOptions
+
+    CompileOptions(engines=opts.get("engines"), threads=opts.get("threads") or None,
+                   tune=opts.get("tune"), tuning_log=opts.get("tuning_log"))
+    if opts.get("engines") is not None:
+        parse_engines(opts["engines"])
+    if opts.get("cache") is not None:
+        user_path(opts["cache"], "the woodpecker backend's cache", OptionsError)
 
 
 def _module_state(node: Any) -> bool:

@@ -102,3 +102,32 @@ def test_a_good_model_still_compiles():
     onnx.checker.check_model(model)
     y = woodpecker.compile(model, engines="numpy").run({"x": x})["y"]
     assert y.shape == (1, 4, 4, 4)
+
+
+# Each was misleading ("model file not found: 42", of a folder too) or a raw TypeError
+@pytest.mark.parametrize("model, kwargs, words", [
+    (42, {}, "a model is an ONNX file's path, its bytes or an onnx.ModelProto"),
+    (None, {}, "not a NoneType"),
+    ([1, 2], {}, "not a list"),
+    (".", {}, "is a folder, not an ONNX model file"),
+    ("torch", {"example_inputs": 42}, "example_inputs must be a tensor"),
+])
+def test_a_model_of_the_wrong_kind_is_one_line(tmp_path, model, kwargs, words):
+    from woodpecker.errors import ModelError
+
+    if model == ".":
+        model = tmp_path
+    if model == "torch":
+        torch = pytest.importorskip("torch")
+        model = torch.nn.ReLU()
+    with pytest.raises(ModelError) as e:
+        woodpecker.compile(model, engines="numpy", **kwargs)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_model_bytes_in_a_bytearray_compile():
+    """(a bytearray was taken for a path: 'model file not found: bytearray(b...')"""
+    model = _relu()
+    y = woodpecker.compile(bytearray(model.SerializeToString()), engines="numpy")
+    x = rand(1, 3, 8, 8)
+    np.testing.assert_array_equal(y.run({"x": x})["y"], np.maximum(x, 0))

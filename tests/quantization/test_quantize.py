@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import woodpecker
-from woodpecker.errors import InputError
+from woodpecker.errors import InputError, OptionsError
 from woodpecker.options import QuantizeOptions
 from woodpecker.quantization.layers import own_sqnr_db
 
@@ -121,6 +121,8 @@ def test_files_and_folders_feed_a_batch_one_model(tmp_path):
     ([], "gave no samples"),
     ("nowhere.npy", "no such file"),
     ("model.txt", "expected a .npy or .npz"),
+    (42, "must be a .npy/.npz file or a folder of them"),            # was TypeError
+    ([{"x": [[1.0] * 16, [2.0]]}], "input x is not an array"),         # was numpy's ValueError
 ])
 def test_bad_calibration_data_is_one_line_and_writes_nothing(tmp_path, data, words):
     out = tmp_path / "q.onnx"
@@ -140,6 +142,25 @@ def test_the_input_model_is_never_overwritten(tmp_path):
     assert src.read_bytes() == _matmul_model()
     with pytest.raises(InputError, match="needs calibration data"):
         woodpecker.quantize(src, tmp_path / "q.onnx")
+
+
+@pytest.mark.parametrize("output, options, error, words", [
+    (None, None, InputError, "the output must be a path"),                 # was TypeError
+    ("", None, InputError, "the output must be a path"),
+    (".", None, InputError, "is a folder; name the .onnx file"),  # was IsADirectoryError, after
+    ("afile/q.onnx", None, InputError, "afile is a file, not a folder"),   # FileExistsError
+    ("q.onnx", "dynamic", OptionsError, "options must be a QuantizeOptions, not a str"),
+    ("q.onnx", {"dynamic": True}, OptionsError, "not a dict"),             # was AttributeError
+])
+def test_bad_output_or_options_is_one_line_before_any_work(tmp_path, output, options, error,
+                                                           words):
+    (tmp_path / "afile").write_text("x")
+    if output is not None and output:
+        output = str(tmp_path / output)
+    with pytest.raises(error) as e:
+        woodpecker.quantize(_matmul_model(), output, options=options,
+                            calibrate=np.zeros((2, 16), np.float32))
+    assert words in str(e.value) and "\n" not in str(e.value)
 
 
 def test_cli(tmp_path, capsys):

@@ -9,7 +9,7 @@ import pytest
 
 import woodpecker
 from tests.helpers import conv_bn_relu_residual, ort_run, rand
-from woodpecker.errors import InputError, PlanError
+from woodpecker.errors import InputError, OptionsError, PlanError
 from woodpecker.runtime.plan import PLAN_FILE, WEIGHTS_FILE
 
 
@@ -57,6 +57,32 @@ def test_weights_are_raw_and_mapped(plan_dir):
 def test_input_validation(compiled, feeds, match):
     with pytest.raises(InputError, match=match):
         compiled.run(feeds)
+
+
+# Each was a raw exception (numpy's ValueError, ZeroDivisionError, TypeError,
+# NotADirectoryError), or silently accepted (trust="no" trusted the plan, runs=-1)
+@pytest.mark.parametrize("call, error, words", [
+    (lambda m, d: m.run({"x": [[1.0, 2.0], [3.0]]}), InputError,
+     "input 'x' is not an array of 1x8x6x6 float32"),
+    (lambda m, d: m(), InputError, "the model takes 1 input(s), x[1x8x6x6 float32]; got 0"),
+    (lambda m, d: m.profile({"x": rand(1, 8, 6, 6)}, runs=0), OptionsError, "runs must be"),
+    (lambda m, d: m.profile({"x": rand(1, 8, 6, 6)}, runs=-1), OptionsError, "runs must be"),
+    (lambda m, d: m.profile({"x": rand(1, 8, 6, 6)}, runs="x"), OptionsError, "runs must be"),
+    (lambda m, d: m.save(None), PlanError, "the plan folder must be a path"),
+    (lambda m, d: m.save(d / "afile" / "sub"), PlanError, "afile is a file, not a folder"),
+    (lambda m, d: m.save(d / "p", force="yes"), OptionsError, "force must be True or False"),
+    (lambda m, d: woodpecker.load(None), PlanError, "the plan folder must be a path"),
+    (lambda m, d: woodpecker.load(42), PlanError, "the plan folder must be a path"),
+    (lambda m, d: woodpecker.load(d / "afile"), PlanError, "a file, not a plan's folder"),
+    (lambda m, d: woodpecker.load(d / "p", trust="no"), OptionsError,
+     "trust must be True or False"),
+])
+def test_a_bad_argument_is_one_line(compiled, tmp_path, call, error, words):
+    (tmp_path / "afile").write_text("x")
+    compiled.save(tmp_path / "p")
+    with pytest.raises(error) as e:
+        call(compiled, tmp_path)
+    assert words in str(e.value) and "\n" not in str(e.value)
 
 
 def test_intermediates_are_released(compiled):

@@ -49,8 +49,12 @@ _KNOWN_LIMIT = 1 << 16
 
 def load_model_proto(model: "str | os.PathLike | bytes | onnx.ModelProto") -> onnx.ModelProto:
     """Read and validate an ONNX model; any problem becomes one `ModelError` line."""
+    model = bytes(model) if isinstance(model, (bytearray, memoryview)) else model
     if isinstance(model, onnx.ModelProto):
         proto = model
+    elif not isinstance(model, (str, bytes, os.PathLike)):
+        raise ModelError(f"a model is an ONNX file's path, its bytes or an onnx.ModelProto "
+                         f"(compile takes a torch.nn.Module too), not a {type(model).__name__}")
     else:
         where = "model bytes" if isinstance(model, bytes) else str(model)
         try:
@@ -58,10 +62,13 @@ def load_model_proto(model: "str | os.PathLike | bytes | onnx.ModelProto") -> on
                 proto = onnx.load_from_string(model)
             else:
                 if not os.path.isfile(model):
-                    raise ModelError(f"model file not found: {model}")
+                    raise ModelError(f"{model} is a folder, not an ONNX model file"
+                                     if os.path.isdir(model) else f"model file not found: {model}")
                 proto = onnx.load(os.fspath(model))
         except ModelError:
             raise
+        except OSError as e:  # unreadable, or an external data file missing
+            raise ModelError(f"cannot read {e.filename or where}: {e.strerror or e}") from None
         except Exception as e:  # protobuf raises several types for garbage input
             raise ModelError(f"{where} is not a valid ONNX model ({type(e).__name__})") from None
     if not proto.graph.node and not proto.graph.output:

@@ -34,8 +34,11 @@ def export_module(module: Any, example_inputs: Any, input_names=None, output_nam
         args = (example_inputs,)
     elif isinstance(example_inputs, dict):
         kwargs = dict(example_inputs)
-    else:
+    elif isinstance(example_inputs, (tuple, list)):
         args = tuple(example_inputs)
+    else:
+        raise ModelError(f"example_inputs must be a tensor, a tuple or list of tensors or a "
+                         f"dict of tensors, not a {type(example_inputs).__name__}")
     module = module.eval()
     errors = []
     for exporter in exporters:

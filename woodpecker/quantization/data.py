@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from woodpecker.errors import InputError
+from woodpecker.errors import InputError, first_line
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,11 @@ def _check(feed: dict[str, Any], specs: list[InputSpec], where: str) -> list[dic
                          + f" (the model's inputs: {', '.join(sorted(names))})")
     out: dict[str, np.ndarray] = {}
     for s in specs:
-        a = np.asarray(feed[s.name])
+        try:
+            a = np.asarray(feed[s.name])
+        except (ValueError, TypeError) as e:     # a ragged list
+            raise InputError(f"calibration data {where}: input {s.name} is not an array "
+                             f"({first_line(e)})") from None
         if a.dtype != s.dtype:
             if a.dtype.kind == "f" and s.dtype.kind == "f":
                 a = a.astype(s.dtype)
@@ -134,6 +138,10 @@ def feeds(source: "str | os.PathLike | dict | np.ndarray | Iterable[Any]",
         return out
     if isinstance(source, (dict, np.ndarray)):
         return _check(_as_feed(source, specs), specs, "(given)")
+    if not isinstance(source, Iterable) or isinstance(source, (bytes, bytearray)):
+        raise InputError(f"calibration data must be a .npy/.npz file or a folder of them, an "
+                         f"array, a dict of arrays or an iterable of them, not a "
+                         f"{type(source).__name__}")
     out = []
     for i, item in enumerate(source):
         out += _check(_as_feed(item, specs), specs, f"sample {i}")

@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from woodpecker import config
-from woodpecker.errors import InputError, first_line
-from woodpecker.files import install
+from woodpecker.errors import InputError, OptionsError, first_line
+from woodpecker.files import creatable, install, user_path
 from woodpecker.options import Calibration, QuantizeOptions
 from woodpecker.quantization.data import InputSpec, feeds
 from woodpecker.quantization.layers import (
@@ -276,9 +276,15 @@ def quantize(model: "str | os.PathLike | bytes", output: "str | os.PathLike",
 
     from woodpecker.frontend.onnx_import import load_model_proto, upgrade_opset
 
-    options = options or QuantizeOptions()
+    options = QuantizeOptions() if options is None else options
+    if not isinstance(options, QuantizeOptions):
+        raise OptionsError(f"options must be a QuantizeOptions, not a {type(options).__name__}")
+    output = creatable(user_path(output, "quantize: the output", InputError),
+                       "quantize: cannot write", InputError)
+    if output.is_dir():
+        raise InputError(f"quantize: the output {output} is a folder; name the .onnx file to "
+                         "write")
     proto = _named(upgrade_opset(load_model_proto(model)))
-    output = Path(output)
     if isinstance(model, (str, os.PathLike)) and output.exists() and \
             output.resolve() == Path(model).resolve():
         raise InputError(f"quantize: the output {output} is the input model; write it elsewhere")

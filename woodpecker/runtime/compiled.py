@@ -10,6 +10,7 @@ this costs no throughput; for concurrent runs on more cores, load the plan once 
 from __future__ import annotations
 
 import ctypes
+import numbers
 import os
 import threading
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ import numpy as np
 
 from woodpecker.engines.base import BuildContext, Engine
 from woodpecker.engines.registry import get_engine
-from woodpecker.errors import InputError
+from woodpecker.errors import InputError, OptionsError, first_line
 from woodpecker.ir.steps import step_io
 from woodpecker.ops import OPS
 from woodpecker.ops.opaque import OP as OPAQUE
@@ -127,7 +128,11 @@ class CompiledModel:
             if name not in feeds:
                 raise InputError(f"missing input {name!r}; the model's inputs are: "
                                  f"{self._listing()}")
-            a = np.asarray(feeds[name])
+            try:
+                a = np.asarray(feeds[name])
+            except (ValueError, TypeError) as e:     # a ragged list, an object numpy refuses
+                raise InputError(f"input {name!r} is not an array of {_fmt(shape)} {dtype}: "
+                                 f"{first_line(e)}") from None
             if a.dtype.kind == "U" and np.dtype(dtype).kind == "O":   # str arrays, as ORT takes
                 a = a.astype(object)
             if a.dtype != dtype:
@@ -149,7 +154,8 @@ class CompiledModel:
     def __call__(self, *arrays: Any):
         """Positional inputs in model order; one output is returned bare, several as a tuple."""
         if len(arrays) != len(self.inputs):
-            raise InputError(f"expected {len(self.inputs)} inputs, got {len(arrays)}")
+            raise InputError(f"the model takes {len(self.inputs)} input(s), "
+                             f"{self._listing()}; got {len(arrays)}")
         result = self.run({name: a for (name, _, _), a in zip(self.inputs, arrays)})
         outs = tuple(result[name] for name, _, _ in self.outputs)
         return outs[0] if len(outs) == 1 else outs
@@ -157,12 +163,16 @@ class CompiledModel:
     def save(self, directory: "str | os.PathLike", force: bool = False) -> str:
         """Save the plan (see runtime/plan.save_plan: a folder holding anything but a plan only
         with `force`); returns its digest, which `load(..., digest=)` can pin."""
+        if not isinstance(force, bool):
+            raise OptionsError(f"force must be True or False, got {force!r}")
         save_plan(self.plan, directory, force)
         return plan_digest(directory)
 
     def profile(self, feeds: dict[str, Any], runs: int = 20) -> list[float]:
         """Mean milliseconds per step (`self.steps`: a node, or a library region of several)
         over `runs` runs (after one warm-up run)."""
+        if isinstance(runs, bool) or not isinstance(runs, numbers.Integral) or runs < 1:
+            raise OptionsError(f"runs must be a whole number of at least 1, got {runs!r}")
         feeds = self._validate(feeds)
         acc = [0.0] * len(self.steps)
         with self._lock:
@@ -238,4 +248,6 @@ def load(directory: "str | os.PathLike", digest: str | None = None,
     runtime/trust.py), when pinned by `digest` (what `save` returned, or `woodpecker inspect`
     shows; any other plan is refused), or with `trust=True` — say so only for a plan from
     someone you would take a program from."""
+    if not isinstance(trust, bool):    # trust="no" would have trusted the plan
+        raise OptionsError(f"trust must be True or False, got {trust!r}")
     return CompiledModel(load_plan(directory, digest, trust=trust))

@@ -28,7 +28,7 @@ import numpy as np
 from woodpecker.engines.choice import Choice, Choices
 from woodpecker.engines.registry import get_engine
 from woodpecker.errors import PlanError, WoodpeckerError
-from woodpecker.files import confine, write_bytes, writer
+from woodpecker.files import confine, creatable, user_path, write_bytes, writer
 from woodpecker.ir.graph import DYNAMIC, Graph
 from woodpecker.ir.steps import StepIO, step_io
 from woodpecker.ops import OPS
@@ -164,13 +164,17 @@ def is_plan_dir(d: Path) -> bool:
 def save_plan(plan: Plan, directory: "str | os.PathLike", force: bool = False) -> Path:
     """Write `plan` into `directory`: a new or empty folder, or one holding a plan (replaced);
     any other folder only with `force` (its other files are left as they are)."""
-    d = Path(directory)
+    d = creatable(user_path(directory, "the plan folder", PlanError), "cannot save plan to",
+                  PlanError)
     if d.exists() and not d.is_dir():
         raise PlanError(f"cannot save plan: {d} exists and is not a directory")
     if d.is_dir() and not force and not is_plan_dir(d) and not only_plan_parts(d):
         raise PlanError(f"cannot save plan: {d} is a folder that holds no Woodpecker plan; "
                         "choose a new folder, or force it (--force) to write into it")
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PlanError(f"cannot save plan to {d}: {e.strerror}") from None
     g = plan.graph
     weights, held = stored_constants(plan)
     f, tmp_w, commit_weights = writer(d / WEIGHTS_FILE, root=d)
@@ -234,7 +238,8 @@ def _plan_bytes(directory: "str | os.PathLike") -> bytes:
         confine(Path(directory), path, PLAN_FILE)
         return path.read_bytes()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        raise PlanError(f"{directory} is not a Woodpecker plan (no {PLAN_FILE})") from None
+        why = "a file, not a plan's folder" if Path(directory).is_file() else f"no {PLAN_FILE}"
+        raise PlanError(f"{directory} is not a Woodpecker plan ({why})") from None
     except OSError as e:
         raise PlanError(f"cannot read {path}: {e.strerror}") from None
 
@@ -273,7 +278,7 @@ def load_plan(directory: "str | os.PathLike", digest: str | None = None,
     once: the bytes whose digest is checked are the bytes parsed. A plan with native code
     loads only pinned, signed by this user (runtime/trust.py) or with `trust`."""
     want = None if digest is None else wanted_digest(digest)
-    d = Path(directory)
+    d = user_path(directory, "the plan folder", PlanError)
     data = _plan_bytes(d)
     if want is not None:
         found = "sha256:" + hashlib.sha256(data).hexdigest()

@@ -50,7 +50,8 @@ from woodpecker.config import (
 )
 from woodpecker.deadline import Deadline
 from woodpecker.engines.halide.host import host_vector_registers
-from woodpecker.errors import WoodpeckerError
+from woodpecker.errors import OptionsError, WoodpeckerError
+from woodpecker.files import creatable, user_path
 from woodpecker.ir.graph import Graph
 from woodpecker.options import BudgetSplit, TuneOptions
 from woodpecker.progress import Progress
@@ -93,7 +94,14 @@ def open_log(path: str, resume: bool, out: TextIO | None = None,
     one unless `resume`. `database`: the shipped tuning database (tune/database.py) is
     attached after the user's records."""
     out = out or sys.stderr
-    log = TuningLog(path, None if target is None else target.record_key, exclude)
+    where = creatable(user_path(path, "the tuning log", OptionsError), "the tuning log",
+                      OptionsError)
+    if where.is_dir():
+        raise OptionsError(f"the tuning log {path} is a folder; name its file (a .jsonl log)")
+    try:
+        log = TuningLog(path, None if target is None else target.record_key, exclude)
+    except OSError as e:
+        raise OptionsError(f"cannot read the tuning log {path}: {e.strerror}") from None
     if (log.records or log.foreign or log.excluded) and not resume:
         held = len(log.records) + log.foreign + log.excluded
         raise WoodpeckerError(f"{path} already holds {held} "
