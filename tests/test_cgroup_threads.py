@@ -64,3 +64,17 @@ def test_default_threads_is_the_affinity_capped_by_the_quota(tmp_path, monkeypat
     _write(tmp_path / "cpu.max", "max 100000")
     _write(tmp_path / "cpu" / "cpu.cfs_quota_us", "-1")
     assert default_threads() == affinity
+
+
+def test_a_numpy_integer_is_a_thread_count():
+    """threads=np.int64(1) (a count computed with numpy) was 'threads must be a whole
+    number'; booleans and floats still are not."""
+    import numpy as np
+    import pytest
+
+    from woodpecker.errors import OptionsError
+
+    assert check_threads(np.int64(1)) == 1 and type(check_threads(np.int32(1))) is int
+    for bad in (True, 1.0, np.float32(1)):
+        with pytest.raises(OptionsError, match="whole number"):
+            check_threads(bad)

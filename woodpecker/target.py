@@ -22,6 +22,8 @@ import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from woodpecker.errors import OptionsError, WoodpeckerError
 from woodpecker.gpu import driver
 from woodpecker.gpu.devices import GpuDevice, halide_capability, known_device
@@ -195,8 +197,9 @@ MAX_THREADS = 256
 def check_threads(n, force: bool = False) -> int:
     """`n` if it is a thread count this machine should run (1 to its cores; with `force` up
     to MAX_THREADS), else a one-line OptionsError."""
-    if isinstance(n, bool) or not isinstance(n, int):
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise OptionsError(f"threads must be a whole number, got {n!r}")
+    n = int(n)          # (numpy's integers too: threads=np.int64(2))
     if n < 1:
         raise OptionsError(f"threads must be at least 1, got {n}")
     if n > MAX_THREADS:
