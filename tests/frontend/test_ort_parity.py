@@ -375,3 +375,21 @@ def test_an_initializer_numpy_holds_only_through_ml_dtypes_runs_on_a_library(kin
     np.testing.assert_array_equal(model.run({"x": x})["y"], want)
     model.save(tmp_path / "p.wpk")
     np.testing.assert_array_equal(woodpecker.load(tmp_path / "p.wpk").run({"x": x})["y"], want)
+
+
+@pytest.mark.parametrize("opset", [7, 17])
+def test_an_ir3_model_whose_initializer_is_no_graph_input_runs_as_onnx_runtime_runs_it(opset):
+    """IR 3 asks initializers to be listed as graph inputs; ONNX Runtime's own test model
+    mul_1.onnx (IR 3, opset 7) does not list its W, and ORT runs it: it was refused ('W in
+    initializer but not in graph input'), and its opset upgrade said 'Input W is undefined'."""
+    m = _model([helper.make_node("Mul", ["X", "W"], ["Y"])], [_vi("X", shape=(3, 2))],
+               [_vi("Y", shape=(3, 2))],
+               [numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(3, 2), "W")],
+               opset=opset)
+    m.ir_version = 3
+    x = np.arange(6, dtype=np.float32).reshape(3, 2) + 1
+    want = _ort(m, {"X": x})[0]
+    for library_first in (True, False):
+        model = woodpecker.compile(m, library_first=library_first)
+        np.testing.assert_array_equal(model.run({"X": x})["Y"], want)
+    assert m.ir_version == 3 and [i.name for i in m.graph.input] == ["X"]

@@ -106,15 +106,19 @@ def lenient_declared_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
 def check_model(proto: onnx.ModelProto) -> None:
     """`onnx.checker.check_model`, but a graph input or output whose tensor type has no shape
     field (its rank unknown: ONNX Runtime runs such a model) is checked as if it had one: the
-    checker requires the field in the main graph, ONNX Runtime does not. The model is
-    unchanged when this returns or raises."""
+    checker requires the field in the main graph, ONNX Runtime does not. A model of IR version
+    3 is checked as IR 4: an initializer not listed as a graph input, an error below IR 4 that
+    ONNX Runtime does not raise (its test model mul_1.onnx). Leaves the model unchanged."""
     open_rank = [vi for vi in list(proto.graph.input) + list(proto.graph.output)
                  if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+    ir = proto.ir_version
     for vi in open_rank:
         vi.type.tensor_type.shape.SetInParent()
+    proto.ir_version = 4 if ir == 3 else ir
     try:
         onnx.checker.check_model(proto)
     finally:
+        proto.ir_version = ir
         for vi in open_rank:
             vi.type.tensor_type.ClearField("shape")
 
@@ -161,6 +165,9 @@ def upgrade_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
     try:
         from onnx import version_converter
 
+        if proto.ir_version == 3:       # (read as IR 4, as check_model reads it)
+            proto = onnx.ModelProto.FromString(proto.SerializeToString())
+            proto.ir_version = 4
         converted = version_converter.convert_version(proto, MIN_OPSET)
         onnx.checker.check_model(converted)
     except Exception as e:  # noqa: BLE001 - the converter raises its own types
