@@ -95,7 +95,8 @@ def xsmm_runtime(task: dict, threads: int, out: str | None = None):
     ptr = (bias.ctypes.data if bias is not None else None,
            res.ctypes.data if res is not None else None)
     best = None
-    for pb in (b for b in PIXEL_BLOCKS if x.shape[0] % b == 0):
+    pixels = x.shape[0]
+    for pb in sorted({b for b in (*PIXEL_BLOCKS, pixels) if pixels % b == 0 and b <= 64}):
         for mb in sorted({min(m, t.k) for m in CHANNEL_BLOCKS}):
             plan = lib.wp_xsmm_plan(x.shape[0], t.c, t.k, pb, mb, relu, threads)
             if plan < 0:
