@@ -19,15 +19,25 @@ By default the plan may use generated kernels only (`--engines halide,numpy`), t
 plan check calls "every timed node". JSON: --json (optional). `--openvino` adds OpenVINO's
 per-layer times from its performance counters (PERF_COUNT, f32, one stream), matched the same
 way — issue 52 asks for per-layer measurements against both libraries.
+
+`--alone` (issue 77, deliverable 1: "report per layer: alone, in our plan, and the library's
+kernel at the same place in its own session") adds, per generated-kernel step, its kernel
+alone in this process on the same threads: built from the plan's own spec, checked against
+the task's reference, timed back to back ("hot": weights and output in cache) and as the tuner
+times it (`tune/rotation.rotating_call`: weights read from rotated copies, out of L2), with
+the cost the tuning log recorded for that very config (its worker process's measurement):
+the gap between the tuner's number and the plan's is what issue 77 asks to close.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -117,6 +127,65 @@ def matched_rows(model, ours_ms: list[float], lib_ms: dict[str, float]
     return rows, unmatched, sum(v for n, v in lib_ms.items() if n not in matched)
 
 
+def alone_ms(model, log_path: str, threads: int, runs: int) -> dict[str, dict]:
+    """Per generated-kernel step (by its first node's name): {"hot", "tuner"} ms of its kernel
+    alone (median of `runs` calls each), and "recorded", the tuning log's cost of that config
+    for that task (None where the log has none)."""
+    from woodpecker.selection.finalists import checked_kernel
+    from woodpecker.target import Target
+    from woodpecker.tasks import spec_task
+    from woodpecker.tune.database import PACKAGED, load_database
+    from woodpecker.tune.records import TuningLog, TuningRecord
+    from woodpecker.tune.rotation import rotating_call
+
+    here = Target.parse("cpu", threads).record_key
+    recorded: dict[tuple, float] = {}
+    shipped = [r for r in load_database(PACKAGED).records if r.target == here]
+    for r in [*shipped, *TuningLog(log_path).records]:    # the user's log speaks last
+        if r.cost_s is not None:
+            key = (r.task, r.template, json.dumps(dict(r.config), sort_keys=True))
+            recorded[key] = r.cost_s * 1e3
+    out = {}
+    graph = model.plan.graph
+    for step in model.steps:
+        node = graph.nodes[step[0]]
+        spec = model.plan.choices[node.name].kernel
+        if spec is None:
+            continue
+        task = spec_task(spec.to_json())
+        record = TuningRecord(task.key, spec.template, spec.config, None)
+        kernel, args = checked_kernel(task, record, threads, task.random_inputs(0))
+        row = {}
+        for how, call in (("hot", lambda: kernel(*args)),
+                          ("tuner", rotating_call(kernel, args))):
+            times = []
+            for _ in range(WARMUP + runs):
+                t0 = time.perf_counter()
+                call()
+                times.append((time.perf_counter() - t0) * 1e3)
+            row[how] = float(np.median(times[WARMUP:]))
+        row["recorded"] = recorded.get((task.key, spec.template,
+                                        json.dumps(dict(spec.config), sort_keys=True)))
+        out[node.name] = row
+    return out
+
+
+def print_alone(rows: list[dict]) -> None:
+    """The generated steps: alone (hot, as the tuner times it, as the log recorded) beside
+    their time in the plan and the library's at the same place."""
+    print(f"{'generated step':<44} {'hot':>6} {'tuner':>6} {'log':>6} {'plan':>6} {'OV':>6} "
+          f"{'plan/tuner':>10}")
+    for r in sorted(rows, key=lambda r: r["ms"] - r["alone"]["tuner"], reverse=True):
+        a, rec = r["alone"], r["alone"]["recorded"]
+        ov = r.get("openvino_ms")
+        print(f"{r['step'][-44:]:<44} {a['hot']:>6.3f} {a['tuner']:>6.3f} "
+              f"{rec if rec is None else round(rec, 3)!s:>6} {r['ms']:>6.3f} "
+              f"{'' if ov is None else round(ov, 3)!s:>6} {r['ms'] / a['tuner']:>10.2f}")
+    if rows:
+        g = math.exp(sum(math.log(r["ms"] / r["alone"]["tuner"]) for r in rows) / len(rows))
+        print(f"geomean in-plan ÷ alone (as the tuner times it): {g:.2f} over {len(rows)} steps")
+
+
 def print_rows(rows: list[dict], unmatched: float, unmatched_lib: float, lib: str) -> None:
     print(f"{'step':<58} {'engine':>8} {'ms':>7} {lib + ' ms':>7} {'ratio':>6}")
     for r in sorted(rows, key=lambda r: r["ms"] - r["lib_ms"], reverse=True):
@@ -140,6 +209,9 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--openvino", action="store_true",
                    help="also OpenVINO's per-layer times (its performance counters)")
+    p.add_argument("--alone", action="store_true",
+                   help="also each generated kernel alone: hot, as the tuner times it, and "
+                        "the tuning log's recorded cost")
     p.add_argument("--json")
     args = p.parse_args()
     entry = None
@@ -163,6 +235,18 @@ def main() -> int:
     if ov_ms:
         print()
         print_rows(*ov, "OV")
+    alone = alone_ms(model, args.tuning_log, args.threads, args.runs) if args.alone else {}
+    generated = []
+    if alone:
+        at_ov = {r["step"]: r["lib_ms"] for r in ov[0]}
+        graph = model.plan.graph
+        for step, ms in zip(model.steps, ours_ms):
+            name = graph.nodes[step[0]].name
+            if name in alone:
+                generated.append({"step": name, "ms": ms, "alone": alone[name],
+                                  **({"openvino_ms": at_ov[name]} if name in at_ov else {})})
+        print()
+        print_alone(generated)
     # what the profilers add: each side's whole run, unprofiled, interleaved
     sess = new_session(data, args.threads)
     runs = time_interleaved({"woodpecker": lambda: model.run(feeds),
@@ -182,6 +266,7 @@ def main() -> int:
                                "openvino_rows": [dict(r, openvino_ms=r.pop("lib_ms"))
                                                  for r in ov[0]],
                                "unmatched_openvino_ms": ov[2],
+                               "generated_steps": generated,
                                "openvino_layers_sum_ms": sum(ov_ms.values())})
     return 0
 
