@@ -225,6 +225,8 @@ def main() -> int:
                                engines=args.engines, input_shapes=shapes)
     feeds = random_feeds(model) if shapes is None else make_inputs(entry)
     ours_ms = model.profile(feeds, args.runs)
+    # alone before any library session exists in this process (their threads spin after runs)
+    alone = alone_ms(model, args.tuning_log, args.threads, args.runs) if args.alone else {}
     ort_ms = ort_node_ms(data, feeds, args.threads, args.runs)
     rows, unmatched_ours, unmatched_ort = matched_rows(model, ours_ms, ort_ms)
     print_rows(rows, unmatched_ours, unmatched_ort, "ORT")
@@ -235,7 +237,6 @@ def main() -> int:
     if ov_ms:
         print()
         print_rows(*ov, "OV")
-    alone = alone_ms(model, args.tuning_log, args.threads, args.runs) if args.alone else {}
     generated = []
     if alone:
         at_ov = {r["step"]: r["lib_ms"] for r in ov[0]}
