@@ -100,7 +100,7 @@ def main() -> int:
     import woodpecker
     from woodpecker import zoo
     from woodpecker.bench.compare import write_json
-    from woodpecker.bench.isolated import IsolatedRuntime, time_isolated
+    from woodpecker.bench.isolated import IsolatedRuntime, isolated_medians
     from woodpecker.bench.runners import versions
     from woodpecker.bench.timing import time_interleaved
     from woodpecker.engines.halide.host import host_vector_registers
@@ -164,12 +164,7 @@ def main() -> int:
                 "onnxruntime": IsolatedRuntime(Lazy(__name__, "onnxruntime_runtime"),
                                                model=onnx_model.SerializeToString(),
                                                feeds=feeds, threads=args.threads)}
-            try:
-                times = time_isolated(runtimes, args.runs, 3, block=args.block)
-            finally:
-                for r in runtimes.values():
-                    r.close()
-            med = {k: float(np.median(v)) for k, v in times.items()}
+            med = isolated_medians(runtimes, args.runs, 3, block=args.block)
             torch_ms = min(v for k, v in med.items() if k.startswith("torch"))
             gf = {k: task.flops / (v * 1e-3) / 1e9 for k, v in med.items()}
             row = {"layer": i, "shape": f"{task.kh}x{task.kw}/{task.stride[0]} {task.c}->{task.k}"

@@ -219,7 +219,7 @@ def main() -> int:
     args = p.parse_args()
 
     from woodpecker.bench.compare import write_json
-    from woodpecker.bench.isolated import IsolatedRuntime, time_isolated
+    from woodpecker.bench.isolated import IsolatedRuntime, isolated_medians
     from woodpecker.bench.runners import versions
     from woodpecker.lazy import Lazy
     from woodpecker.target import Target, machine_facts
@@ -246,12 +246,7 @@ def main() -> int:
                 "onnxruntime": IsolatedRuntime(Lazy(__name__, "library_runtime"),
                                                name="onnxruntime", task=task,
                                                threads=args.threads)}
-            try:
-                times = time_isolated(runtimes, args.runs, 3, block=args.block)
-            finally:
-                for r in runtimes.values():
-                    r.close()
-            med = {k: float(np.median(v)) for k, v in times.items()}
+            med = isolated_medians(runtimes, args.runs, 3, block=args.block)
             row = {"layer": t.describe(), "task": task, "flops": t.flops,
                    "halide_template": record["template"], "halide_config": record["config"],
                    "libxsmm_blocks": json.loads(blocks.read_text()), "median_ms": med,

@@ -203,13 +203,18 @@ def _tuned(graph, log, opts: CompileOptions, assembly: AssemblyOptions,
     return log
 
 
+def _mapping(given: Any, what: str, of: str) -> "Mapping | None":
+    """`given` where it is None or a mapping, else one OptionsError line naming `what`."""
+    if given is not None and not isinstance(given, Mapping):
+        raise OptionsError(f"{what} must be a dict {{input name: {of}}}, not a "
+                           f"{type(given).__name__}")
+    return given
+
+
 def _shapes(given: Any) -> "dict[str, tuple[int, ...]] | None":
     """`input_shapes` as {name: tuple of ints}, or one OptionsError line."""
-    if given is None:
+    if _mapping(given, "input_shapes", "shape") is None:
         return None
-    if not isinstance(given, Mapping):
-        raise OptionsError(f"input_shapes must be a dict {{input name: shape}}, not a "
-                           f"{type(given).__name__}")
     out = {}
     for name, shape in given.items():
         dims = tuple(shape) if isinstance(shape, (tuple, list)) else None
@@ -224,11 +229,8 @@ def _shapes(given: Any) -> "dict[str, tuple[int, ...]] | None":
 
 def _values(given: Any) -> "dict[str, np.ndarray] | None":
     """`input_values` as {name: array}, or one OptionsError line."""
-    if given is None:
+    if _mapping(given, "input_values", "array") is None:
         return None
-    if not isinstance(given, Mapping):
-        raise OptionsError(f"input_values must be a dict {{input name: array}}, not a "
-                           f"{type(given).__name__}")
     out = {}
     for name, value in given.items():
         if not isinstance(name, str):
